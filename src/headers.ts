@@ -1,0 +1,105 @@
+// Header rules for both directions. Pure.
+import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
+import type { Route } from './routes.ts';
+
+// RFC 9110 §7.6.1: meaningful for one connection only, never forwarded.
+// Proxy-Authorization is the client's credential for *us*; Trailer is dropped
+// because trailers are not relayed.
+const HOP_BY_HOP: ReadonlySet<string> = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-authorization',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+]);
+
+// Request headers that never go upstream, whatever the route:
+// - authorization: the client's own token (the upstream credential is set anew);
+// - expect: the gateway answers `100-continue` itself once the request passed
+//   its checks, so the upstream has nothing left to confirm;
+// - host: set to the upstream's by the forwarder.
+const ALWAYS_STRIPPED: readonly string[] = ['authorization', 'expect', 'host'];
+
+/** Method-override headers that upstream frameworks honour (RFC-less convention, e.g. Google, Rails, Express). */
+export const METHOD_OVERRIDE_HEADERS: readonly string[] = ['x-http-method-override', 'x-http-method', 'x-method-override'];
+
+export function requestStripSet(extra: readonly string[], credentialHeader: string | null): ReadonlySet<string> {
+  const names = new Set<string>([...ALWAYS_STRIPPED, ...extra.map((h) => h.toLowerCase())]);
+  if (credentialHeader !== null) names.add(credentialHeader.toLowerCase());
+  return names;
+}
+
+/** Header names listed in a Connection header value (RFC 9110 §7.6.1), lower-cased. */
+function connectionNamed(value: string | string[] | undefined): Set<string> | null {
+  if (value === undefined) return null;
+  const text = Array.isArray(value) ? value.join(',') : value;
+  let named: Set<string> | null = null;
+  for (const part of text.split(',')) {
+    const name = part.trim().toLowerCase();
+    if (name.length > 0 && name !== 'close' && name !== 'keep-alive') (named ??= new Set()).add(name);
+  }
+  return named;
+}
+
+function carries(value: string | string[], token: string): boolean {
+  if (typeof value === 'string') return value.includes(token);
+  for (const v of value) if (v.includes(token)) return true;
+  return false;
+}
+
+/**
+ * The headers sent upstream: the client's, minus hop-by-hop ones, minus
+ * anything naming or carrying the client token, plus the route's credential.
+ *
+ * Framing is re-derived from what Node's parser accepted, after the
+ * Connection-named removal: a client cannot make the gateway drop its own
+ * Content-Length by listing it in Connection and so have the body reach the
+ * upstream unframed (request smuggling, cf. GHSA-ggv3-7p47-pfv8).
+ */
+export function upstreamRequestHeaders(
+  incoming: IncomingHttpHeaders,
+  route: Route,
+  credential: readonly [string, string],
+  token: string,
+): OutgoingHttpHeaders {
+  const out: OutgoingHttpHeaders = {};
+  const named = connectionNamed(incoming.connection);
+  const strip = route.stripHeaders;
+  for (const name in incoming) {
+    if (HOP_BY_HOP.has(name) || strip.has(name) || (named !== null && named.has(name))) continue;
+    const value = incoming[name];
+    if (value === undefined || carries(value, token)) continue;
+    out[name] = value;
+  }
+  if (incoming['transfer-encoding'] !== undefined) {
+    out['transfer-encoding'] = 'chunked';
+    delete out['content-length'];
+  } else if (incoming['content-length'] !== undefined) {
+    out['content-length'] = incoming['content-length'];
+  }
+  out[credential[0]] = credential[1];
+  return out;
+}
+
+/** Upstream response headers as a flat raw list minus hop-by-hop ones; case and repeats (set-cookie) kept. */
+export function downstreamResponseHeaders(raw: readonly string[]): string[] {
+  let named: Set<string> | null = null;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i] as string;
+    if (name.length === 10 && name.toLowerCase() === 'connection') {
+      const more = connectionNamed(raw[i + 1]);
+      if (more !== null) for (const n of more) (named ??= new Set()).add(n);
+    }
+  }
+  const out: string[] = [];
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i] as string;
+    const lower = name.toLowerCase();
+    if (HOP_BY_HOP.has(lower) || (named !== null && named.has(lower))) continue;
+    out.push(name, raw[i + 1] as string);
+  }
+  return out;
+}

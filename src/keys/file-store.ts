@@ -1,0 +1,203 @@
+// Keys in one JSON file. Writers take an exclusive lock file, then write a
+// temporary file, fsync it, rename it over the old one and fsync the folder,
+// so readers see either the old set or the new one, never a torn file, and
+// two `keyward keys` runs at once cannot lose each other's change.
+// The gateway polls the file's identity (inode, size, mtime) four times a
+// second: a rename always changes the inode, so a change is seen within
+// 250 ms whatever the filesystem, where fs.watch would miss renames on some.
+import { randomBytes } from 'node:crypto';
+import { constants } from 'node:fs';
+import { mkdir, open, readFile, rename, stat, unlink } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { KeyRecord } from './keyset.ts';
+import type { Change, KeyStore } from './store.ts';
+
+const FORMAT_VERSION = 1;
+const POLL_MS = 250;
+const LOCK_WAIT_MS = 10_000;
+const LOCK_STALE_MS = 30_000;
+
+export class KeysFileError extends Error {
+  override name = 'KeysFileError';
+}
+
+const isString = (v: unknown): v is string => typeof v === 'string';
+const isDate = (v: unknown): v is string => isString(v) && !Number.isNaN(Date.parse(v));
+
+/** Parse and check a keys file; throws KeysFileError naming the first problem. */
+export function parseKeysFile(text: string): KeyRecord[] {
+  let doc: unknown;
+  try {
+    doc = JSON.parse(text);
+  } catch {
+    // JSON.parse's message quotes the text around the fault; the file's contents stay out of logs.
+    throw new KeysFileError('not valid JSON');
+  }
+  if (typeof doc !== 'object' || doc === null || (doc as { version?: unknown }).version !== FORMAT_VERSION) {
+    throw new KeysFileError(`expected an object with "version": ${FORMAT_VERSION}`);
+  }
+  const keys = (doc as { keys?: unknown }).keys;
+  if (!Array.isArray(keys)) throw new KeysFileError('expected "keys" to be an array');
+  const ids = new Set<string>();
+  return keys.map((k: Record<string, unknown>, i): KeyRecord => {
+    const where = `keys[${i}]`;
+    if (typeof k !== 'object' || k === null) throw new KeysFileError(`${where} is not an object`);
+    if (!isString(k.id) || k.id.length === 0) throw new KeysFileError(`${where}.id must be a non-empty string`);
+    if (ids.has(k.id)) throw new KeysFileError(`${where}.id ${k.id} is repeated`);
+    ids.add(k.id);
+    if (!isString(k.name)) throw new KeysFileError(`${where}.name must be a string`);
+    if (!isString(k.digest) || !/^sha256:[0-9a-f]{64}$/.test(k.digest)) {
+      throw new KeysFileError(`${where}.digest must be "sha256:" and 64 hex digits`);
+    }
+    if (!isDate(k.created)) throw new KeysFileError(`${where}.created must be a date`);
+    if (k.expires !== null && !isDate(k.expires)) throw new KeysFileError(`${where}.expires must be a date or null`);
+    if (k.revoked !== null && !isDate(k.revoked)) throw new KeysFileError(`${where}.revoked must be a date or null`);
+    return { id: k.id, name: k.name, digest: k.digest, created: k.created, expires: k.expires, revoked: k.revoked };
+  });
+}
+
+export function serialiseKeysFile(records: readonly KeyRecord[]): string {
+  // One key per line: diffs and `grep` stay readable, parsing stays one JSON.parse.
+  const lines = records.map((r) => JSON.stringify(r));
+  return `{"version":${FORMAT_VERSION},"keys":[${lines.length > 0 ? `\n${lines.join(',\n')}\n` : ''}]}\n`;
+}
+
+async function signature(path: string): Promise<string> {
+  try {
+    const s = await stat(path, { bigint: true });
+    return `${s.ino}:${s.size}:${s.mtimeNs}`;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 'missing';
+    throw err;
+  }
+}
+
+export class FileKeyStore implements KeyStore {
+  readonly location: string;
+
+  constructor(path: string) {
+    this.location = path;
+  }
+
+  async load(): Promise<readonly KeyRecord[]> {
+    let text: string;
+    try {
+      text = await readFile(this.location, 'utf8');
+    } catch (err) {
+      // No file yet is an empty store: the first `keys create` makes it.
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+      throw err;
+    }
+    return parseKeysFile(text);
+  }
+
+  watch(onChange: (records: readonly KeyRecord[]) => void, onError: (err: Error) => void): () => void {
+    let last: string | null = null;
+    let busy = false;
+    let stopped = false;
+    const check = async (): Promise<void> => {
+      const sig = await signature(this.location);
+      if (sig === last) return;
+      const first = last === null;
+      last = sig;
+      if (first) return; // the caller loaded the set it started with
+      const records = await this.load();
+      if (!stopped) onChange(records);
+    };
+    const tick = (): void => {
+      if (busy) return;
+      busy = true;
+      check()
+        .catch((err: Error) => {
+          if (!stopped) onError(err);
+        })
+        .finally(() => {
+          busy = false;
+        });
+    };
+    tick();
+    const timer = setInterval(tick, POLL_MS);
+    timer.unref();
+    return () => {
+      stopped = true;
+      clearInterval(timer);
+    };
+  }
+
+  async update<T>(change: (records: readonly KeyRecord[]) => Change<T>): Promise<T> {
+    await mkdir(dirname(this.location), { recursive: true, mode: 0o700 });
+    const release = await this.#lock();
+    try {
+      const next = change(await this.load());
+      await this.#writeAtomically(serialiseKeysFile(next.records));
+      return next.result;
+    } finally {
+      await release();
+    }
+  }
+
+  async #lock(): Promise<() => Promise<void>> {
+    const lockPath = `${this.location}.lock`;
+    const deadline = Date.now() + LOCK_WAIT_MS;
+    for (;;) {
+      try {
+        const fh = await open(lockPath, constants.O_CREAT | constants.O_EXCL | constants.O_WRONLY, 0o600);
+        await fh.writeFile(String(process.pid));
+        await fh.close();
+        return () => unlink(lockPath).catch(() => undefined);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      }
+      if (await this.#staleLock(lockPath)) {
+        await unlink(lockPath).catch(() => undefined);
+        continue;
+      }
+      if (Date.now() > deadline) throw new KeysFileError(`${lockPath} is held by another process`);
+      await sleep(20 + Math.random() * 30);
+    }
+  }
+
+  // A lock whose writer died (kill -9, power loss) must not block key
+  // management forever: it is stale when its process is gone or it is old.
+  async #staleLock(lockPath: string): Promise<boolean> {
+    try {
+      const [text, s] = await Promise.all([readFile(lockPath, 'utf8'), stat(lockPath)]);
+      if (Date.now() - s.mtimeMs > LOCK_STALE_MS) return true;
+      const pid = Number(text);
+      if (!Number.isInteger(pid) || pid <= 0) return Date.now() - s.mtimeMs > 1_000;
+      try {
+        process.kill(pid, 0);
+        return false;
+      } catch (err) {
+        return (err as NodeJS.ErrnoException).code === 'ESRCH';
+      }
+    } catch {
+      return false; // vanished between open and read: just retry
+    }
+  }
+
+  async #writeAtomically(text: string): Promise<void> {
+    const tmp = `${this.location}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
+    const fh = await open(tmp, 'wx', 0o600);
+    try {
+      await fh.writeFile(text);
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    try {
+      await rename(tmp, this.location);
+    } catch (err) {
+      await unlink(tmp).catch(() => undefined);
+      throw err;
+    }
+    // The rename itself is durable only once the folder is synced.
+    const dir = await open(dirname(this.location), 'r');
+    try {
+      await dir.sync();
+    } finally {
+      await dir.close();
+    }
+  }
+}

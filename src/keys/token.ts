@@ -1,0 +1,48 @@
+// Client token format (design §2): `kw_` + 32 random bytes in base62 (43
+// characters) + a 6-character base62 CRC-32 of those 43 characters. The
+// prefix lets secret scanners spot leaked tokens; the checksum lets the
+// gateway refuse typos and garbage without touching the key set (the same
+// scheme GitHub uses for its tokens). Only the SHA-256 digest is ever stored.
+import { createHash, randomBytes } from 'node:crypto';
+import { crc32 } from 'node:zlib';
+
+export const TOKEN_PREFIX = 'kw_';
+const ALPHABET = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
+const BODY_LENGTH = 43; // ceil(256 / log2(62))
+const CHECK_LENGTH = 6; // ceil(32 / log2(62))
+export const TOKEN_LENGTH = TOKEN_PREFIX.length + BODY_LENGTH + CHECK_LENGTH;
+const SHAPE = /^kw_[0-9A-Za-z]{49}$/;
+
+function base62(value: bigint, width: number): string {
+  let out = '';
+  let v = value;
+  while (v > 0n) {
+    out = ALPHABET[Number(v % 62n)] + out;
+    v /= 62n;
+  }
+  return out.padStart(width, '0');
+}
+
+function checksum(body: string): string {
+  return base62(BigInt(crc32(body)), CHECK_LENGTH);
+}
+
+export function generateToken(): string {
+  const body = base62(BigInt(`0x${randomBytes(32).toString('hex')}`), BODY_LENGTH);
+  return TOKEN_PREFIX + body + checksum(body);
+}
+
+/** Shape and checksum only; says nothing about whether the key exists. */
+export function isWellFormed(token: string): boolean {
+  if (token.length !== TOKEN_LENGTH || !SHAPE.test(token)) return false;
+  const body = token.slice(TOKEN_PREFIX.length, TOKEN_PREFIX.length + BODY_LENGTH);
+  return token.endsWith(checksum(body));
+}
+
+/** What the key store keeps instead of the token. */
+export function tokenDigest(token: string): string {
+  return createHash('sha256').update(token).digest('hex');
+}
+
+/** Anything that looks like a client token, for scrubbing text that may carry one (log paths). */
+export const TOKEN_PATTERN = /kw_[0-9A-Za-z]{8,}/g;

@@ -1,0 +1,11 @@
+// The process boundary: the only place that reads process.env or calls process.exit.
+import { run } from './cli.ts';
+
+const code = await run(process.argv.slice(2), {
+  env: process.env,
+  cwd: process.cwd(),
+  stdout: process.stdout,
+  stderr: process.stderr,
+  signals: process,
+});
+process.exit(code);

@@ -1,0 +1,126 @@
+// The route table (design §1) and prefix matching. Pure: no I/O, no config
+// reading. Each upstream is one entry of UPSTREAMS; a fourth provider is a new
+// entry here, not new code anywhere else.
+import { ERRORS, type GatewayError } from './errors.ts';
+
+/** Static description of one upstream: what the gateway strips, injects and allows. */
+export interface UpstreamSpec {
+  /** Route name; the client-facing prefix is `/${name}/`. */
+  readonly name: string;
+  readonly urlEnv: string;
+  readonly defaultUrl: string;
+  readonly methods: readonly string[];
+  /** Environment names of the secrets, in the order `credential` receives them. */
+  readonly secretEnvs: readonly string[];
+  /** The header the upstream authenticates with, built from the secrets. */
+  readonly credential: (secrets: readonly string[]) => readonly [name: string, value: string];
+  /** Query parameters that carry credentials upstream; removed from every request. */
+  readonly dropQuery: readonly string[];
+  /** Query parameters the upstream honours as a method override; such requests are refused. */
+  readonly overrideQuery: readonly string[];
+  /** Client headers removed besides the hop-by-hop ones and `authorization`. */
+  readonly stripHeaders: readonly string[];
+}
+
+export const UPSTREAMS: readonly UpstreamSpec[] = [
+  {
+    name: 'scraper',
+    urlEnv: 'KEYWARD_SCRAPER_URL',
+    defaultUrl: 'https://api.apify.com',
+    methods: ['POST'],
+    secretEnvs: ['KEYWARD_SCRAPER_TOKEN'],
+    credential: ([token]) => ['authorization', `Bearer ${token}`],
+    // The platform reads its API token from `?token=` as well as the header.
+    dropQuery: ['token'],
+    // The platform turns `POST ...?method=DELETE` into a DELETE.
+    overrideQuery: ['method'],
+    stripHeaders: [],
+  },
+  {
+    name: 'seo',
+    urlEnv: 'KEYWARD_SEO_URL',
+    defaultUrl: 'https://api.dataforseo.com',
+    methods: ['GET', 'POST'],
+    secretEnvs: ['KEYWARD_SEO_LOGIN', 'KEYWARD_SEO_PASSWORD'],
+    credential: ([login, password]) => ['authorization', `Basic ${Buffer.from(`${login}:${password}`).toString('base64')}`],
+    dropQuery: [],
+    overrideQuery: [],
+    stripHeaders: [],
+  },
+  {
+    name: 'speech',
+    urlEnv: 'KEYWARD_SPEECH_URL',
+    defaultUrl: 'https://api.elevenlabs.io',
+    methods: ['GET', 'POST', 'PATCH', 'DELETE'],
+    secretEnvs: ['KEYWARD_SPEECH_KEY'],
+    credential: ([key]) => ['xi-api-key', key ?? ''],
+    // The voice API also accepts its key as `?xi-api-key=`.
+    dropQuery: ['xi-api-key'],
+    overrideQuery: [],
+    stripHeaders: [],
+  },
+];
+
+/** A route as the request path uses it: the spec resolved against the configuration. */
+export interface Route {
+  readonly name: string;
+  readonly prefix: string;
+  readonly methods: ReadonlySet<string>;
+  /** Upstream origin; the forwarder sends to it. */
+  readonly target: URL;
+  /** The base URL's own path without a trailing slash ('' for none): kept as the upstream prefix. */
+  readonly basePath: string;
+  /** `null` when a secret is missing: the route answers 503 route_not_configured. */
+  readonly credential: readonly [name: string, value: string] | null;
+  readonly dropQuery: ReadonlySet<string>;
+  readonly overrideQuery: ReadonlySet<string>;
+  /** Lower-case request header names never forwarded on this route (client credentials included). */
+  readonly stripHeaders: ReadonlySet<string>;
+}
+
+export type RouteTable = ReadonlyMap<string, Route>;
+
+export function routeTable(routes: readonly Route[]): RouteTable {
+  return new Map(routes.map((r) => [r.name, r]));
+}
+
+export type Match =
+  | { readonly route: Route; readonly path: string; readonly query: string | null; readonly error: null }
+  | { readonly route: null; readonly path: null; readonly query: null; readonly error: GatewayError };
+
+const miss = (error: GatewayError): Match => ({ route: null, path: null, query: null, error });
+const NO_ROUTE = miss(ERRORS.noRoute);
+const METHOD_NOT_ALLOWED = miss(ERRORS.methodNotAllowed);
+const DOT_SEGMENT = miss(ERRORS.dotSegment);
+
+/**
+ * Match an origin-form request target (`/scraper/v2/acts?x`) to a route.
+ * `path` is everything after the route prefix's last slash, leading slash
+ * included, byte for byte; `query` is the raw text after the first `?`.
+ */
+export function matchRoute(table: RouteTable, method: string, url: string): Match {
+  // Absolute-form, authority-form and `*` targets never name a route.
+  if (url.charCodeAt(0) !== 47 /* / */) return NO_ROUTE;
+  const slash = url.indexOf('/', 1);
+  if (slash < 0) return NO_ROUTE;
+  const route = table.get(url.slice(1, slash));
+  if (route === undefined) return NO_ROUTE;
+  const q = url.indexOf('?', slash);
+  const path = q < 0 ? url.slice(slash) : url.slice(slash, q);
+  if (path.length <= 1) return NO_ROUTE; // empty {path}: `/scraper/`
+  if (!route.methods.has(method)) return METHOD_NOT_ALLOWED;
+  if (hasDotSegment(path)) return DOT_SEGMENT;
+  return { route, path, query: q < 0 ? null : url.slice(q + 1), error: null };
+}
+
+// A segment that is `.` or `..`, literally or percent-encoded (RFC 3986 §6.2.2.2
+// says `%2E` is `.`), between separators. Backslash and `%2F`/`%5C` count as
+// separators and `;` as an end because upstream stacks differ on them (IIS
+// folds `\`, Tomcat drops `;params`), and a dot-segment that any of them
+// resolves could climb out of the upstream base path.
+const DOT_SEGMENT_RE = /(?:^|\/|\\|%2f|%5c)(?:\.|%2e){1,2}(?=$|\/|\\|%2f|%5c|;|%3b|#)/i;
+
+export function hasDotSegment(path: string): boolean {
+  if (path.indexOf('.') < 0 && path.indexOf('%') < 0) return false;
+  return DOT_SEGMENT_RE.test(path);
+}
