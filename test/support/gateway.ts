@@ -1,0 +1,110 @@
+// An in-process gateway for one test: its own temporary keys file, its own
+// upstream secrets, its own log capture, on 127.0.0.1:0. Nothing is shared.
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { loadConfig, type Config } from '../../src/config.ts';
+import { FileKeyStore } from '../../src/keys/file-store.ts';
+import { createKey } from '../../src/keys/manage.ts';
+import { createLogger } from '../../src/log.ts';
+import { createGateway, type Gateway } from '../../src/server.ts';
+
+export interface Secrets {
+  readonly scraperToken: string;
+  readonly seoLogin: string;
+  readonly seoPassword: string;
+  readonly speechKey: string;
+}
+
+export interface TestGateway {
+  readonly url: string;
+  readonly port: number;
+  readonly token: string;
+  readonly keyId: string;
+  readonly secrets: Secrets;
+  readonly config: Config;
+  readonly store: FileKeyStore;
+  readonly gateway: Gateway;
+  /** Every log line so far, parsed. */
+  logs(): Array<Record<string, unknown>>;
+  /** The raw log text so far. */
+  logText(): string;
+  close(): Promise<void>;
+}
+
+export interface GatewayOptions {
+  readonly scraper?: string;
+  readonly seo?: string;
+  readonly speech?: string;
+  /** Extra or overriding environment. */
+  readonly env?: Record<string, string>;
+}
+
+export function makeSecrets(): Secrets {
+  // Distinctive, greppable values: a test can search any byte stream for them.
+  const tag = randomBytes(6).toString('hex');
+  return {
+    scraperToken: `SCRAPERSECRET${tag}`,
+    seoLogin: `seologin${tag}`,
+    seoPassword: `SEOSECRET${tag}`,
+    speechKey: `SPEECHSECRET${tag}`,
+  };
+}
+
+export async function startGateway(options: GatewayOptions = {}): Promise<TestGateway> {
+  const dir = mkdtempSync(join(tmpdir(), 'keyward-test-'));
+  const secrets = makeSecrets();
+  const unreachable = 'http://127.0.0.1:9';
+  const env: Record<string, string> = {
+    KEYWARD_HOST: '127.0.0.1',
+    KEYWARD_PORT: '0',
+    KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+    KEYWARD_LOG_LEVEL: 'info',
+    KEYWARD_SCRAPER_URL: options.scraper ?? unreachable,
+    KEYWARD_SCRAPER_TOKEN: secrets.scraperToken,
+    KEYWARD_SEO_URL: options.seo ?? unreachable,
+    KEYWARD_SEO_LOGIN: secrets.seoLogin,
+    KEYWARD_SEO_PASSWORD: secrets.seoPassword,
+    KEYWARD_SPEECH_URL: options.speech ?? unreachable,
+    KEYWARD_SPEECH_KEY: secrets.speechKey,
+    ...options.env,
+  };
+  const config = loadConfig(env, () => {
+    throw new Error('no secret files in tests');
+  }, dir);
+  const store = new FileKeyStore(config.keysFile);
+  const { token, record } = await createKey(store, 'tester', null);
+  let text = '';
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      text += chunk.toString('utf8');
+      cb();
+    },
+  });
+  const log = createLogger(config.logLevel, sink);
+  const gateway = await createGateway(config, store, log.logger);
+  const address = await gateway.listen();
+  return {
+    url: `http://127.0.0.1:${address.port}`,
+    port: address.port,
+    token,
+    keyId: record.id,
+    secrets,
+    config,
+    store,
+    gateway,
+    logs: () =>
+      text
+        .split('\n')
+        .filter((l) => l.length > 0)
+        .map((l) => JSON.parse(l) as Record<string, unknown>),
+    logText: () => text,
+    close: async () => {
+      gateway.server.closeAllConnections();
+      await gateway.shutdown();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}

@@ -1,0 +1,146 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { ConfigError, keysFilePath, loadConfig } from '../../src/config.ts';
+import { upstreamFailure, ERRORS } from '../../src/errors.ts';
+import { parseDuration, parseSize } from '../../src/units.ts';
+
+const noFiles = (p: string): string => {
+  throw Object.assign(new Error(`ENOENT ${p}`), { code: 'ENOENT' });
+};
+
+test('defaults: loopback:8080, ./keys.json, info, all routes present but disabled without secrets', () => {
+  const c = loadConfig({}, noFiles, '/srv/app');
+  assert.equal(c.host, '127.0.0.1');
+  assert.equal(c.port, 8080);
+  assert.equal(c.keysFile, '/srv/app/keys.json');
+  assert.equal(c.logLevel, 'info');
+  assert.equal(c.upstreamTimeoutMs, 300_000);
+  assert.equal(c.drainTimeoutMs, 30_000);
+  assert.equal(c.maxBodyBytes, 2 * 1024 ** 3);
+  assert.deepEqual(c.routes.map((r) => [r.name, r.target.href, r.credential]), [
+    ['scraper', 'https://api.apify.com/', null],
+    ['seo', 'https://api.dataforseo.com/', null],
+    ['speech', 'https://api.elevenlabs.io/', null],
+  ]);
+  assert.deepEqual(c.enabledRoutes, []);
+  assert.ok(Object.isFrozen(c) && Object.isFrozen(c.routes) && Object.isFrozen(c.routes[0]));
+});
+
+test('credentials are built per route; a base URL path becomes the upstream prefix', () => {
+  const c = loadConfig(
+    {
+      KEYWARD_SCRAPER_TOKEN: 'st',
+      KEYWARD_SEO_LOGIN: 'me',
+      KEYWARD_SEO_PASSWORD: 'pw',
+      KEYWARD_SPEECH_KEY: 'sk',
+      KEYWARD_SEO_URL: 'http://127.0.0.1:9000/base/',
+    },
+    noFiles,
+    '/',
+  );
+  const [scraper, seo, speech] = c.routes;
+  assert.deepEqual(scraper?.credential, ['authorization', 'Bearer st']);
+  assert.deepEqual(seo?.credential, ['authorization', `Basic ${Buffer.from('me:pw').toString('base64')}`]);
+  assert.deepEqual(speech?.credential, ['xi-api-key', 'sk']);
+  assert.equal(seo?.target.href, 'http://127.0.0.1:9000/');
+  assert.equal(seo?.basePath, '/base');
+  assert.deepEqual(c.enabledRoutes, ['scraper', 'seo', 'speech']);
+});
+
+test('secrets come from NAME, NAME_FILE or the systemd credentials directory', () => {
+  const files: Record<string, string> = { '/run/secret/speech': 'from-file\n', '/creds/keyward_scraper_token': 'from-creds\n' };
+  const read = (p: string): string => {
+    if (p in files) return files[p] as string;
+    throw Object.assign(new Error('nope'), { code: 'ENOENT' });
+  };
+  const c = loadConfig({ KEYWARD_SPEECH_KEY_FILE: '/run/secret/speech', CREDENTIALS_DIRECTORY: '/creds' }, read, '/');
+  assert.deepEqual(c.routes[2]?.credential, ['xi-api-key', 'from-file']);
+  assert.deepEqual(c.routes[0]?.credential, ['authorization', 'Bearer from-creds']);
+  assert.equal(c.routes[1]?.credential, null);
+});
+
+test('every problem is reported at once, each with its option name, and no secret value', () => {
+  let err: unknown;
+  try {
+    loadConfig(
+      {
+        KEYWARD_PORT: '99999',
+        KEYWARD_LOG_LEVEL: 'loud',
+        KEYWARD_UPSTREAM_TIMEOUT: '30',
+        KEYWARD_MAX_BODY: 'big',
+        KEYWARD_SCRAPER_URL: 'ftp://x',
+        KEYWARD_SEO_URL: 'not a url',
+        KEYWARD_SPEECH_URL: 'https://user:pw@host/',
+        KEYWARD_SEO_LOGIN: 'only-login',
+        KEYWARD_SCRAPER_TOKEN: 'VALUE1',
+        KEYWARD_SCRAPER_TOKEN_FILE: '/x',
+        KEYWARD_SPEECH_KEY: 'bad\nVALUE2',
+        KEYWARD_DRAIN_TIMEOUT: '0s',
+      },
+      noFiles,
+      '/',
+    );
+  } catch (e) {
+    err = e;
+  }
+  assert.ok(err instanceof ConfigError);
+  const text = err.problems.join('\n');
+  for (const name of [
+    'KEYWARD_PORT',
+    'KEYWARD_LOG_LEVEL',
+    'KEYWARD_UPSTREAM_TIMEOUT',
+    'KEYWARD_MAX_BODY',
+    'KEYWARD_SCRAPER_URL',
+    'KEYWARD_SEO_URL',
+    'KEYWARD_SPEECH_URL',
+    'KEYWARD_SEO_PASSWORD',
+    'KEYWARD_SCRAPER_TOKEN_FILE',
+    'KEYWARD_SPEECH_KEY',
+    'KEYWARD_DRAIN_TIMEOUT',
+  ]) {
+    assert.match(text, new RegExp(name), name);
+  }
+  assert.doesNotMatch(text, /VALUE1|VALUE2|only-login/);
+  assert.equal(err.problems.length, 11);
+});
+
+test('an unreadable secret file is a problem; a missing systemd credential is not', () => {
+  assert.throws(() => loadConfig({ KEYWARD_SPEECH_KEY_FILE: '/missing' }, noFiles, '/'), /KEYWARD_SPEECH_KEY_FILE: cannot read the file \(ENOENT\)/);
+  const eacces = (): string => {
+    throw Object.assign(new Error('denied'), { code: 'EACCES' });
+  };
+  assert.throws(() => loadConfig({ CREDENTIALS_DIRECTORY: '/c' }, eacces, '/'), /systemd credential \(EACCES\)/);
+  assert.equal(loadConfig({ CREDENTIALS_DIRECTORY: '/c' }, noFiles, '/').enabledRoutes.length, 0);
+  assert.equal(loadConfig({ KEYWARD_SPEECH_KEY: '\n' }, noFiles, '/').enabledRoutes.length, 0);
+});
+
+test('keys file location follows KEYWARD_KEYS_FILE, then STATE_DIRECTORY', () => {
+  assert.equal(keysFilePath({ KEYWARD_KEYS_FILE: 'k.json' }, '/w'), '/w/k.json');
+  assert.equal(keysFilePath({ STATE_DIRECTORY: '/var/lib/keyward:/other' }, '/w'), '/var/lib/keyward/keys.json');
+  assert.equal(keysFilePath({}, '/w'), '/w/keys.json');
+});
+
+test('units: durations and sizes need a unit', () => {
+  assert.equal(parseDuration('1500ms'), 1500);
+  assert.equal(parseDuration('30s'), 30_000);
+  assert.equal(parseDuration('5m'), 300_000);
+  assert.equal(parseDuration('2h'), 7_200_000);
+  assert.equal(parseDuration('30d'), 2_592_000_000);
+  assert.equal(parseDuration('0.5s'), 500);
+  assert.equal(parseDuration('30'), null);
+  assert.equal(parseDuration('-1s'), null);
+  assert.equal(parseSize('1KiB'), 1024);
+  assert.equal(parseSize('2GiB'), 2 * 1024 ** 3);
+  assert.equal(parseSize('10MB'), 10_000_000);
+  assert.equal(parseSize('512'), null);
+});
+
+test('upstream failures map to 502 or 504 by cause, never by guess', () => {
+  assert.equal(upstreamFailure('ECONNREFUSED'), ERRORS.upstreamUnreachable);
+  assert.equal(upstreamFailure('ECONNRESET'), ERRORS.upstreamUnreachable);
+  assert.equal(upstreamFailure('ERR_TLS_CERT_ALTNAME_INVALID'), ERRORS.upstreamUnreachable);
+  assert.equal(upstreamFailure(undefined), ERRORS.upstreamUnreachable);
+  assert.equal(upstreamFailure('ECONNECT_TIMEOUT'), ERRORS.upstreamTimeout);
+  assert.equal(upstreamFailure('KEYWARD_UPSTREAM_TIMEOUT'), ERRORS.upstreamTimeout);
+  assert.equal(ERRORS.unauthorized.body.toString(), '{"error":"Unauthorized.","code":"unauthorized"}');
+});

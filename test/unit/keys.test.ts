@@ -1,0 +1,82 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { parseKeysFile, serialiseKeysFile } from '../../src/keys/file-store.ts';
+import { bearerToken, KeySet, type KeyRecord } from '../../src/keys/keyset.ts';
+import { generateToken, isWellFormed, TOKEN_LENGTH, tokenDigest } from '../../src/keys/token.ts';
+
+test('generated tokens have the documented shape and a valid checksum', () => {
+  const seen = new Set<string>();
+  for (let i = 0; i < 200; i++) {
+    const t = generateToken();
+    assert.match(t, /^kw_[0-9A-Za-z]{49}$/);
+    assert.equal(t.length, TOKEN_LENGTH);
+    assert.equal(isWellFormed(t), true);
+    seen.add(t);
+  }
+  assert.equal(seen.size, 200);
+});
+
+test('a token with any one character changed fails its checksum', () => {
+  const t = generateToken();
+  for (let i = 3; i < t.length; i++) {
+    const c = t[i] === 'a' ? 'b' : 'a';
+    const bad = t.slice(0, i) + c + t.slice(i + 1);
+    assert.equal(isWellFormed(bad), false, `position ${i}`);
+  }
+  assert.equal(isWellFormed(`${t}x`), false);
+  assert.equal(isWellFormed(t.replace('kw_', 'kx_')), false);
+  assert.equal(isWellFormed(''), false);
+});
+
+test('bearerToken reads the scheme case-insensitively and nothing else', () => {
+  assert.equal(bearerToken('Bearer abc'), 'abc');
+  assert.equal(bearerToken('bearer abc'), 'abc');
+  assert.equal(bearerToken('BEARER   abc'), 'abc');
+  assert.equal(bearerToken('Basic abc'), null);
+  assert.equal(bearerToken('Bearer'), null);
+  assert.equal(bearerToken('Bearer '), null);
+  assert.equal(bearerToken('Bearer a b'), null);
+  assert.equal(bearerToken('Bearerabc'), null);
+  assert.equal(bearerToken(undefined), null);
+});
+
+function record(token: string, over: Partial<KeyRecord> = {}): KeyRecord {
+  return { id: `key_${token.slice(3, 9)}`, name: 'n', digest: `sha256:${tokenDigest(token)}`, created: '2026-01-01T00:00:00.000Z', expires: null, revoked: null, ...over };
+}
+
+test('KeySet finds active keys and refuses revoked, expired, unknown and malformed ones', () => {
+  const [a, b, c, d] = [generateToken(), generateToken(), generateToken(), generateToken()];
+  const now = Date.parse('2026-06-01T00:00:00Z');
+  const set = new KeySet([
+    record(a),
+    record(b, { id: 'key_b', revoked: '2026-02-01T00:00:00.000Z' }),
+    record(c, { id: 'key_c', expires: '2026-05-01T00:00:00.000Z' }),
+  ]);
+  assert.equal(set.size, 2);
+  assert.equal(set.lookup(a, now)?.id, record(a).id);
+  assert.equal(set.lookup(b, now), null);
+  assert.equal(set.lookup(c, now), null);
+  assert.equal(set.lookup(c, Date.parse('2026-04-01T00:00:00Z'))?.id, 'key_c');
+  assert.equal(set.lookup(d, now), null);
+  assert.equal(set.lookup(`${a.slice(0, -1)}x`, now), null);
+});
+
+test('keys file round-trips and rejects malformed documents with a reason', () => {
+  const r = record(generateToken());
+  assert.deepEqual(parseKeysFile(serialiseKeysFile([r])), [r]);
+  assert.deepEqual(parseKeysFile(serialiseKeysFile([])), []);
+  const bad: Array<[string, RegExp]> = [
+    ['{', /not valid JSON/],
+    ['[]', /version/],
+    ['{"version":1}', /"keys"/],
+    ['{"version":1,"keys":[1]}', /not an object/],
+    [JSON.stringify({ version: 1, keys: [{ ...r, id: '' }] }), /id/],
+    [JSON.stringify({ version: 1, keys: [r, r] }), /repeated/],
+    [JSON.stringify({ version: 1, keys: [{ ...r, name: 3 }] }), /name/],
+    [JSON.stringify({ version: 1, keys: [{ ...r, digest: 'md5:x' }] }), /digest/],
+    [JSON.stringify({ version: 1, keys: [{ ...r, created: 'soon' }] }), /created/],
+    [JSON.stringify({ version: 1, keys: [{ ...r, expires: 'x' }] }), /expires/],
+    [JSON.stringify({ version: 1, keys: [{ ...r, revoked: 5 }] }), /revoked/],
+  ];
+  for (const [text, reason] of bad) assert.throws(() => parseKeysFile(text), reason, text);
+});
