@@ -23,7 +23,7 @@ interface Entry {
 
 const entries = {
   malformed: { status: 400, code: 'bad_request', message: 'Malformed request.' },
-  tokenInQuery: { status: 400, code: 'bad_request', message: 'The client token must not appear in the query string.' },
+  tokenInQuery: { status: 400, code: 'bad_request', message: 'The client token must not appear in the URL.' },
   unauthorized: { status: 401, code: 'unauthorized', message: 'Unauthorized.' },
   noRoute: { status: 404, code: 'not_found', message: 'No route for this path.' },
   methodNotAllowed: { status: 404, code: 'not_found', message: 'Method not allowed on this route.' },

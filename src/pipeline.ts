@@ -71,7 +71,7 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
     return scrubTokens(path);
   }
 
-  function logCompletion(ex: Exchange, req: GatewayRequest, status: number, bytesOut: number, aborted: boolean): void {
+  function logCompletion(ex: Exchange, req: GatewayRequest, status: number | null, bytesOut: number, aborted: boolean): void {
     const fields = {
       reqId: ex.id,
       keyId: ex.principal?.id ?? null,
@@ -88,7 +88,7 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
       aborted,
     };
     if (ex.upstreamFailed) logger.warn(fields, 'request completed');
-    else if (status >= 500) logger.error(fields, 'request completed');
+    else if (status !== null && status >= 500) logger.error(fields, 'request completed');
     else logger.info(fields, 'request completed');
   }
 
@@ -97,7 +97,7 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
     const ex = req.exchange as Exchange;
     ex.closed = true;
     ex.stopTimer();
-    logCompletion(ex, req, this.statusCode, ex.socket.bytesWritten - ex.bytesWritten0, !this.writableFinished);
+    logCompletion(ex, req, this.headersSent ? this.statusCode : null, ex.socket.bytesWritten - ex.bytesWritten0, !this.writableFinished);
   }
 
   function refuse(ex: Exchange, req: GatewayRequest, res: ServerResponse, err: GatewayError): void {
