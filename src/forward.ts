@@ -88,7 +88,9 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
 function onError(err: ErrorWithCode, req: http.IncomingMessage, res: ServerResponse | Socket): void {
   const ex = (req as GatewayRequest).exchange as Exchange;
   ex.stopTimer();
-  if (ex.settled || ex.closed || req.destroyed) {
+  // A fully read request is auto-destroyed, so `req.destroyed` says nothing
+  // about the client; its socket does.
+  if (ex.settled || ex.closed || req.socket.destroyed) {
     ex.proxyReq?.destroy();
     return;
   }

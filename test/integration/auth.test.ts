@@ -1,0 +1,123 @@
+// Design §2 and §5: who gets in, and how fast key changes take effect.
+import assert from 'node:assert/strict';
+import { readFile, rename, writeFile } from 'node:fs/promises';
+import { test } from 'node:test';
+import { request } from '../support/client.ts';
+import { eventually } from '../support/deadline.ts';
+import { startGateway, type TestGateway } from '../support/gateway.ts';
+import { startUpstream, type MockUpstream } from '../support/upstream.ts';
+import { createKey, revokeKey } from '../../src/keys/manage.ts';
+import { generateToken } from '../../src/keys/token.ts';
+
+async function withGateway(fn: (gw: TestGateway, up: MockUpstream) => Promise<void>): Promise<void> {
+  const up = await startUpstream();
+  const gw = await startGateway({ seo: up.url });
+  try {
+    await fn(gw, up);
+  } finally {
+    await gw.close();
+    await up.close();
+  }
+}
+
+const UNAUTHORIZED = { error: 'Unauthorized.', code: 'unauthorized' };
+
+test('missing, malformed, unknown, expired and revoked tokens get 401 on any path and forward nothing', async () => {
+  await withGateway(async (gw, up) => {
+    const expired = await createKey(gw.store, 'short-lived', 1, Date.now() - 10_000);
+    const revoked = await createKey(gw.store, 'gone', null);
+    await revokeKey(gw.store, 'gone');
+    const good = gw.token;
+    const headers: Array<Record<string, string>> = [
+      {},
+      { authorization: '' },
+      { authorization: `Basic ${Buffer.from(`x:${good}`).toString('base64')}` },
+      { authorization: good },
+      { authorization: `Bearer${good}` },
+      { authorization: `Token ${good}` },
+      { authorization: `Bearer ${good.slice(0, -1)}${good.endsWith('a') ? 'b' : 'a'}` },
+      { authorization: `Bearer ${good}x` },
+      { authorization: 'Bearer kw_short' },
+      { authorization: `Bearer ${generateToken()}` },
+      { authorization: `Bearer ${expired.token}` },
+      { authorization: `Bearer ${revoked.token}` },
+    ];
+    for (const path of ['/seo/v3/x', '/nowhere', '/', '/speech']) {
+      for (const h of headers) {
+        const r = await request(`${gw.url}${path}`, { headers: h });
+        assert.equal(r.status, 401, `${path} ${JSON.stringify(h)}`);
+        assert.equal(r.headers['content-type'], 'application/json');
+        assert.deepEqual(r.json(), UNAUTHORIZED);
+      }
+    }
+    assert.equal(up.connections(), 0);
+  });
+});
+
+test('the Bearer scheme is case-insensitive (RFC 9110 §11.1)', async () => {
+  await withGateway(async (gw) => {
+    for (const scheme of ['Bearer', 'bearer', 'BEARER', 'bEaReR']) {
+      const r = await request(`${gw.url}/seo/v3/x`, { headers: { authorization: `${scheme} ${gw.token}` } });
+      assert.equal(r.status, 200, scheme);
+    }
+  });
+});
+
+test('a revoked key is refused within one second, a new key accepted within one second, without a restart', async () => {
+  await withGateway(async (gw) => {
+    const url = `${gw.url}/seo/v3/x`;
+    const auth = { authorization: `Bearer ${gw.token}` };
+    assert.equal((await request(url, { headers: auth })).status, 200);
+    const revokedAt = Date.now();
+    await revokeKey(gw.store, gw.keyId);
+    await eventually(async () => (await request(url, { headers: auth })).status === 401, 1_000, 'revocation took effect');
+    const revokeLatency = Date.now() - revokedAt;
+    assert.ok(revokeLatency <= 1_000, `revocation took ${revokeLatency} ms`);
+
+    const fresh = await createKey(gw.store, 'newcomer', null);
+    await eventually(async () => (await request(url, { headers: { authorization: `Bearer ${fresh.token}` } })).status === 200, 1_000, 'new key accepted');
+    assert.ok(gw.logs().some((l) => l.msg === 'keys reloaded'));
+  });
+});
+
+test('a corrupt keys file never replaces the keys in memory', async () => {
+  await withGateway(async (gw) => {
+    const url = `${gw.url}/seo/v3/x`;
+    const auth = { authorization: `Bearer ${gw.token}` };
+    const good = await readFile(gw.store.location, 'utf8');
+    const tmp = `${gw.store.location}.broken`;
+    await writeFile(tmp, '{"version":1,"keys":[{"id":');
+    await rename(tmp, gw.store.location);
+    await eventually(() => gw.logs().some((l) => l.msg === 'keys not reloaded; keeping the previous set'), 2_000, 'error logged');
+    assert.equal((await request(url, { headers: auth })).status, 200);
+    const line = gw.logs().find((l) => l.level === 50);
+    assert.match(JSON.stringify(line), /not valid JSON/);
+
+    // An empty file (a half-written one) is refused the same way.
+    await writeFile(tmp, '');
+    await rename(tmp, gw.store.location);
+    await eventually(() => gw.logs().filter((l) => l.level === 50).length >= 2, 2_000, 'second error logged');
+    assert.equal((await request(url, { headers: auth })).status, 200);
+
+    // The CLI refuses to build on a corrupt file rather than overwrite it…
+    await assert.rejects(createKey(gw.store, 'on-top', null), /not valid JSON/);
+    // …and once it is repaired, changes flow again.
+    await writeFile(tmp, good);
+    await rename(tmp, gw.store.location);
+    const fresh = await createKey(gw.store, 'after-repair', null);
+    await eventually(async () => (await request(url, { headers: { authorization: `Bearer ${fresh.token}` } })).status === 200, 1_000, 'repaired file loaded');
+    assert.equal((await request(url, { headers: auth })).status, 200);
+  });
+});
+
+test('SIGHUP-style reload re-reads the store at once and keeps the set on failure', async () => {
+  await withGateway(async (gw) => {
+    const fresh = await createKey(gw.store, 'hup', null);
+    await gw.gateway.reloadKeys();
+    assert.equal(gw.gateway.keyCount(), 2);
+    await writeFile(gw.store.location, 'nonsense');
+    await gw.gateway.reloadKeys();
+    assert.equal(gw.gateway.keyCount(), 2);
+    assert.equal((await request(`${gw.url}/seo/v3/x`, { headers: { authorization: `Bearer ${fresh.token}` } })).status, 200);
+  });
+});
