@@ -67,8 +67,9 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
   function logPathOf(ex: Exchange): string {
     if (ex.logPath !== null) return ex.logPath;
     const q = ex.url.indexOf('?');
-    const path = q < 0 ? ex.url : `${ex.url.slice(0, q)}?${dropParams(ex.url.slice(q + 1), credentialParams)}`;
-    return scrubTokens(path);
+    if (q < 0) return scrubTokens(ex.url);
+    const query = dropParams(ex.url.slice(q + 1), credentialParams);
+    return scrubTokens(query === '' ? ex.url.slice(0, q) : `${ex.url.slice(0, q)}?${query}`);
   }
 
   function logCompletion(ex: Exchange, req: GatewayRequest, status: number | null, bytesOut: number, aborted: boolean): void {

@@ -1,0 +1,198 @@
+// bin/keyward end to end (design §5): keys management, serve, demo, exit codes.
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync, mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { promisify } from 'node:util';
+import { request } from '../support/client.ts';
+import { deadline, eventually } from '../support/deadline.ts';
+import { runCli, startCli } from '../support/cli.ts';
+import { startUpstream } from '../support/upstream.ts';
+
+const exec = promisify(execFile);
+
+function tempDir(): string {
+  return mkdtempSync(join(tmpdir(), 'keyward-cli-'));
+}
+
+test('keys create, list and revoke: the token is shown once and stored only as a digest', async () => {
+  const dir = tempDir();
+  try {
+    const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json') };
+    const created = await runCli(['keys', 'create', '--name', 'alice', '--expires-in', '30d', '--json'], env);
+    assert.equal(created.code, 0, created.stderr);
+    const key = JSON.parse(created.stdout) as { id: string; name: string; token: string; expires: string };
+    assert.match(key.token, /^kw_[0-9A-Za-z]{49}$/);
+    assert.equal(key.name, 'alice');
+    assert.ok(Math.abs(Date.parse(key.expires) - Date.now() - 30 * 86_400_000) < 60_000);
+    const text = await runCli(['keys', 'create', '--name', 'bob'], env);
+    assert.equal(text.code, 0);
+    assert.match(text.stdout, /^Created key key_[0-9a-f]{12} \(name bob, expires never\)\.\nToken .*\nkw_[0-9A-Za-z]{49}\n$/);
+
+    const file = readFileSync(env.KEYWARD_KEYS_FILE, 'utf8');
+    assert.equal(file.includes(key.token), false);
+    assert.match(file, /"digest":"sha256:[0-9a-f]{64}"/);
+    assert.equal(statSync(env.KEYWARD_KEYS_FILE).mode & 0o777, 0o600);
+
+    const list = await runCli(['keys', 'list', '--json'], env);
+    const rows = JSON.parse(list.stdout) as Array<Record<string, unknown>>;
+    assert.deepEqual(rows.map((r) => r.name), ['alice', 'bob']);
+    assert.equal(list.stdout.includes('kw_') || list.stdout.includes('sha256'), false);
+    const table = await runCli(['keys', 'list'], env);
+    assert.match(table.stdout, /^ID\s+NAME\s+CREATED\s+EXPIRES\s+REVOKED\n/);
+    assert.equal(table.stdout.includes('kw_'), false);
+
+    const revoked = await runCli(['keys', 'revoke', 'alice'], env);
+    assert.equal(revoked.code, 0);
+    assert.match(revoked.stdout, new RegExp(`Revoked key ${key.id}`));
+    const after = JSON.parse((await runCli(['keys', 'list', '--json'], env)).stdout) as Array<{ name: string; revoked: string | null }>;
+    assert.notEqual(after.find((r) => r.name === 'alice')?.revoked, null);
+    // the name is free again once revoked
+    assert.equal((await runCli(['keys', 'create', '--name', 'alice'], env)).code, 0);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('usage and configuration errors exit 2 with a one-line reason; runtime failures exit 1', async () => {
+  const dir = tempDir();
+  try {
+    const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json') };
+    const cases: Array<[string[], number, RegExp]> = [
+      [[], 2, /a command is required/],
+      [['frobnicate'], 2, /unknown command frobnicate/],
+      [['keys'], 2, /keys needs create, list or revoke/],
+      [['keys', 'create'], 2, /needs --name/],
+      [['keys', 'create', '--name', 'x', '--expires-in', 'soon'], 2, /--expires-in/],
+      [['keys', 'create', '--name', 'bad name'], 2, /--name must be/],
+      [['keys', 'create', '--name', 'x', '--colour'], 2, /Unknown option '--colour'/],
+      [['keys', 'revoke', 'nobody'], 2, /no key with id or name nobody/],
+      [['keys', 'revoke'], 2, /needs ID or NAME/],
+      [['serve', 'extra'], 2, /Unexpected argument 'extra'/],
+    ];
+    for (const [args, code, reason] of cases) {
+      const r = await runCli(args, env);
+      assert.equal(r.code, code, args.join(' '));
+      assert.match(r.stderr.split('\n')[0] ?? '', reason, args.join(' '));
+    }
+    assert.equal((await runCli(['help'], env)).code, 0);
+    assert.equal((await runCli(['keys', 'create', '--name', 'dup'], env)).code, 0);
+    assert.match((await runCli(['keys', 'create', '--name', 'dup'], env)).stderr, /already exists/);
+
+    writeFileSync(env.KEYWARD_KEYS_FILE, '{broken');
+    const corrupt = await runCli(['keys', 'list'], env);
+    assert.equal(corrupt.code, 1);
+    assert.match(corrupt.stderr, /^keyward: keys file: not valid JSON\n$/);
+
+    const config = await runCli(['serve'], { ...env, KEYWARD_PORT: 'eighty', KEYWARD_SEO_URL: 'gopher://x', KEYWARD_SPEECH_KEY: 'SECRETVALUE', KEYWARD_SPEECH_KEY_FILE: '/x' });
+    assert.equal(config.code, 2);
+    const lines = config.stderr.trim().split('\n');
+    assert.equal(lines.length, 3);
+    for (const name of ['KEYWARD_PORT', 'KEYWARD_SEO_URL', 'KEYWARD_SPEECH_KEY']) assert.ok(lines.some((l) => l.includes(name)), name);
+    assert.equal(config.stderr.includes('SECRETVALUE'), false);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('concurrent keys create runs never lose each other\'s keys', async () => {
+  const dir = tempDir();
+  try {
+    const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json') };
+    const runs = await Promise.all(Array.from({ length: 8 }, (_, i) => runCli(['keys', 'create', '--name', `k${i}`, '--json'], env, undefined, 60_000)));
+    for (const r of runs) assert.equal(r.code, 0, r.stderr);
+    const names = (JSON.parse((await runCli(['keys', 'list', '--json'], env)).stdout) as Array<{ name: string }>).map((r) => r.name).sort();
+    assert.deepEqual(names, ['k0', 'k1', 'k2', 'k3', 'k4', 'k5', 'k6', 'k7']);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('serve: secrets from files and systemd credentials, live reload, SIGHUP, clean SIGTERM', async () => {
+  const dir = tempDir();
+  const up = await startUpstream();
+  try {
+    const creds = join(dir, 'creds');
+    mkdirSync(creds);
+    writeFileSync(join(creds, 'keyward_speech_key'), 'SPEECHFROMCREDS\n');
+    writeFileSync(join(dir, 'seo-password'), 'SEOPASSFROMFILE\n');
+    const env = {
+      KEYWARD_PORT: '0',
+      KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+      KEYWARD_SPEECH_URL: up.url,
+      KEYWARD_SEO_URL: up.url,
+      KEYWARD_SEO_LOGIN: 'me',
+      KEYWARD_SEO_PASSWORD_FILE: join(dir, 'seo-password'),
+      CREDENTIALS_DIRECTORY: creds,
+    };
+    const key = JSON.parse((await runCli(['keys', 'create', '--name', 'svc', '--json'], env)).stdout) as { token: string };
+    const serve = await startCli(['serve'], env, '"msg":"keyward listening"');
+    const started = JSON.parse(serve.output().split('\n')[0] ?? '{}') as { port: number; routes: string[]; disabledRoutes: string[] };
+    assert.deepEqual(started.routes, ['seo', 'speech']);
+    assert.deepEqual(started.disabledRoutes, ['scraper']);
+    const base = `http://127.0.0.1:${started.port}`;
+    const auth = { authorization: `Bearer ${key.token}` };
+    assert.equal((await request(`${base}/speech/v1/voices`, { headers: auth })).status, 200);
+    assert.equal(up.requests[0]?.headers['xi-api-key'], 'SPEECHFROMCREDS');
+    assert.equal((await request(`${base}/seo/v3/x`, { headers: auth })).status, 200);
+    assert.equal(up.requests[1]?.headers.authorization, `Basic ${Buffer.from('me:SEOPASSFROMFILE').toString('base64')}`);
+    assert.equal((await request(`${base}/scraper/v2/x`, { method: 'POST', headers: auth })).status, 503);
+
+    // revoke through the CLI: refused within a second, no restart
+    assert.equal((await runCli(['keys', 'revoke', 'svc'], env)).code, 0);
+    await eventually(async () => (await request(`${base}/seo/v3/x`, { headers: auth })).status === 401, 1_000, 'revocation');
+
+    serve.child.kill('SIGHUP');
+    await eventually(() => serve.output().includes('"msg":"keys reloaded"'), 2_000, 'SIGHUP reload');
+    serve.child.kill('SIGTERM');
+    const result = await deadline(serve.done, 10_000, 'exit after SIGTERM');
+    assert.equal(result.code, 0);
+    assert.match(result.stdout, /"msg":"stopped"/);
+    for (const secret of ['SPEECHFROMCREDS', 'SEOPASSFROMFILE', key.token]) assert.equal(result.stdout.includes(secret) || result.stderr.includes(secret), false);
+  } finally {
+    await up.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('serve: a port already in use is a runtime failure (exit 1)', async () => {
+  const dir = tempDir();
+  const up = await startUpstream();
+  try {
+    const port = new URL(up.url).port;
+    const r = await runCli(['serve'], { KEYWARD_PORT: port, KEYWARD_KEYS_FILE: join(dir, 'keys.json') });
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /cannot start: .*EADDRINUSE/);
+  } finally {
+    await up.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('demo: every curl command it prints works as printed', { skip: process.env.PATH?.split(':').some((p) => { try { return statSync(join(p, 'curl')).isFile(); } catch { return false; } }) ? false : 'curl is not installed' }, async () => {
+  const dir = tempDir();
+  const demo = await startCli(['demo'], { KEYWARD_PORT: '0' }, 'Ctrl-C stops the demo.', 'stdout', dir);
+  try {
+    const commands = demo.output().split('\n').filter((l) => l.startsWith('curl '));
+    assert.equal(commands.length, 5);
+    const outputs: string[] = [];
+    for (const command of commands) {
+      const { stdout } = await deadline(exec('sh', ['-c', command], { cwd: dir, encoding: 'utf8' }), 15_000, command);
+      outputs.push(stdout);
+    }
+    assert.equal((JSON.parse(outputs[0] ?? '') as { data: { status: string } }).data.status, 'READY');
+    assert.equal((JSON.parse(outputs[1] ?? '') as { status_code: number }).status_code, 20000);
+    assert.equal(statSync(join(dir, 'hello.mp3')).size, 32_768);
+    assert.equal(statSync(join(dir, 'stream.mp3')).size, 65_536);
+    assert.deepEqual(JSON.parse(outputs[4] ?? ''), { error: 'Unauthorized.', code: 'unauthorized' });
+    demo.child.kill('SIGINT');
+    const result = await deadline(demo.done, 10_000, 'demo exit');
+    assert.equal(result.code, 0);
+    assert.match(result.stderr, /"msg":"request completed"/);
+  } finally {
+    demo.child.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -1,0 +1,63 @@
+// Design §6: exactly one JSON line per request, with the agreed fields and nothing secret.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { raw, request } from '../support/client.ts';
+import { startGateway } from '../support/gateway.ts';
+import { startUpstream } from '../support/upstream.ts';
+
+test('one "request completed" line per request with every agreed field', async () => {
+  const up = await startUpstream();
+  const gw = await startGateway({ scraper: up.url, seo: up.url });
+  try {
+    const auth = { authorization: `Bearer ${gw.token}` };
+    await request(`${gw.url}/scraper/v2/acts/x/runs?token=SHOULD-NOT-BE-LOGGED&tok%65n=NOR-THIS&timeout=60`, { method: 'POST', headers: auth, body: 'abcde' });
+    await request(`${gw.url}/seo/v3/x?token=kept-on-seo`, { headers: auth });
+    await request(`${gw.url}/nowhere?token=unrouted-secret`, { headers: auth });
+    await request(`${gw.url}/seo/v3/x`, {});
+    const lines = gw.logs().filter((l) => l.msg === 'request completed');
+    assert.equal(lines.length, 4);
+    const [first, second, third, fourth] = lines;
+    for (const key of ['time', 'reqId', 'keyId', 'keyName', 'route', 'method', 'path', 'status', 'bytesIn', 'bytesOut', 'durationMs', 'ttfbMs']) {
+      assert.ok(key in (first ?? {}), key);
+    }
+    assert.equal(first?.keyId, gw.keyId);
+    assert.equal(first?.keyName, 'tester');
+    assert.equal(first?.route, 'scraper');
+    assert.equal(first?.method, 'POST');
+    assert.equal(first?.path, '/scraper/v2/acts/x/runs?timeout=60');
+    assert.equal(first?.status, 200);
+    assert.equal(first?.bytesIn, 5);
+    assert.ok((first?.bytesOut as number) > 0);
+    assert.ok((first?.durationMs as number) >= (first?.ttfbMs as number));
+    assert.equal(first?.level, 30);
+    assert.equal(second?.path, '/seo/v3/x?token=kept-on-seo');
+    assert.equal(third?.path, '/nowhere', 'credential parameters of every route are dropped from unrouted paths');
+    assert.equal(third?.status, 404);
+    assert.equal(fourth?.status, 401);
+    assert.equal(fourth?.keyId, null);
+    assert.notEqual(first?.reqId, second?.reqId);
+    assert.doesNotMatch(gw.logText(), /SHOULD-NOT-BE-LOGGED|NOR-THIS|unrouted-secret/);
+  } finally {
+    await gw.close();
+    await up.close();
+  }
+});
+
+test('no log line ever carries a secret or a client token, whatever the request', async () => {
+  const up = await startUpstream();
+  const gw = await startGateway({ scraper: up.url, seo: up.url, speech: up.url });
+  try {
+    const t = gw.token;
+    await raw(gw.port, `GET /speech/v1/x?xi-api-key=${t} HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${t}\r\nConnection: close\r\n\r\n`);
+    await raw(gw.port, `GET /seo/${t} HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${t}x\r\nConnection: close\r\n\r\n`);
+    await raw(gw.port, `POST /scraper/v2/x HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${t}\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n`);
+    await raw(gw.port, `GET /seo/x HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${t}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n`);
+    await request(`${gw.url}/speech/v1/voices`, { headers: { authorization: `Bearer ${t}`, 'xi-api-key': t } });
+    const text = gw.logText();
+    assert.ok(text.split('\n').length > 5);
+    for (const secret of [t, ...Object.values(gw.secrets).filter((v) => !v.startsWith('seologin'))]) assert.equal(text.includes(secret), false);
+  } finally {
+    await gw.close();
+    await up.close();
+  }
+});

@@ -1,0 +1,55 @@
+// Running bin/keyward as a child process, with deadlines.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { deadline } from './deadline.ts';
+
+export const BIN = fileURLToPath(new URL('../../bin/keyward', import.meta.url));
+
+export interface Result {
+  readonly code: number | null;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** Environment for a child: PATH and coverage plumbing only, plus what the test gives. */
+export function childEnv(extra: Record<string, string>): Record<string, string> {
+  const keep = ['PATH', 'HOME', 'NODE_V8_COVERAGE', 'TMPDIR'];
+  const env: Record<string, string> = {};
+  for (const k of keep) if (process.env[k] !== undefined) env[k] = process.env[k] as string;
+  return { ...env, ...extra };
+}
+
+export function runCli(args: string[], env: Record<string, string>, cwd?: string, timeoutMs = 20_000): Promise<Result> {
+  const child = spawn(BIN, args, { env: childEnv(env), cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+  return deadline(collect(child), timeoutMs, `keyward ${args.join(' ')}`);
+}
+
+export function collect(child: ChildProcess): Promise<Result> {
+  let stdout = '';
+  let stderr = '';
+  child.stdout?.setEncoding('utf8').on('data', (d: string) => (stdout += d));
+  child.stderr?.setEncoding('utf8').on('data', (d: string) => (stderr += d));
+  return new Promise((resolve, reject) => {
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+/** Start a long-running command and wait until its output contains `ready`. */
+export async function startCli(args: string[], env: Record<string, string>, ready: string, stream: 'stdout' | 'stderr' = 'stdout', cwd?: string) {
+  const child = spawn(BIN, args, { env: childEnv(env), cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+  const done = collect(child);
+  let seen = '';
+  await deadline(
+    new Promise<void>((resolve, reject) => {
+      child[stream]?.on('data', (d: Buffer | string) => {
+        seen += d.toString();
+        if (seen.includes(ready)) resolve();
+      });
+      void done.then((r) => reject(new Error(`exited ${r.code} before ready: ${r.stderr}`)));
+    }),
+    20_000,
+    `keyward ${args.join(' ')} ready`,
+  );
+  return { child, done, output: () => seen };
+}
