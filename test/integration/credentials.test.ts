@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import { raw, request, statusLines, type Reply } from '../support/client.ts';
 import { deadline } from '../support/deadline.ts';
 import { startGateway, type TestGateway } from '../support/gateway.ts';
-import { startUpstream, type MockUpstream } from '../support/upstream.ts';
+import { startUpstream } from '../support/upstream.ts';
 
 interface Case {
   readonly route: 'scraper' | 'seo' | 'speech';
