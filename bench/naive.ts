@@ -1,0 +1,46 @@
+// The naive peer: http-proxy-3 used the way its README shows, plus the
+// minimum a gateway needs (a bearer check, prefix routing, the header swap
+// in `proxyReq`) and a keep-alive agent. What most people would write first.
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { createProxyServer } from 'http-proxy-3';
+
+const env = process.env;
+const upstream = `http://127.0.0.1:${env.BENCH_UPSTREAM_PORT}`;
+const clients = new Set([`Bearer ${env.BENCH_CLIENT_TOKEN}`]);
+const routes: Record<string, [string, string]> = {
+  scraper: ['authorization', `Bearer ${env.BENCH_SCRAPER_TOKEN}`],
+  seo: ['authorization', `Basic ${Buffer.from(`${env.BENCH_SEO_LOGIN}:${env.BENCH_SEO_PASSWORD}`).toString('base64')}`],
+  speech: ['xi-api-key', env.BENCH_SPEECH_KEY ?? ''],
+};
+
+const proxy = createProxyServer({ target: upstream, changeOrigin: true, agent: new http.Agent({ keepAlive: true, maxSockets: Infinity }) });
+proxy.on('proxyReq', (proxyReq, req) => {
+  const cred = routes[(req as http.IncomingMessage & { route: string }).route];
+  proxyReq.removeHeader('authorization');
+  if (cred) proxyReq.setHeader(cred[0], cred[1]);
+});
+proxy.on('error', (_err, _req, res) => {
+  const r = res as http.ServerResponse;
+  if (!r.headersSent) r.writeHead(502);
+  r.end();
+});
+
+const server = http.createServer((req, res) => {
+  if (!clients.has(req.headers.authorization ?? '')) {
+    res.writeHead(401);
+    return res.end();
+  }
+  const url = req.url ?? '/';
+  const slash = url.indexOf('/', 1);
+  const route = url.slice(1, slash);
+  if (slash < 0 || !(route in routes)) {
+    res.writeHead(404);
+    return res.end();
+  }
+  (req as http.IncomingMessage & { route: string }).route = route;
+  req.url = url.slice(slash);
+  proxy.web(req, res);
+});
+server.listen(0, '127.0.0.1', () => process.stdout.write(`${JSON.stringify({ port: (server.address() as AddressInfo).port })}\n`));
+process.on('SIGTERM', () => process.exit(0));

@@ -1,0 +1,216 @@
+// `npm run bench`: keyward side by side with going direct, the naive
+// http-proxy-3 peer and nginx (when installed), in one run on this machine.
+// Every scenario is validated on every system before anything is timed;
+// rounds are interleaved (A B C A B C) and medians of clean runs reported.
+//
+//   npm run bench                      full run (~10 minutes on 2 cores)
+//   npm run bench -- --quick           under two minutes
+//   npm run bench -- --validate-only   correctness of every scenario on every system, no timing (CI)
+//   npm run bench -- --save            also write bench/results/baseline.{json,md}
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { serialiseKeysFile } from '../src/keys/file-store.ts';
+import type { KeyRecord } from '../src/keys/keyset.ts';
+import { generateToken, tokenDigest } from '../src/keys/token.ts';
+import { machine, rssBytes } from './proc.ts';
+import { SCENARIOS, type Measurement, type Options } from './scenarios.ts';
+import { direct, keyward, naive, nginx, nginxBinary, startUpstreamProcess, type Secrets, type System } from './systems.ts';
+
+const { values: args } = parseArgs({
+  options: {
+    quick: { type: 'boolean' },
+    'validate-only': { type: 'boolean' },
+    save: { type: 'boolean' },
+    rounds: { type: 'string' },
+    only: { type: 'string' },
+  },
+});
+const quick = args.quick === true;
+const rounds = Number(args.rounds ?? 3);
+const options: Options = quick
+  ? { durationS: 1.5, latencyRequests: 800, slowStreams: 1000, uploads: 1 }
+  : { durationS: 6, latencyRequests: 3000, slowStreams: 1000, uploads: 3 };
+const slowMs = quick ? 2000 : 5000;
+const manyKeys = quick ? 100_000 : 1_000_000;
+const only = args.only?.split(',');
+
+const dir = mkdtempSync(join(tmpdir(), 'keyward-bench-'));
+const secrets: Secrets = {
+  scraperToken: `bench_scraper_${randomBytes(8).toString('hex')}`,
+  seoLogin: 'bench@example.com',
+  seoPassword: randomBytes(8).toString('hex'),
+  speechKey: `bench_speech_${randomBytes(8).toString('hex')}`,
+  clientToken: generateToken(),
+};
+
+function keysFile(count: number): string {
+  const now = new Date().toISOString();
+  const records: KeyRecord[] = [{ id: 'key_bench', name: 'bench', digest: `sha256:${tokenDigest(secrets.clientToken)}`, created: now, expires: null, revoked: null }];
+  for (let i = 1; i < count; i++) {
+    records.push({ id: `key_${i.toString(16).padStart(8, '0')}`, name: `client-${i}`, digest: `sha256:${randomBytes(32).toString('hex')}`, created: now, expires: null, revoked: null });
+  }
+  const path = join(dir, `keys-${count}.json`);
+  writeFileSync(path, serialiseKeysFile(records));
+  return path;
+}
+
+const median = (xs: number[]): number | null => {
+  if (xs.length === 0) return null;
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)] as number;
+};
+const fmt = (x: number | null | undefined, digits = 1): string => (x === null || x === undefined || Number.isNaN(x) ? '—' : x.toFixed(digits));
+const log = (text: string): void => void process.stderr.write(`${text}\n`);
+
+type Summary = Record<keyof Omit<Measurement, 'requests' | 'errors'>, number | null> & { runs: number; discarded: number };
+
+function summarise(runs: Measurement[]): Summary {
+  const clean = runs.filter((r) => r.errors === 0 && r.requests > 0);
+  const pick = (k: keyof Measurement): number | null => median(clean.map((r) => r[k]).filter((v): v is number => typeof v === 'number'));
+  return { rps: pick('rps'), p50Ms: pick('p50Ms'), p99Ms: pick('p99Ms'), cpuUsPerReq: pick('cpuUsPerReq'), mbps: pick('mbps'), peakRssMb: pick('peakRssMb'), runs: clean.length, discarded: runs.length - clean.length };
+}
+
+async function main(): Promise<void> {
+  const started = Date.now();
+  const up = await startUpstreamProcess(secrets, slowMs);
+  const systems: System[] = [direct(up.port, up.pid, secrets)];
+  const stopAll = async (): Promise<void> => {
+    await Promise.all(systems.map((s) => s.stop()));
+    await up.stop();
+  };
+  const scenarios = SCENARIOS.filter((s) => only === undefined || only.includes(s.name));
+
+  try {
+    systems.push(await keyward(up.port, secrets, keysFile(10)));
+    systems.push(await naive(up.port, secrets));
+    const nginxBin = nginxBinary();
+    if (nginxBin !== null) systems.push(await nginx(nginxBin, up.port, secrets, dir));
+    else log('nginx not installed: comparing without it (apt-get install nginx-light to include it)');
+    // 1. Validation: every scenario on every system must give the right answer first.
+    for (const scenario of scenarios) for (const sys of systems) await scenario.validate(sys);
+    log(`validation passed: ${scenarios.length} scenarios × ${systems.length} systems (${systems.map((s) => s.name).join(', ')})`);
+    if (args['validate-only'] === true) {
+      process.stdout.write(`bench validation: ${scenarios.length * systems.length} passed, 0 failed\n`);
+      return;
+    }
+
+    // 2. Interleaved rounds.
+    const results: Record<string, Record<string, Measurement[]>> = {};
+    for (const scenario of scenarios) {
+      results[scenario.name] = {};
+      const runOptions = scenario.name === 'slow' || scenario.name === 'upload' ? options : options;
+      for (let round = 0; round < rounds; round++) {
+        for (const sys of systems) {
+          const m = await scenario.run(sys, runOptions);
+          ((results[scenario.name] as Record<string, Measurement[]>)[sys.name] ??= []).push(m);
+          log(`${scenario.name} round ${round + 1} ${sys.name}: ${JSON.stringify(m, (_k, v: unknown) => (typeof v === 'number' ? Math.round(v * 100) / 100 : v))}`);
+        }
+      }
+    }
+    await stopAll();
+
+    // 3. Key scale: auth cost with 10 and with many keys, the two gateways interleaved.
+    const keyScale: Record<string, { startupMs: number; rssMb: number; latency: Measurement[] }> = {};
+    if (only === undefined || only.includes('keys')) {
+      const up2 = await startUpstreamProcess(secrets, slowMs);
+      const latency = SCENARIOS.find((s) => s.name === 'latency');
+      const gateways = [await keyward(up2.port, secrets, keysFile(10), 'keyward, 10 keys'), await keyward(up2.port, secrets, keysFile(manyKeys), `keyward, ${manyKeys.toLocaleString('en')} keys`)];
+      for (const g of gateways) keyScale[g.name] = { startupMs: g.startupMs, rssMb: rssBytes([g.pid as number]) / 1024 / 1024, latency: [] };
+      for (let round = 0; round < rounds; round++) {
+        for (const g of gateways) keyScale[g.name]?.latency.push(await (latency as (typeof SCENARIOS)[number]).run(g, options));
+      }
+      await Promise.all(gateways.map((g) => g.stop()));
+      await up2.stop();
+    }
+
+    report(results, keyScale, systems.map((s) => s.name), Date.now() - started);
+  } finally {
+    await stopAll();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+function report(results: Record<string, Record<string, Measurement[]>>, keyScale: Record<string, { startupMs: number; rssMb: number; latency: Measurement[] }>, names: string[], elapsedMs: number): void {
+  const lines: string[] = [];
+  const summaries: Record<string, Record<string, Summary>> = {};
+  lines.push(`# keyward benchmark${quick ? ' (quick)' : ''}`, '', `Machine: ${machine()}. ${rounds} interleaved rounds, medians of clean runs (runs with any error, timeout or non-2xx are discarded). ${new Date().toISOString().slice(0, 10)}, ${Math.round(elapsedMs / 1000)} s.`, '');
+  for (const scenario of SCENARIOS) {
+    const bySystem = results[scenario.name];
+    if (bySystem === undefined) continue;
+    summaries[scenario.name] = {};
+    lines.push(`## ${scenario.title}`, '', '| system | req/s | p50 ms | p99 ms | CPU µs/req | MB/s | peak RSS MB | clean runs |', '|---|---:|---:|---:|---:|---:|---:|---:|');
+    for (const name of names) {
+      const s = summarise(bySystem[name] ?? []);
+      (summaries[scenario.name] as Record<string, Summary>)[name] = s;
+      lines.push(`| ${name} | ${fmt(s.rps, 0)} | ${fmt(s.p50Ms, 3)} | ${fmt(s.p99Ms, 3)} | ${fmt(s.cpuUsPerReq, 0)} | ${fmt(s.mbps, 1)} | ${fmt(s.peakRssMb, 0)} | ${s.runs}/${s.runs + s.discarded} |`);
+    }
+    const k = (summaries[scenario.name] as Record<string, Summary>).keyward;
+    const ratios = names
+      .filter((n) => n !== 'keyward')
+      .map((n) => {
+        const o = (summaries[scenario.name] as Record<string, Summary>)[n];
+        const parts: string[] = [];
+        if (k?.rps && o?.rps) parts.push(`req/s ${fmt(k.rps / o.rps, 2)}×`);
+        if (k?.cpuUsPerReq && o?.cpuUsPerReq) parts.push(`CPU/req ${fmt(k.cpuUsPerReq / o.cpuUsPerReq, 2)}×`);
+        if (k?.mbps && o?.mbps) parts.push(`MB/s ${fmt(k.mbps / o.mbps, 2)}×`);
+        if (k?.p50Ms && o?.p50Ms) parts.push(`p50 ${fmt(k.p50Ms / o.p50Ms, 2)}×`);
+        if (k?.peakRssMb && o?.peakRssMb) parts.push(`RSS ${fmt(k.peakRssMb / o.peakRssMb, 2)}×`);
+        return parts.length > 0 ? `vs ${n}: ${parts.join(', ')}` : '';
+      })
+      .filter((t) => t !== '');
+    lines.push('', `keyward ${ratios.join('; ')}.`, '');
+  }
+  const ks = Object.entries(keyScale).map(([name, v]) => ({ name, startupMs: v.startupMs, rssMb: v.rssMb, ...summarise(v.latency) }));
+  if (ks.length > 0) {
+    lines.push('## key scale: one-connection latency with few and many keys', '', '| gateway | time to ready ms | RSS MB | p50 ms | p99 ms |', '|---|---:|---:|---:|---:|');
+    for (const k of ks) lines.push(`| ${k.name} | ${k.startupMs} | ${fmt(k.rssMb, 0)} | ${fmt(k.p50Ms, 3)} | ${fmt(k.p99Ms, 3)} |`);
+    lines.push('');
+  }
+
+  // Targets (issue: ratios from one run, medians of ≥ 3 interleaved rounds).
+  const get = (scenario: string, sys: string): Summary | undefined => summaries[scenario]?.[sys];
+  const targets: Array<[string, number | null, string, boolean | null]> = [];
+  const add = (label: string, value: number | null, bound: number, cmp: '<=' | '>=', unit = '×'): void => {
+    const ok = value === null ? null : cmp === '<=' ? value <= bound : value >= bound;
+    targets.push([label, value, `${cmp} ${bound}${unit}`, ok]);
+  };
+  const ratio = (a: number | null | undefined, b: number | null | undefined): number | null => (a && b ? a / b : null);
+  add('CPU per small request vs naive', ratio(get('small', 'keyward')?.cpuUsPerReq, get('small', 'naive http-proxy-3')?.cpuUsPerReq), 0.75, '<=');
+  if (names.includes('nginx')) add('CPU per small request vs nginx', ratio(get('small', 'keyward')?.cpuUsPerReq, get('small', 'nginx')?.cpuUsPerReq), 4, '<=');
+  if (names.includes('nginx')) add('stream MB/s vs nginx', ratio(get('stream', 'keyward')?.mbps, get('stream', 'nginx')?.mbps), 1.0, '>=');
+  add('stream MB/s vs direct', ratio(get('stream', 'keyward')?.mbps, get('stream', 'direct')?.mbps), 0.5, '>=');
+  const added = get('latency', 'keyward')?.p50Ms != null && get('latency', 'direct')?.p50Ms != null ? ((get('latency', 'keyward')?.p50Ms as number) - (get('latency', 'direct')?.p50Ms as number)) * 1000 : null;
+  add('added p50 latency at one connection', added, 150, '<=', ' µs');
+  add('slow streams: keyward peak RSS', get('slow', 'keyward')?.peakRssMb ?? null, 150, '<=', ' MB');
+  const slowRuns = results.slow?.keyward ?? [];
+  add('slow streams: keyward errors', slowRuns.length > 0 ? slowRuns.reduce((n, r) => n + r.errors, 0) : null, 0, '<=', '');
+  if (ks.length === 2) {
+    add(`auth p50 with ${manyKeys.toLocaleString('en')} keys vs 10 keys`, ratio(ks[1]?.p50Ms, ks[0]?.p50Ms), 1.1, '<=');
+    add(`${manyKeys.toLocaleString('en')} keys: time to ready`, (ks[1]?.startupMs ?? 0) / 1000, 3, '<=', ' s');
+  }
+  lines.push('## targets', '', '| target | measured | bound | holds |', '|---|---:|---:|---|');
+  for (const [label, value, bound, ok] of targets) lines.push(`| ${label} | ${fmt(value, 2)} | ${bound} | ${ok === null ? 'not measured' : ok ? 'yes' : 'NO'} |`);
+  const failed = targets.filter(([, , , ok]) => ok === false).map(([l]) => l);
+  const measured = targets.filter(([, , , ok]) => ok !== null).length;
+  const k = get('small', 'keyward');
+  const verdict = `Verdict: ${measured - failed.length} of ${measured} targets hold${failed.length > 0 ? ` (missed: ${failed.join('; ')})` : ''}. keyward served small requests at ${fmt(k?.rps, 0)} req/s for ${fmt(k?.cpuUsPerReq, 0)} µs of CPU each${get('small', 'nginx') ? `, against nginx's ${fmt(get('small', 'nginx')?.cpuUsPerReq, 0)} µs` : ''} and the naive peer's ${fmt(get('small', 'naive http-proxy-3')?.cpuUsPerReq, 0)} µs; it streamed ${fmt(get('stream', 'keyward')?.mbps, 0)} MB/s where going direct gave ${fmt(get('stream', 'direct')?.mbps, 0)} MB/s, and added ${fmt(added, 0)} µs of p50 latency. These are ratios from one run on this machine; absolute figures on a shared machine are noise.`;
+  lines.push('', verdict, '');
+  const markdown = lines.join('\n');
+  process.stdout.write(`${markdown}\n`);
+  const json = JSON.stringify({ machine: machine(), quick, rounds, date: new Date().toISOString(), summaries, keyScale: ks, targets: targets.map(([label, value, bound, ok]) => ({ label, value, bound, ok })), raw: results }, null, 2);
+  const resultsDir = new URL('./results/', import.meta.url);
+  writeFileSync(new URL('latest.local.json', resultsDir), json);
+  writeFileSync(new URL('latest.local.md', resultsDir), markdown);
+  if (args.save === true) {
+    writeFileSync(new URL(`baseline${quick ? '-quick' : ''}.json`, resultsDir), json);
+    writeFileSync(new URL(`baseline${quick ? '-quick' : ''}.md`, resultsDir), markdown);
+  }
+}
+
+main().catch((err: unknown) => {
+  log(`bench failed: ${(err as Error).message}`);
+  process.exitCode = 1;
+});

@@ -1,0 +1,224 @@
+// The systems compared side by side, each in its own process(es) so CPU and
+// memory are measured per system: direct (the upstream itself, the limit),
+// keyward, the naive http-proxy-3 peer, and nginx when it is installed.
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { openSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import net, { type AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export type Route = 'scraper' | 'seo' | 'speech';
+
+export interface Secrets {
+  readonly scraperToken: string;
+  readonly seoLogin: string;
+  readonly seoPassword: string;
+  readonly speechKey: string;
+  readonly clientToken: string;
+}
+
+export interface System {
+  readonly name: string;
+  readonly base: string;
+  /** Root of the process tree measured for CPU and memory; null: not measured. */
+  readonly pid: number | null;
+  /** Path prefix for a route ('' when talking to the upstream directly). */
+  prefix(route: Route): string;
+  /** What a client sends to authenticate on this system. */
+  headers(route: Route): Record<string, string>;
+  stop(): Promise<void>;
+}
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const NODE_ARGS = ['--experimental-strip-types', '--disable-warning=ExperimentalWarning'];
+
+export function upstreamHeaders(s: Secrets, route: Route): Record<string, string> {
+  if (route === 'scraper') return { authorization: `Bearer ${s.scraperToken}` };
+  if (route === 'seo') return { authorization: `Basic ${Buffer.from(`${s.seoLogin}:${s.seoPassword}`).toString('base64')}` };
+  return { 'xi-api-key': s.speechKey };
+}
+
+export async function freePort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as AddressInfo).port;
+  await new Promise((r) => server.close(r));
+  return port;
+}
+
+/** Poll until the system answers any HTTP response. */
+export async function waitReady(base: string, timeoutMs: number, child?: ChildProcess): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    if (child?.exitCode !== null && child?.exitCode !== undefined) throw new Error(`${base}: exited with ${child.exitCode}`);
+    const ok = await new Promise<boolean>((resolve) => {
+      const req = http.get(`${base}/`, { agent: false }, (res) => {
+        res.resume();
+        resolve(true);
+      });
+      req.on('error', () => resolve(false));
+      req.setTimeout(1000, () => req.destroy());
+    });
+    if (ok) return;
+    if (Date.now() > until) throw new Error(`${base} not ready within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+function stopper(child: ChildProcess): () => Promise<void> {
+  return () =>
+    new Promise((resolve) => {
+      if (child.exitCode !== null || child.signalCode !== null) return resolve();
+      child.once('exit', () => resolve());
+      child.kill('SIGTERM');
+      setTimeout(() => child.kill('SIGKILL'), 5_000).unref();
+    });
+}
+
+function startNode(script: string, env: Record<string, string>): ChildProcess {
+  const out = openSync('/dev/null', 'w');
+  return spawn(process.execPath, [...NODE_ARGS, script, ...(script.endsWith('main.ts') ? ['serve'] : [])], {
+    env: { PATH: process.env.PATH ?? '', ...env },
+    stdio: ['ignore', out, 'inherit'],
+  });
+}
+
+export async function startUpstreamProcess(s: Secrets, slowMs: number): Promise<{ port: number; pid: number; stop: () => Promise<void> }> {
+  const child = spawn(process.execPath, [...NODE_ARGS, join(ROOT, 'bench/upstream.ts')], {
+    env: {
+      PATH: process.env.PATH ?? '',
+      BENCH_SCRAPER_TOKEN: s.scraperToken,
+      BENCH_SEO_LOGIN: s.seoLogin,
+      BENCH_SEO_PASSWORD: s.seoPassword,
+      BENCH_SPEECH_KEY: s.speechKey,
+      BENCH_SLOW_MS: String(slowMs),
+    },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const port = await new Promise<number>((resolve, reject) => {
+    child.stdout?.once('data', (d: Buffer) => resolve((JSON.parse(d.toString()) as { port: number }).port));
+    child.once('exit', (code) => reject(new Error(`bench upstream exited ${code}`)));
+  });
+  return { port, pid: child.pid as number, stop: stopper(child) };
+}
+
+export function direct(upstreamPort: number, upstreamPid: number, s: Secrets): System {
+  return {
+    name: 'direct',
+    base: `http://127.0.0.1:${upstreamPort}`,
+    pid: upstreamPid,
+    prefix: () => '',
+    headers: (route) => upstreamHeaders(s, route),
+    stop: async () => undefined,
+  };
+}
+
+const gatewayHeaders = (s: Secrets) => (): Record<string, string> => ({ authorization: `Bearer ${s.clientToken}` });
+
+export async function keyward(upstreamPort: number, s: Secrets, keysFile: string, name = 'keyward', extraEnv: Record<string, string> = {}): Promise<System & { startupMs: number }> {
+  const port = await freePort();
+  const up = `http://127.0.0.1:${upstreamPort}`;
+  const started = Date.now();
+  const child = startNode(join(ROOT, 'src/main.ts'), {
+    KEYWARD_HOST: '127.0.0.1',
+    KEYWARD_PORT: String(port),
+    KEYWARD_KEYS_FILE: keysFile,
+    KEYWARD_LOG_LEVEL: 'info',
+    KEYWARD_SCRAPER_URL: up,
+    KEYWARD_SEO_URL: up,
+    KEYWARD_SPEECH_URL: up,
+    KEYWARD_SCRAPER_TOKEN: s.scraperToken,
+    KEYWARD_SEO_LOGIN: s.seoLogin,
+    KEYWARD_SEO_PASSWORD: s.seoPassword,
+    KEYWARD_SPEECH_KEY: s.speechKey,
+    ...extraEnv,
+  });
+  const base = `http://127.0.0.1:${port}`;
+  await waitReady(base, 60_000, child);
+  return { name, base, pid: child.pid as number, prefix: (r) => `/${r}`, headers: gatewayHeaders(s), stop: stopper(child), startupMs: Date.now() - started };
+}
+
+export async function naive(upstreamPort: number, s: Secrets): Promise<System> {
+  const child = spawn(process.execPath, [...NODE_ARGS, join(ROOT, 'bench/naive.ts')], {
+    env: {
+      PATH: process.env.PATH ?? '',
+      BENCH_UPSTREAM_PORT: String(upstreamPort),
+      BENCH_CLIENT_TOKEN: s.clientToken,
+      BENCH_SCRAPER_TOKEN: s.scraperToken,
+      BENCH_SEO_LOGIN: s.seoLogin,
+      BENCH_SEO_PASSWORD: s.seoPassword,
+      BENCH_SPEECH_KEY: s.speechKey,
+    },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const port = await new Promise<number>((resolve, reject) => {
+    child.stdout?.once('data', (d: Buffer) => resolve((JSON.parse(d.toString()) as { port: number }).port));
+    child.once('exit', (code) => reject(new Error(`naive peer exited ${code}`)));
+  });
+  return { name: 'naive http-proxy-3', base: `http://127.0.0.1:${port}`, pid: child.pid as number, prefix: (r) => `/${r}`, headers: gatewayHeaders(s), stop: stopper(child) };
+}
+
+export function nginxBinary(): string | null {
+  for (const candidate of ['nginx', '/usr/sbin/nginx']) {
+    const probe = spawnSync(candidate, ['-v'], { stdio: 'ignore' });
+    if (probe.status === 0) return candidate;
+  }
+  return null;
+}
+
+/**
+ * nginx as a gateway would configure it: one worker (keyward is one process),
+ * a keep-alive upstream, no buffering either way, a `map` bearer check and the
+ * same credential swap.
+ */
+export async function nginx(binary: string, upstreamPort: number, s: Secrets, dir: string): Promise<System> {
+  const port = await freePort();
+  const basic = Buffer.from(`${s.seoLogin}:${s.seoPassword}`).toString('base64');
+  const location = (route: string, methods: string, set: string): string => `
+    location /${route}/ {
+      if ($kw_client = "") { return 401; }
+      limit_except ${methods} { deny all; }
+      ${set}
+      proxy_pass http://up/;
+    }`;
+  const conf = `
+daemon off;
+master_process on;
+worker_processes 1;
+pid ${dir}/nginx.pid;
+error_log ${dir}/error.log warn;
+worker_rlimit_nofile 20000;
+events { worker_connections 8192; }
+http {
+  access_log /dev/null;
+  client_body_temp_path ${dir}/body;
+  proxy_temp_path ${dir}/proxy;
+  fastcgi_temp_path ${dir}/fastcgi;
+  uwsgi_temp_path ${dir}/uwsgi;
+  scgi_temp_path ${dir}/scgi;
+  keepalive_requests 1000000;
+  keepalive_timeout 120s;
+  client_max_body_size 0;
+  proxy_http_version 1.1;
+  proxy_set_header Connection "";
+  proxy_buffering off;
+  proxy_request_buffering off;
+  map_hash_bucket_size 128;
+  map $http_authorization $kw_client { default ""; "Bearer ${s.clientToken}" "bench"; }
+  upstream up { server 127.0.0.1:${upstreamPort}; keepalive 256; keepalive_requests 1000000; }
+  server {
+    listen 127.0.0.1:${port};
+    ${location('scraper', 'POST', `proxy_set_header Authorization "Bearer ${s.scraperToken}";`)}
+    ${location('seo', 'GET POST', `proxy_set_header Authorization "Basic ${basic}";`)}
+    ${location('speech', 'GET POST PATCH DELETE', `proxy_set_header Authorization ""; proxy_set_header xi-api-key "${s.speechKey}";`)}
+    location / { return 404; }
+  }
+}
+`;
+  writeFileSync(join(dir, 'nginx.conf'), conf);
+  const child = spawn(binary, ['-p', dir, '-c', join(dir, 'nginx.conf')], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const base = `http://127.0.0.1:${port}`;
+  await waitReady(base, 10_000, child);
+  return { name: 'nginx', base, pid: child.pid as number, prefix: (r) => `/${r}`, headers: gatewayHeaders(s), stop: stopper(child) };
+}
