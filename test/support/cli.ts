@@ -16,7 +16,8 @@ export function childEnv(extra: Record<string, string>): Record<string, string> 
   const keep = ['PATH', 'HOME', 'NODE_V8_COVERAGE', 'TMPDIR'];
   const env: Record<string, string> = {};
   for (const k of keep) if (process.env[k] !== undefined) env[k] = process.env[k] as string;
-  return { ...env, ...extra };
+  // Run from source: coverage of child processes then maps onto src/ directly.
+  return { ...env, KEYWARD_FROM_SOURCE: '1', ...extra };
 }
 
 export function runCli(args: string[], env: Record<string, string>, cwd?: string, timeoutMs = 20_000): Promise<Result> {

@@ -1,0 +1,94 @@
+// Profile keyward under one scenario's load: `npm run bench:profile -- small`.
+// Starts the bench upstream and keyward with --cpu-prof, drives load, stops
+// keyward cleanly (which writes the profile) and prints where the CPU went,
+// by function and by module. The profile file stays for a closer look in a
+// Chrome DevTools Performance panel.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import autocannon from 'autocannon';
+import { serialiseKeysFile } from '../src/keys/file-store.ts';
+import { generateToken, tokenDigest } from '../src/keys/token.ts';
+import { freePort, startUpstreamProcess, waitReady, type Secrets } from './systems.ts';
+import { writeFileSync } from 'node:fs';
+
+interface Node {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+}
+interface Profile {
+  nodes: Node[];
+  samples: number[];
+  timeDeltas: number[];
+}
+
+const scenario = process.argv[2] ?? 'small';
+const seconds = Number(process.argv[3] ?? 8);
+const root = fileURLToPath(new URL('..', import.meta.url));
+const dir = mkdtempSync(join(tmpdir(), 'keyward-profile-'));
+const s: Secrets = { scraperToken: 'bench_scraper', seoLogin: 'bench', seoPassword: 'pw', speechKey: 'bench_speech', clientToken: generateToken() };
+const keys = join(dir, 'keys.json');
+writeFileSync(keys, serialiseKeysFile([{ id: 'key_p', name: 'p', digest: `sha256:${tokenDigest(s.clientToken)}`, created: new Date().toISOString(), expires: null, revoked: null }]));
+
+const up = await startUpstreamProcess(s, 5000);
+const port = await freePort();
+const upstream = `http://127.0.0.1:${up.port}`;
+const child = spawn(process.execPath, ['--cpu-prof', `--cpu-prof-dir=${dir}`, '--experimental-strip-types', '--disable-warning=ExperimentalWarning', join(root, 'src/main.ts'), 'serve'], {
+  env: {
+    PATH: process.env.PATH ?? '',
+    KEYWARD_PORT: String(port),
+    KEYWARD_KEYS_FILE: keys,
+    KEYWARD_SCRAPER_URL: upstream,
+    KEYWARD_SEO_URL: upstream,
+    KEYWARD_SPEECH_URL: upstream,
+    KEYWARD_SCRAPER_TOKEN: s.scraperToken,
+    KEYWARD_SEO_LOGIN: s.seoLogin,
+    KEYWARD_SEO_PASSWORD: s.seoPassword,
+    KEYWARD_SPEECH_KEY: s.speechKey,
+    ...(process.env.KEYWARD_WORKERS ? { KEYWARD_WORKERS: process.env.KEYWARD_WORKERS } : {}),
+  },
+  stdio: ['ignore', 'ignore', 'inherit'],
+});
+const base = `http://127.0.0.1:${port}`;
+await waitReady(base, 10_000, child);
+const auth = { authorization: `Bearer ${s.clientToken}` };
+const load =
+  scenario === 'stream'
+    ? { url: `${base}/speech/v1/history/x/audio`, method: 'GET', headers: auth, connections: 8 }
+    : scenario === 'latency'
+      ? { url: `${base}/seo/v3/appendix/user_data`, method: 'GET', headers: auth, connections: 1 }
+      : { url: `${base}/scraper/v2/acts/x/runs`, method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: '{}', connections: 64 };
+const result = await autocannon({ ...load, duration: seconds });
+process.stderr.write(`${result['2xx']} requests, ${result.non2xx} non-2xx, ${result.errors} errors\n`);
+child.kill('SIGTERM');
+await new Promise((r) => child.once('exit', r));
+await up.stop();
+
+const file = readdirSync(dir).find((f) => f.endsWith('.cpuprofile'));
+if (file === undefined) throw new Error('no profile written');
+const profile = JSON.parse(readFileSync(join(dir, file), 'utf8')) as Profile;
+const self = new Map<number, number>();
+profile.samples.forEach((id, i) => self.set(id, (self.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0)));
+const total = [...self.values()].reduce((a, b) => a + b, 0);
+const byFn = new Map<string, number>();
+const byModule = new Map<string, number>();
+for (const n of profile.nodes) {
+  const t = self.get(n.id) ?? 0;
+  if (t === 0) continue;
+  const url = n.callFrame.url.replace(`file://${root}`, '').replace(/^node:/, 'node:');
+  const fn = `${n.callFrame.functionName || '(anonymous)'} ${url}:${n.callFrame.lineNumber + 1}`;
+  byFn.set(fn, (byFn.get(fn) ?? 0) + t);
+  const mod = url === '' ? n.callFrame.functionName : url.startsWith('/node_modules/') ? url.split('/').slice(0, 3).join('/') : url.startsWith('/src/') ? url : url.split('/')[0] ?? url;
+  byModule.set(mod, (byModule.get(mod) ?? 0) + t);
+}
+const top = (m: Map<string, number>, n: number): string =>
+  [...m.entries()]
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, n)
+    .map(([k, v]) => `${((100 * v) / total).toFixed(1).padStart(5)}%  ${k}`)
+    .join('\n');
+process.stdout.write(`profile: ${join(dir, file)}\nCPU per request: ${(total / result['2xx']).toFixed(1)} µs of samples\n\nby module:\n${top(byModule, 25)}\n\nby function:\n${top(byFn, 40)}\n`);
+
