@@ -90,7 +90,7 @@ async function main(): Promise<void> {
     systems.push(await keyward(up.port, secrets, keysFile(10)));
     for (const v of args.variant ?? []) {
       const [label, settings = ''] = v.split(':');
-      const env = Object.fromEntries(settings.split(',').filter(Boolean).map((kv) => kv.split('=') as [string, string]));
+      const env = Object.fromEntries(settings.split(',').filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
       systems.push(await keyward(up.port, secrets, keysFile(10), `keyward ${label}`, env));
     }
     systems.push(await naive(up.port, secrets));

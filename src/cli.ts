@@ -1,5 +1,6 @@
 // Argument parsing and the commands of `bin/keyward` (design §5). Talks to
 // the terminal; everything it needs from the process comes in through `Io`.
+import cluster from 'node:cluster';
 import { readFileSync } from 'node:fs';
 import type { Writable } from 'node:stream';
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
@@ -11,6 +12,7 @@ import { createKey, KeyUsageError, listKeys, revokeKey } from './keys/manage.ts'
 import { createLogger } from './log.ts';
 import { createGateway } from './server.ts';
 import { parseDuration } from './units.ts';
+import { runPrimary } from './workers.ts';
 
 export interface Io {
   readonly env: Env;
@@ -105,6 +107,7 @@ async function keysCommand(args: string[], io: Io): Promise<number> {
 async function serveCommand(args: string[], io: Io): Promise<number> {
   parse(args, {});
   const config = loadConfig(io.env, (p) => readFileSync(p, 'utf8'), io.cwd);
+  if (config.workers > 1 && cluster.isPrimary) return runPrimary(config.workers, ['serve'], io);
   const log = createLogger(config.logLevel);
   let gateway;
   try {
@@ -118,15 +121,21 @@ async function serveCommand(args: string[], io: Io): Promise<number> {
   }
   const running = gateway;
   return new Promise((resolve) => {
+    let stopping = false;
     const stop = (signal: string): void => {
+      if (stopping) return;
+      stopping = true;
       log.logger.info({ signal }, 'shutdown requested');
       void running.shutdown().then(() => {
         log.flush();
         resolve(EXIT_OK);
       });
     };
-    io.signals.once('SIGTERM', () => stop('SIGTERM'));
-    io.signals.once('SIGINT', () => stop('SIGINT'));
+    // `on`, not `once`: under systemd's default KillMode a worker gets SIGTERM
+    // twice (directly and from the primary), and a second, unhandled one
+    // would end the drain. shutdown() is idempotent.
+    io.signals.on('SIGTERM', () => stop('SIGTERM'));
+    io.signals.on('SIGINT', () => stop('SIGINT'));
     // systemd's `ExecReload=kill -HUP $MAINPID`: re-read the keys at once.
     io.signals.on('SIGHUP', () => void running.reloadKeys());
   });

@@ -1,6 +1,7 @@
 // Configuration from the environment (design §4), validated once: every
 // problem is collected and reported together with the option's name, then the
 // result is frozen. Pure apart from reading secret files through `readFile`.
+import { availableParallelism } from 'node:os';
 import { join, resolve } from 'node:path';
 import { METHOD_OVERRIDE_HEADERS, requestStripSet } from './headers.ts';
 import { UPSTREAMS, type Route, type UpstreamSpec } from './routes.ts';
@@ -25,6 +26,8 @@ export interface Config {
   readonly drainTimeoutMs: number;
   /** Largest request body forwarded, bytes. */
   readonly maxBodyBytes: number;
+  /** Gateway processes (node:cluster); 1 runs in-process. */
+  readonly workers: number;
   readonly routes: readonly Route[];
   /** Names of the routes whose credential is configured, for the start-up line. */
   readonly enabledRoutes: readonly string[];
@@ -189,6 +192,12 @@ export function loadConfig(env: Env, readFile: ReadFile, cwd: string): Config {
 
   const keysFile = keysFilePath(env, cwd);
 
+  let workers = 1;
+  const workersText = env.KEYWARD_WORKERS ?? '';
+  if (workersText === 'auto') workers = Math.max(1, availableParallelism());
+  else if (/^[1-9]\d{0,2}$/.test(workersText)) workers = Number(workersText);
+  else if (workersText !== '') problems.push('KEYWARD_WORKERS must be a whole number from 1 to 999, or auto');
+
   const routes = UPSTREAMS.map((spec) => route(env, spec, readFile, problems)).filter((r): r is Route => r !== null);
 
   if (problems.length > 0) throw new ConfigError(problems);
@@ -203,6 +212,7 @@ export function loadConfig(env: Env, readFile: ReadFile, cwd: string): Config {
     keepAliveTimeoutMs: times.keepAliveTimeoutMs as number,
     drainTimeoutMs: times.drainTimeoutMs as number,
     maxBodyBytes: maxBodyBytes as number,
+    workers,
     routes,
     enabledRoutes: routes.filter((r) => r.credential !== null).map((r) => r.name),
   });

@@ -19,7 +19,7 @@ export function createLogger(level: string, destination?: DestinationStream, fd:
   // No `redact`: no code path logs a header, a URL query or a token (pipeline.ts
   // builds the request line from ids and sizes only), and redaction costs
   // several µs on every line.
-  const options = { level, base: { service: 'keyward' } };
+  const options = { level, base: { service: 'keyward', pid: process.pid } };
   if (destination !== undefined) {
     return { logger: pino(options, destination), flush: () => undefined };
   }

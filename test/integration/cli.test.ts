@@ -157,6 +157,53 @@ test('serve: secrets from files and systemd credentials, live reload, SIGHUP, cl
   }
 });
 
+test('serve with KEYWARD_WORKERS=2: both workers serve, logs stay whole lines, SIGHUP reaches both, SIGTERM drains both', async () => {
+  const dir = tempDir();
+  const up = await startUpstream();
+  try {
+    const env = { KEYWARD_PORT: '0', KEYWARD_WORKERS: '2', KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'me', KEYWARD_SEO_PASSWORD: 'pw' };
+    const key = JSON.parse((await runCli(['keys', 'create', '--name', 'svc', '--json'], env)).stdout) as { token: string };
+    const serve = await startCli(['serve'], env, '"msg":"keyward listening"');
+    await eventually(() => serve.output().split('"msg":"keyward listening"').length === 3, 10_000, 'two workers listening');
+    const listening = serve
+      .output()
+      .split('\n')
+      .filter((l) => l.includes('keyward listening'))
+      .map((l) => JSON.parse(l) as { pid: number; port: number });
+    assert.equal(new Set(listening.map((l) => l.pid)).size, 2);
+    assert.equal(new Set(listening.map((l) => l.port)).size, 1, 'one shared port');
+    const base = `http://127.0.0.1:${listening[0]?.port}`;
+    const replies = await Promise.all(Array.from({ length: 20 }, () => request(`${base}/seo/v3/x`, { headers: { authorization: `Bearer ${key.token}` } })));
+    for (const r of replies) assert.equal(r.status, 200);
+    serve.child.kill('SIGHUP');
+    await eventually(() => serve.output().split('"msg":"keys reloaded"').length === 3, 3_000, 'both workers reloaded');
+    serve.child.kill('SIGTERM');
+    const result = await deadline(serve.done, 10_000, 'exit after SIGTERM');
+    assert.equal(result.code, 0);
+    const lines = result.stdout.trim().split('\n');
+    for (const l of lines) JSON.parse(l); // every relayed line is one whole JSON document
+    const served = lines.map((l) => JSON.parse(l) as { msg: string; pid: number }).filter((l) => l.msg === 'request completed');
+    assert.equal(served.length, 20);
+    assert.equal(lines.filter((l) => l.includes('"msg":"stopped"')).length, 2);
+  } finally {
+    await up.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('serve with workers: a worker that cannot start stops the service instead of looping', async () => {
+  const dir = tempDir();
+  const up = await startUpstream();
+  try {
+    const r = await runCli(['serve'], { KEYWARD_PORT: new URL(up.url).port, KEYWARD_WORKERS: '2', KEYWARD_KEYS_FILE: join(dir, 'keys.json') });
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /EADDRINUSE/);
+  } finally {
+    await up.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test('serve: a port already in use is a runtime failure (exit 1)', async () => {
   const dir = tempDir();
   const up = await startUpstream();
