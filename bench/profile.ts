@@ -50,6 +50,7 @@ const child = spawn(process.execPath, ['--cpu-prof', `--cpu-prof-dir=${dir}`, '-
     KEYWARD_SEO_PASSWORD: s.seoPassword,
     KEYWARD_SPEECH_KEY: s.speechKey,
     ...(process.env.KEYWARD_WORKERS ? { KEYWARD_WORKERS: process.env.KEYWARD_WORKERS } : {}),
+    ...(process.env.KEYWARD_LOG_LEVEL ? { KEYWARD_LOG_LEVEL: process.env.KEYWARD_LOG_LEVEL } : {}),
   },
   stdio: ['ignore', 'ignore', 'inherit'],
 });

@@ -192,7 +192,7 @@ function report(results: Record<string, Record<string, Measurement[]>>, keyScale
   if (names.includes('nginx')) add('CPU per small request vs nginx', ratio(get('small', 'keyward')?.cpuUsPerReq, get('small', 'nginx')?.cpuUsPerReq), 4, '<=');
   if (names.includes('nginx')) add('stream MB/s vs nginx', ratio(get('stream', 'keyward')?.mbps, get('stream', 'nginx')?.mbps), 1.0, '>=');
   add('stream MB/s vs direct', ratio(get('stream', 'keyward')?.mbps, get('stream', 'direct')?.mbps), 0.5, '>=');
-  const added = get('latency', 'keyward')?.p50Ms != null && get('latency', 'direct')?.p50Ms != null ? ((get('latency', 'keyward')?.p50Ms as number) - (get('latency', 'direct')?.p50Ms as number)) * 1000 : null;
+  const added = get('latency', 'keyward')?.p50Ms !== undefined && get('latency', 'direct')?.p50Ms !== undefined ? ((get('latency', 'keyward')?.p50Ms as number) - (get('latency', 'direct')?.p50Ms as number)) * 1000 : null;
   add('added p50 latency at one connection', added, 150, '<=', ' µs');
   add('slow streams: keyward peak RSS', get('slow', 'keyward')?.peakRssMb ?? null, 150, '<=', ' MB');
   const slowRuns = results.slow?.keyward ?? [];

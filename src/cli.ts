@@ -1,6 +1,5 @@
 // Argument parsing and the commands of `bin/keyward` (design §5). Talks to
 // the terminal; everything it needs from the process comes in through `Io`.
-import cluster from 'node:cluster';
 import { readFileSync } from 'node:fs';
 import type { Writable } from 'node:stream';
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
@@ -12,7 +11,6 @@ import { createKey, KeyUsageError, listKeys, revokeKey } from './keys/manage.ts'
 import { createLogger } from './log.ts';
 import { createGateway } from './server.ts';
 import { parseDuration } from './units.ts';
-import { runPrimary } from './workers.ts';
 
 export interface Io {
   readonly env: Env;
@@ -107,7 +105,11 @@ async function keysCommand(args: string[], io: Io): Promise<number> {
 async function serveCommand(args: string[], io: Io): Promise<number> {
   parse(args, {});
   const config = loadConfig(io.env, (p) => readFileSync(p, 'utf8'), io.cwd);
-  if (config.workers > 1 && cluster.isPrimary) return runPrimary(config.workers, ['serve'], io);
+  if (config.workers > 1) {
+    // Loaded only when asked for: a single-process gateway carries no cluster machinery.
+    const { default: cluster } = await import('node:cluster');
+    if (cluster.isPrimary) return (await import('./workers.ts')).runPrimary(config.workers, ['serve'], io);
+  }
   const log = createLogger(config.logLevel);
   let gateway;
   try {
