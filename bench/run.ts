@@ -8,7 +8,7 @@
 //   npm run bench -- --validate-only   correctness of every scenario on every system, no timing (CI)
 //   npm run bench -- --save            also write bench/results/baseline.{json,md}
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -123,12 +123,27 @@ async function main(): Promise<void> {
     await stopAll();
 
     // 3. Key scale: auth cost with 10 and with many keys, the two gateways interleaved.
-    const keyScale: Record<string, { startupMs: number; rssMb: number; latency: Measurement[] }> = {};
+    const keyScale: Record<string, { startupMs: number; loadMs: number; rssMb: number; latency: Measurement[] }> = {};
     if (only === undefined || only.includes('keys')) {
       const up2 = await startUpstreamProcess(secrets, slowMs);
       const latency = SCENARIOS.find((s) => s.name === 'latency');
-      const gateways = [await keyward(up2.port, secrets, keysFile(10), 'keyward, 10 keys'), await keyward(up2.port, secrets, keysFile(manyKeys), `keyward, ${manyKeys.toLocaleString('en')} keys`)];
-      for (const g of gateways) keyScale[g.name] = { startupMs: g.startupMs, rssMb: rssBytes([g.pid as number]) / 1024 / 1024, latency: [] };
+      const counts = [10, manyKeys];
+      const gateways = [];
+      for (const count of counts) {
+        const logFile = join(dir, `keyward-${count}.log`);
+        const g = await keyward(up2.port, secrets, keysFile(count), `keyward, ${count.toLocaleString('en')} keys`, {}, logFile);
+        // The gateway's own measure of reading, checking and indexing the keys file. Log
+        // lines are written in 4 KiB batches or within a second: wait for the line.
+        let started: string | undefined;
+        for (let waited = 0; started === undefined && waited < 3000; waited += 50) {
+          started = readFileSync(logFile, 'utf8').split('\n').find((l) => l.includes('keyward listening'));
+          if (started === undefined) await new Promise((r) => setTimeout(r, 50));
+        }
+        started ??= '{}';
+        const loadMs = (JSON.parse(started) as { keysLoadMs?: number }).keysLoadMs ?? NaN;
+        keyScale[g.name] = { startupMs: g.startupMs, loadMs, rssMb: rssBytes([g.pid as number]) / 1024 / 1024, latency: [] };
+        gateways.push(g);
+      }
       for (let round = 0; round < rounds; round++) {
         for (const g of gateways) keyScale[g.name]?.latency.push(await (latency as (typeof SCENARIOS)[number]).run(g, options));
       }
@@ -143,7 +158,7 @@ async function main(): Promise<void> {
   }
 }
 
-function report(results: Record<string, Record<string, Measurement[]>>, keyScale: Record<string, { startupMs: number; rssMb: number; latency: Measurement[] }>, names: string[], elapsedMs: number): void {
+function report(results: Record<string, Record<string, Measurement[]>>, keyScale: Record<string, { startupMs: number; loadMs: number; rssMb: number; latency: Measurement[] }>, names: string[], elapsedMs: number): void {
   const lines: string[] = [];
   const summaries: Record<string, Record<string, Summary>> = {};
   lines.push(`# keyward benchmark${quick ? ' (quick)' : ''}`, '', `Machine: ${machine()}. ${rounds} interleaved rounds, medians of clean runs (runs with any error, timeout or non-2xx are discarded). ${new Date().toISOString().slice(0, 10)}, ${Math.round(elapsedMs / 1000)} s.`, '');
@@ -173,10 +188,10 @@ function report(results: Record<string, Record<string, Measurement[]>>, keyScale
       .filter((t) => t !== '');
     lines.push('', `keyward ${ratios.join('; ')}.`, '');
   }
-  const ks = Object.entries(keyScale).map(([name, v]) => ({ name, startupMs: v.startupMs, rssMb: v.rssMb, ...summarise(v.latency) }));
+  const ks = Object.entries(keyScale).map(([name, v]) => ({ name, startupMs: v.startupMs, loadMs: v.loadMs, rssMb: v.rssMb, ...summarise(v.latency) }));
   if (ks.length > 0) {
-    lines.push('## key scale: one-connection latency with few and many keys', '', '| gateway | time to ready ms | RSS MB | p50 ms | p99 ms |', '|---|---:|---:|---:|---:|');
-    for (const k of ks) lines.push(`| ${k.name} | ${k.startupMs} | ${fmt(k.rssMb, 0)} | ${fmt(k.p50Ms, 3)} | ${fmt(k.p99Ms, 3)} |`);
+    lines.push('## key scale: one-connection latency with few and many keys', '', '| gateway | keys load ms | process start to ready ms | RSS MB | p50 ms | p99 ms |', '|---|---:|---:|---:|---:|---:|');
+    for (const k of ks) lines.push(`| ${k.name} | ${k.loadMs} | ${k.startupMs} | ${fmt(k.rssMb, 0)} | ${fmt(k.p50Ms, 3)} | ${fmt(k.p99Ms, 3)} |`);
     lines.push('');
   }
 
@@ -199,7 +214,7 @@ function report(results: Record<string, Record<string, Measurement[]>>, keyScale
   add('slow streams: keyward errors', slowRuns.length > 0 ? slowRuns.reduce((n, r) => n + r.errors, 0) : null, 0, '<=', '');
   if (ks.length === 2) {
     add(`auth p50 with ${manyKeys.toLocaleString('en')} keys vs 10 keys`, ratio(ks[1]?.p50Ms, ks[0]?.p50Ms), 1.1, '<=');
-    add(`${manyKeys.toLocaleString('en')} keys: time to ready`, (ks[1]?.startupMs ?? 0) / 1000, 3, '<=', ' s');
+    add(`${manyKeys.toLocaleString('en')} keys: load time`, (ks[1]?.loadMs ?? NaN) / 1000, 3, '<=', ' s');
   }
   lines.push('## targets', '', '| target | measured | bound | holds |', '|---|---:|---:|---|');
   for (const [label, value, bound, ok] of targets) lines.push(`| ${label} | ${fmt(value, 2)} | ${bound} | ${ok === null ? 'not measured' : ok ? 'yes' : 'NO'} |`);

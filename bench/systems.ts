@@ -79,8 +79,8 @@ function stopper(child: ChildProcess): () => Promise<void> {
 }
 
 /** keyward exactly as users run it: bin/keyward serve (the wrapper execs Node, so the pid is Node's). */
-function startKeyward(env: Record<string, string>): ChildProcess {
-  const out = openSync('/dev/null', 'w');
+function startKeyward(env: Record<string, string>, logFile = '/dev/null'): ChildProcess {
+  const out = openSync(logFile, 'w');
   return spawn(join(ROOT, 'bin/keyward'), ['serve'], { env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', out, 'inherit'] });
 }
 
@@ -116,7 +116,7 @@ export function direct(upstreamPort: number, upstreamPid: number, s: Secrets): S
 
 const gatewayHeaders = (s: Secrets) => (): Record<string, string> => ({ authorization: `Bearer ${s.clientToken}` });
 
-export async function keyward(upstreamPort: number, s: Secrets, keysFile: string, name = 'keyward', extraEnv: Record<string, string> = {}): Promise<System & { startupMs: number }> {
+export async function keyward(upstreamPort: number, s: Secrets, keysFile: string, name = 'keyward', extraEnv: Record<string, string> = {}, logFile?: string): Promise<System & { startupMs: number }> {
   const port = await freePort();
   const up = `http://127.0.0.1:${upstreamPort}`;
   const started = Date.now();
@@ -133,7 +133,7 @@ export async function keyward(upstreamPort: number, s: Secrets, keysFile: string
     KEYWARD_SEO_PASSWORD: s.seoPassword,
     KEYWARD_SPEECH_KEY: s.speechKey,
     ...extraEnv,
-  });
+  }, logFile);
   const base = `http://127.0.0.1:${port}`;
   await waitReady(base, 60_000, child);
   const stop = stopper(child);

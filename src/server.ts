@@ -26,7 +26,9 @@ export interface Gateway {
 }
 
 export async function createGateway(config: Config, store: KeyStore, logger: Logger): Promise<Gateway> {
+  const loadStarted = performance.now();
   let keys = new KeySet(await store.load());
+  const keysLoadMs = Math.round(performance.now() - loadStarted);
   let draining = false;
   const table = routeTable(config.routes);
   const forwarders = new Map(config.routes.map((r) => [r.name, new Forwarder(r, config)]));
@@ -95,6 +97,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
               routes: config.enabledRoutes,
               disabledRoutes: config.routes.filter((r) => r.credential === null).map((r) => r.name),
               keys: keys.size,
+              keysLoadMs,
               keysFile: store.location,
             },
             'keyward listening',

@@ -44,5 +44,10 @@ export function tokenDigest(token: string): string {
   return createHash('sha256').update(token).digest('hex');
 }
 
+/** The same digest as bytes, for the request path's lookup. */
+export function tokenDigestBytes(token: string): Buffer {
+  return createHash('sha256').update(token).digest();
+}
+
 /** Anything that looks like a client token, for scrubbing text that may carry one (log paths). */
 export const TOKEN_PATTERN = /kw_[0-9A-Za-z]{8,}/g;

@@ -31,6 +31,23 @@ test('connection refused is 502 upstream_unreachable, logged at warn', async () 
   }
 });
 
+test('a TLS failure before the response is 502 upstream_unreachable', async () => {
+  // An https:// upstream URL pointing at a plain-HTTP server: the TLS handshake fails.
+  const up = await startUpstream();
+  const gw = await startGateway({ speech: up.url.replace('http:', 'https:') });
+  try {
+    const r = await request(`${gw.url}/speech/v1/voices`, { headers: { authorization: `Bearer ${gw.token}` } });
+    assert.equal(r.status, 502);
+    assert.deepEqual(r.json(), { error: 'Upstream unreachable.', code: 'upstream_unreachable' });
+    const line = gw.logs().find((l) => l.msg === 'request completed');
+    assert.match(String(line?.error), /SSL|TLS|EPROTO/i);
+    assert.equal(up.requests.length, 0, 'no request was ever readable by the upstream');
+  } finally {
+    await gw.close();
+    await up.close();
+  }
+});
+
 test('a reset before the response is 502; the gateway keeps serving', async () => {
   const up = await startUpstream((req) => req.socket.destroy());
   const gw = await startGateway({ speech: up.url });

@@ -71,7 +71,6 @@ test('keys file round-trips and rejects malformed documents with a reason', () =
     ['{"version":1}', /"keys"/],
     ['{"version":1,"keys":[1]}', /not an object/],
     [JSON.stringify({ version: 1, keys: [{ ...r, id: '' }] }), /id/],
-    [JSON.stringify({ version: 1, keys: [r, r] }), /repeated/],
     [JSON.stringify({ version: 1, keys: [{ ...r, name: 3 }] }), /name/],
     [JSON.stringify({ version: 1, keys: [{ ...r, digest: 'md5:x' }] }), /digest/],
     [JSON.stringify({ version: 1, keys: [{ ...r, created: 'soon' }] }), /created/],
@@ -79,4 +78,32 @@ test('keys file round-trips and rejects malformed documents with a reason', () =
     [JSON.stringify({ version: 1, keys: [{ ...r, revoked: 5 }] }), /revoked/],
   ];
   for (const [text, reason] of bad) assert.throws(() => parseKeysFile(text), reason, text);
+});
+
+test('a keys file with a repeated id loads, but is never written back', async () => {
+  const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const { FileKeyStore } = await import('../../src/keys/file-store.ts');
+  const dir = mkdtempSync(join(tmpdir(), 'keyward-unit-'));
+  try {
+    const r = record(generateToken());
+    const path = join(dir, 'keys.json');
+    writeFileSync(path, serialiseKeysFile([r, { ...r, name: 'twin' }]));
+    const store = new FileKeyStore(path);
+    assert.equal((await store.load()).length, 2);
+    await assert.rejects(store.update((records) => ({ records, result: null })), /appears twice/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('KeySet finds every one of thousands of keys and none of the others (probing, wrap-around)', () => {
+  const tokens = Array.from({ length: 3000 }, () => generateToken());
+  const records = tokens.map((t, i) => record(t, { id: `key_${i}`, revoked: i % 7 === 0 ? '2026-01-01T00:00:00.000Z' : null }));
+  const set = new KeySet(records);
+  assert.equal(set.size, tokens.filter((_, i) => i % 7 !== 0).length);
+  tokens.forEach((t, i) => assert.equal(set.lookup(t, 0)?.id ?? null, i % 7 === 0 ? null : `key_${i}`));
+  for (let i = 0; i < 3000; i++) assert.equal(set.lookup(generateToken(), 0), null);
+  assert.equal(new KeySet([]).lookup(tokens[0] as string, 0), null);
 });
