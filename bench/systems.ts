@@ -114,7 +114,22 @@ export function direct(upstreamPort: number, upstreamPid: number, s: Secrets): S
   };
 }
 
-const gatewayHeaders = (s: Secrets) => (): Record<string, string> => ({ authorization: `Bearer ${s.clientToken}` });
+/** A gateway under test: clients send the bench client token and use the route prefixes. */
+function gateway(name: string, base: string, child: ChildProcess, s: Secrets, again: () => Promise<System>): System {
+  const stop = stopper(child);
+  return {
+    name,
+    base,
+    pid: child.pid as number,
+    prefix: (r) => `/${r}`,
+    headers: () => ({ authorization: `Bearer ${s.clientToken}` }),
+    stop,
+    restart: async () => {
+      await stop();
+      return again();
+    },
+  };
+}
 
 export async function keyward(upstreamPort: number, s: Secrets, keysFile: string, name = 'keyward', extraEnv: Record<string, string> = {}, logFile?: string): Promise<System & { startupMs: number }> {
   const port = await freePort();
@@ -136,20 +151,7 @@ export async function keyward(upstreamPort: number, s: Secrets, keysFile: string
   }, logFile);
   const base = `http://127.0.0.1:${port}`;
   await waitReady(base, 60_000, child);
-  const stop = stopper(child);
-  return {
-    name,
-    base,
-    pid: child.pid as number,
-    prefix: (r) => `/${r}`,
-    headers: gatewayHeaders(s),
-    stop,
-    startupMs: Date.now() - started,
-    restart: async () => {
-      await stop();
-      return keyward(upstreamPort, s, keysFile, name, extraEnv);
-    },
-  };
+  return { ...gateway(name, base, child, s, () => keyward(upstreamPort, s, keysFile, name, extraEnv, logFile)), startupMs: Date.now() - started };
 }
 
 export async function naive(upstreamPort: number, s: Secrets): Promise<System> {
@@ -169,19 +171,7 @@ export async function naive(upstreamPort: number, s: Secrets): Promise<System> {
     child.stdout?.once('data', (d: Buffer) => resolve((JSON.parse(d.toString()) as { port: number }).port));
     child.once('exit', (code) => reject(new Error(`naive peer exited ${code}`)));
   });
-  const stop = stopper(child);
-  return {
-    name: 'naive http-proxy-3',
-    base: `http://127.0.0.1:${port}`,
-    pid: child.pid as number,
-    prefix: (r) => `/${r}`,
-    headers: gatewayHeaders(s),
-    stop,
-    restart: async () => {
-      await stop();
-      return naive(upstreamPort, s);
-    },
-  };
+  return gateway('naive http-proxy-3', `http://127.0.0.1:${port}`, child, s, () => naive(upstreamPort, s));
 }
 
 export function nginxBinary(): string | null {
@@ -245,17 +235,5 @@ http {
   const child = spawn(binary, ['-p', dir, '-c', join(dir, 'nginx.conf')], { stdio: ['ignore', 'ignore', 'inherit'] });
   const base = `http://127.0.0.1:${port}`;
   await waitReady(base, 10_000, child);
-  const stop = stopper(child);
-  return {
-    name: 'nginx',
-    base,
-    pid: child.pid as number,
-    prefix: (r) => `/${r}`,
-    headers: gatewayHeaders(s),
-    stop,
-    restart: async () => {
-      await stop();
-      return nginx(binary, upstreamPort, s, dir);
-    },
-  };
+  return gateway('nginx', base, child, s, () => nginx(binary, upstreamPort, s, dir));
 }
