@@ -34,9 +34,9 @@ const { values: args } = parseArgs({
 const quick = args.quick === true;
 const rounds = Number(args.rounds ?? 3);
 const options: Options = quick
-  ? { durationS: 1.5, latencyRequests: 800, slowStreams: 1000, uploads: 1 }
+  ? { durationS: 1, latencyRequests: 600, slowStreams: 1000, uploads: 1 }
   : { durationS: 6, latencyRequests: 3000, slowStreams: 1000, uploads: 3 };
-const slowMs = quick ? 2000 : 5000;
+const slowMs = quick ? 1500 : 5000;
 const manyKeys = quick ? 100_000 : 1_000_000;
 const only = args.only?.split(',');
 
