@@ -74,7 +74,7 @@ export class KeySet {
       const entry = this.#slots[slot] as number;
       if (entry === 0) return null;
       const at = (entry - 1) * 32;
-      if (digest.equals(this.#digests.subarray(at, at + 32))) {
+      if (this.#digests.compare(digest, 0, 32, at, at + 32) === 0) {
         const r = this.#records[this.#active[entry - 1] as number] as KeyRecord;
         return r.expires === null || Date.parse(r.expires) > now ? r : null;
       }
