@@ -3,18 +3,23 @@
 import { readFileSync } from 'node:fs';
 import type { Writable } from 'node:stream';
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
-import { ConfigError, keysFilePath, loadConfig, type Env } from './config.ts';
+import { startAdmin, type Admin } from './admin.ts';
+import { ConfigError, effectiveEnv, keysFilePath, loadConfig, type Config, type Env } from './config.ts';
 import { runDemo } from './demo.ts';
 import { FileKeyStore, KeysFileError } from './keys/file-store.ts';
 import type { KeyRecord } from './keys/keyset.ts';
-import { createKey, KeyUsageError, listKeys, revokeKey } from './keys/manage.ts';
+import { createKey, KeyUsageError, listKeys, revokeKey, rotateKey, updateKey } from './keys/manage.ts';
 import { createLogger } from './log.ts';
-import { createGateway } from './server.ts';
+import { clusterMetrics, Metrics } from './metrics.ts';
+import { UPSTREAMS } from './routes.ts';
+import { createGateway, type Gateway } from './server.ts';
+import { inheritedListenFd } from './systemd.ts';
 import { parseDuration } from './units.ts';
 
 export interface Io {
   readonly env: Env;
   readonly cwd: string;
+  readonly pid: number;
   readonly stdout: Writable;
   readonly stderr: Writable;
   /** Where SIGTERM, SIGINT and SIGHUP arrive (the process). */
@@ -25,26 +30,96 @@ export const EXIT_OK = 0;
 export const EXIT_FAILURE = 1;
 export const EXIT_USAGE = 2;
 
-const USAGE = `usage: keyward <command>
+const HELP: Readonly<Record<string, string>> = {
+  '': `usage: keyward <command>
 
-  serve                                        run the gateway (configuration from the environment)
-  keys create --name NAME [--expires-in 30d] [--json]
-                                               create a key; prints its token once
-  keys list [--json]                           list keys (never tokens or digests)
-  keys revoke ID|NAME                          revoke a key; the gateway refuses it within a second
-  demo                                         run stand-in upstreams, the gateway and a demo key
-`;
+  serve          run the gateway (configuration from the environment)
+  keys           create, list, revoke, rotate and update keys
+  demo           run stand-in upstreams, the gateway and a demo key
 
-class UsageError extends Error {}
+keyward <command> --help tells more.
+`,
+  serve: `usage: keyward serve
 
-function parse(args: string[], options: ParseArgsOptionsConfig, positionals = 0): ReturnType<typeof parseArgs> {
+Runs the gateway. Configuration comes from the environment (KEYWARD_*), and
+from KEYWARD_CONFIG_FILE if set; see the README. SIGHUP reloads it, SIGTERM drains.
+`,
+  demo: `usage: keyward demo
+
+Starts stand-ins for the three upstreams, the gateway and a demo key, and
+prints curl commands that work as printed. Ctrl-C stops it.
+`,
+  keys: `usage: keyward keys <create|list|revoke|rotate|update> [options]
+
+  create --name NAME [--routes R,…] [--expires-in 30d] [--json]
+  list [--json]
+  revoke ID|NAME
+  rotate ID|NAME [--grace 24h] [--json]
+  update ID|NAME [--routes R,…|all] [--expires-in 30d|never]
+
+Every keys command names the store it used on stderr. --force lets a
+command that changes keys replace a keys file that cannot be read (the bad
+file is kept beside it).
+`,
+  'keys create': `usage: keyward keys create --name NAME [--routes R,…] [--expires-in DURATION] [--json] [--force]
+
+Creates a key and prints its token once; only its SHA-256 digest is stored.
+  --routes       routes the key may use (${UPSTREAMS.map((u) => u.name).join(', ')}); default all
+  --expires-in   lifetime, e.g. 12h, 30d (at most 3652d); default none
+  --json         one line {"id","name","token",…}
+`,
+  'keys list': `usage: keyward keys list [--json]
+
+Lists keys: id, name, routes, created, expires, revoked, last use. Never a token or a digest.
+`,
+  'keys revoke': `usage: keyward keys revoke ID|NAME [--force]
+
+Revokes a key: the gateway refuses it within a second. Revoking a revoked key is not an error.
+`,
+  'keys rotate': `usage: keyward keys rotate ID|NAME [--grace DURATION] [--json] [--force]
+
+Gives the key a new token (same id, name and scope) and prints it once. The
+old token keeps working for --grace (default 0s: it stops at once).
+`,
+  'keys update': `usage: keyward keys update ID|NAME [--routes R,…|all] [--expires-in DURATION|never] [--force]
+
+Changes a key's scope or expiry without changing its token.
+`,
+};
+
+class UsageError extends Error {
+  readonly help: string;
+  constructor(message: string, help: string) {
+    super(message);
+    this.help = help;
+  }
+}
+
+class HelpRequested extends Error {
+  readonly text: string;
+  constructor(text: string) {
+    super('help');
+    this.text = text;
+  }
+}
+
+/** Strict parsing: unknown options, missing values and repeated options are usage errors. */
+function parse(args: string[], options: ParseArgsOptionsConfig, command: string, positionals = 0): ReturnType<typeof parseArgs> {
+  const help = HELP[command] ?? HELP[''] ?? '';
+  if (args.includes('--help') || args.includes('-h')) throw new HelpRequested(help);
   let parsed: ReturnType<typeof parseArgs>;
   try {
-    parsed = parseArgs({ args, options, allowPositionals: positionals > 0, strict: true });
+    parsed = parseArgs({ args, options, allowPositionals: positionals > 0, strict: true, tokens: true });
   } catch (err) {
-    throw new UsageError((err as Error).message);
+    throw new UsageError((err as Error).message, help);
   }
-  if (parsed.positionals.length > positionals) throw new UsageError(`unexpected argument ${parsed.positionals[positionals]}`);
+  const seen = new Set<string>();
+  for (const t of parsed.tokens ?? []) {
+    if (t.kind !== 'option') continue;
+    if (seen.has(t.name)) throw new UsageError(`--${t.name} was given more than once`, help);
+    seen.add(t.name);
+  }
+  if (parsed.positionals.length > positionals) throw new UsageError(`unexpected argument ${parsed.positionals[positionals]}`, help);
   return parsed;
 }
 
@@ -52,69 +127,152 @@ function line(out: Writable, text: string): void {
   out.write(`${text}\n`);
 }
 
-function publicView(r: KeyRecord): Omit<KeyRecord, 'digest'> {
-  return { id: r.id, name: r.name, created: r.created, expires: r.expires, revoked: r.revoked };
+function routesOption(text: string, help: string, allowAll: boolean): string[] | null {
+  if (allowAll && text === 'all') return null;
+  const known = new Set(UPSTREAMS.map((u) => u.name));
+  const names = text.split(',').map((n) => n.trim());
+  for (const n of names) {
+    if (!known.has(n)) throw new UsageError(`--routes: unknown route ${JSON.stringify(n)} (routes: ${[...known].join(', ')}${allowAll ? ', or all' : ''})`, help);
+  }
+  return [...new Set(names)];
+}
+
+function durationOption(name: string, text: string, help: string, allowZero = false): number {
+  const ms = parseDuration(text);
+  if (ms === null || ms < 0 || (ms === 0 && !allowZero)) throw new UsageError(`--${name} must be a duration such as 12h, 30d or 90m`, help);
+  return ms;
+}
+
+function publicView(r: KeyRecord, lastUsed: string | null = null): Record<string, unknown> {
+  return { id: r.id, name: r.name, routes: r.routes ?? null, created: r.created, expires: r.expires, revoked: r.revoked, lastUsed };
 }
 
 async function keysCommand(args: string[], io: Io): Promise<number> {
   const [sub, ...rest] = args;
-  const store = new FileKeyStore(keysFilePath(io.env, io.cwd));
+  if (sub === undefined || sub === '--help' || sub === '-h') {
+    if (sub === undefined) throw new UsageError('keys needs create, list, revoke, rotate or update', HELP.keys as string);
+    throw new HelpRequested(HELP.keys as string);
+  }
+  const command = `keys ${sub}`;
+  const help = HELP[command];
+  if (help === undefined) throw new UsageError(`unknown keys command ${sub}`, HELP.keys as string);
+  const env = effectiveEnv(io.env, (p) => readFileSync(p, 'utf8'));
+  const store = new FileKeyStore(keysFilePath(env, io.cwd));
+  const force = { force: { type: 'boolean' } } as const;
+  // Parse first, so that --help and usage errors touch no store.
+  const parsed =
+    sub === 'create'
+      ? parse(rest, { name: { type: 'string' }, routes: { type: 'string' }, 'expires-in': { type: 'string' }, json: { type: 'boolean' }, ...force }, command)
+      : sub === 'list'
+        ? parse(rest, { json: { type: 'boolean' } }, command)
+        : sub === 'revoke'
+          ? parse(rest, { ...force }, command, 1)
+          : sub === 'rotate'
+            ? parse(rest, { grace: { type: 'string' }, json: { type: 'boolean' }, ...force }, command, 1)
+            : parse(rest, { routes: { type: 'string' }, 'expires-in': { type: 'string' }, ...force }, command, 1);
+  const values = parsed.values as Record<string, string | boolean | undefined>;
+  const target = parsed.positionals[0];
+  if (sub !== 'create' && sub !== 'list' && target === undefined) throw new UsageError(`${command} needs ID or NAME`, help);
+  const update = { force: values.force === true };
+  line(io.stderr, `keyward: keys file ${store.location}`);
+  const noteForced = (): void => {
+    if (store.setAside !== null) line(io.stderr, `keyward: the unreadable keys file was moved to ${store.setAside}`);
+  };
+
   switch (sub) {
     case 'create': {
-      const { values } = parse(rest, { name: { type: 'string' }, 'expires-in': { type: 'string' }, json: { type: 'boolean' } });
-      if (typeof values.name !== 'string') throw new UsageError('keys create needs --name NAME');
-      let expiresIn: number | null = null;
-      if (typeof values['expires-in'] === 'string') {
-        expiresIn = parseDuration(values['expires-in']);
-        if (expiresIn === null || expiresIn <= 0) throw new UsageError('--expires-in must be a duration such as 12h, 30d or 90m');
-      }
-      const { record, token } = await createKey(store, values.name, expiresIn);
+      if (typeof values.name !== 'string') throw new UsageError('keys create needs --name NAME', help);
+      const expiresInMs = typeof values['expires-in'] === 'string' ? durationOption('expires-in', values['expires-in'], help) : null;
+      const routes = typeof values.routes === 'string' ? routesOption(values.routes, help, false) : null;
+      const { record, token } = await createKey(store, values.name, { expiresInMs, routes }, Date.now(), update);
+      noteForced();
       if (values.json === true) {
         line(io.stdout, JSON.stringify({ ...publicView(record), token }));
       } else {
-        line(io.stdout, `Created key ${record.id} (name ${record.name}, expires ${record.expires ?? 'never'}).`);
+        line(io.stdout, `Created key ${record.id} (name ${record.name}, routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}).`);
         line(io.stdout, 'Token (shown this once; only its SHA-256 digest is stored):');
         line(io.stdout, token);
       }
       return EXIT_OK;
     }
     case 'list': {
-      const { values } = parse(rest, { json: { type: 'boolean' } });
-      const records = await listKeys(store);
+      const [records, used] = await Promise.all([listKeys(store), store.lastUse()]);
       if (values.json === true) {
-        line(io.stdout, JSON.stringify(records.map(publicView)));
+        line(io.stdout, JSON.stringify(records.map((r) => publicView(r, used.get(r.id) ?? null))));
         return EXIT_OK;
       }
-      const rows = [['ID', 'NAME', 'CREATED', 'EXPIRES', 'REVOKED'], ...records.map((r) => [r.id, r.name, r.created, r.expires ?? '-', r.revoked ?? '-'])];
+      const rows = [
+        ['ID', 'NAME', 'ROUTES', 'CREATED', 'EXPIRES', 'REVOKED', 'LAST USED'],
+        ...records.map((r) => [r.id, r.name, r.routes?.join(',') ?? 'all', r.created, r.expires ?? '-', r.revoked ?? '-', used.get(r.id) ?? '-']),
+      ];
       const widths = rows[0]!.map((_, c) => Math.max(...rows.map((row) => row[c]!.length)));
       for (const row of rows) line(io.stdout, row.map((cell, c) => cell.padEnd(widths[c]!)).join('  ').trimEnd());
       return EXIT_OK;
     }
     case 'revoke': {
-      const { positionals } = parse(rest, {}, 1);
-      if (positionals.length !== 1) throw new UsageError('keys revoke needs ID or NAME');
-      const record = await revokeKey(store, positionals[0] as string);
-      line(io.stdout, `Revoked key ${record.id} (name ${record.name}) at ${record.revoked}.`);
+      const { record, already } = await revokeKey(store, target as string, Date.now(), update);
+      noteForced();
+      line(io.stdout, already ? `Key ${record.id} (name ${record.name}) was already revoked at ${record.revoked}.` : `Revoked key ${record.id} (name ${record.name}) at ${record.revoked}.`);
       return EXIT_OK;
     }
-    default:
-      throw new UsageError(sub === undefined ? 'keys needs create, list or revoke' : `unknown keys command ${sub}`);
+    case 'rotate': {
+      const graceMs = typeof values.grace === 'string' ? durationOption('grace', values.grace, help, true) : 0;
+      const { record, token } = await rotateKey(store, target as string, graceMs, Date.now(), update);
+      noteForced();
+      if (values.json === true) {
+        line(io.stdout, JSON.stringify({ ...publicView(record), token, graceUntil: record.previous?.at(-1)?.until ?? null }));
+      } else {
+        line(io.stdout, `Rotated key ${record.id} (name ${record.name}); the old token ${graceMs > 0 ? `works until ${record.previous?.at(-1)?.until}` : 'stopped working'}.`);
+        line(io.stdout, 'New token (shown this once):');
+        line(io.stdout, token);
+      }
+      return EXIT_OK;
+    }
+    default: {
+      // update
+      const changes: { routes?: string[] | null; expiresInMs?: number | null } = {};
+      if (typeof values.routes === 'string') changes.routes = routesOption(values.routes, help, true);
+      if (typeof values['expires-in'] === 'string') changes.expiresInMs = values['expires-in'] === 'never' ? null : durationOption('expires-in', values['expires-in'], help);
+      if (Object.keys(changes).length === 0) throw new UsageError('keys update needs --routes or --expires-in', help);
+      const record = await updateKey(store, target as string, changes, Date.now(), update);
+      noteForced();
+      line(io.stdout, `Updated key ${record.id} (name ${record.name}): routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}.`);
+      return EXIT_OK;
+    }
   }
 }
 
+const readText = (p: string): string => readFileSync(p, 'utf8');
+
+/** The configuration as it stands now: environment, KEYWARD_CONFIG_FILE, secret files. */
+function currentConfig(io: Io): Config {
+  return loadConfig(effectiveEnv(io.env, readText), readText, io.cwd);
+}
+
 async function serveCommand(args: string[], io: Io): Promise<number> {
-  parse(args, {});
-  const config = loadConfig(io.env, (p) => readFileSync(p, 'utf8'), io.cwd);
+  parse(args, {}, 'serve');
+  const config = currentConfig(io);
+  const listenFd = inheritedListenFd(io.env, io.pid);
   if (config.workers > 1) {
     // Loaded only when asked for: a single-process gateway carries no cluster machinery.
     const { default: cluster } = await import('node:cluster');
-    if (cluster.isPrimary) return (await import('./workers.ts')).runPrimary(config.workers, ['serve'], io);
+    if (cluster.isPrimary) return servePrimary(config, listenFd, io);
   }
   const log = createLogger(config.logLevel);
-  let gateway;
+  const worker = io.env.NODE_UNIQUE_ID !== undefined; // set by node:cluster in workers
+  const metrics = new Metrics();
+  let gateway: Gateway;
+  let admin: Admin | null = null;
   try {
-    gateway = await createGateway(config, new FileKeyStore(config.keysFile), log.logger);
+    gateway = await createGateway(config, new FileKeyStore(config.keysFile), log.logger, { listenFd, metrics });
     await gateway.listen();
+    if (worker) {
+      metrics.serveToPrimary();
+      (await import('./workers.ts')).answerReadiness(() => gateway.readiness());
+    } else if (config.admin !== null) {
+      const g = gateway;
+      admin = await startAdmin(config.admin, { readiness: () => g.readiness(), metrics: () => metrics.text(), metricsContentType: metrics.contentType }, log.logger);
+    }
   } catch (err) {
     log.logger.fatal({ err: { type: (err as Error).name, code: (err as NodeJS.ErrnoException).code, message: (err as Error).message } }, 'cannot start');
     log.flush();
@@ -128,19 +286,51 @@ async function serveCommand(args: string[], io: Io): Promise<number> {
       if (stopping) return;
       stopping = true;
       log.logger.info({ signal }, 'shutdown requested');
-      void running.shutdown().then(() => {
-        log.flush();
-        resolve(EXIT_OK);
-      });
+      void running
+        .shutdown()
+        .then(() => admin?.close())
+        .then(() => {
+          log.flush();
+          resolve(EXIT_OK);
+        });
     };
     // `on`, not `once`: under systemd's default KillMode a worker gets SIGTERM
     // twice (directly and from the primary), and a second, unhandled one
     // would end the drain. shutdown() is idempotent.
     io.signals.on('SIGTERM', () => stop('SIGTERM'));
     io.signals.on('SIGINT', () => stop('SIGINT'));
-    // systemd's `ExecReload=kill -HUP $MAINPID`: re-read the keys at once.
-    io.signals.on('SIGHUP', () => void running.reloadKeys());
+    // systemd's `ExecReload=kill -HUP $MAINPID`: configuration, secrets,
+    // certificates and keys are read again. A configuration with problems is
+    // not applied: the running one keeps serving and every problem is logged.
+    io.signals.on('SIGHUP', () => {
+      try {
+        running.reconfigure(currentConfig(io));
+      } catch (err) {
+        if (!(err instanceof ConfigError)) throw err;
+        log.logger.error({ problems: err.problems }, 'configuration not reloaded; keeping the running one');
+      }
+      void running.reloadKeys();
+    });
   });
+}
+
+async function servePrimary(config: Config, listenFd: number | null, io: Io): Promise<number> {
+  const { runPrimary } = await import('./workers.ts');
+  const primary = runPrimary(config.workers, ['serve'], io, listenFd === null ? {} : { KEYWARD_INHERITED_FD: String(listenFd) });
+  let admin: Admin | null = null;
+  if (config.admin !== null) {
+    const log = createLogger(config.logLevel);
+    const summed = clusterMetrics();
+    try {
+      admin = await startAdmin(config.admin, { readiness: () => primary.readiness(), metrics: () => summed.text(), metricsContentType: summed.contentType }, log.logger);
+    } catch (err) {
+      line(io.stderr, `keyward: admin listener: ${(err as Error).message}`);
+      io.signals.emit('SIGTERM');
+    }
+  }
+  const code = await primary.done;
+  await admin?.close();
+  return code;
 }
 
 export async function run(argv: string[], io: Io): Promise<number> {
@@ -152,24 +342,28 @@ export async function run(argv: string[], io: Io): Promise<number> {
       case 'keys':
         return await keysCommand(rest, io);
       case 'demo':
-        parse(rest, {});
+        parse(rest, {}, 'demo');
         return await runDemo(io);
       case 'help':
       case '--help':
       case '-h':
-        io.stdout.write(USAGE);
+        io.stdout.write(HELP[''] as string);
         return EXIT_OK;
       default:
-        throw new UsageError(command === undefined ? 'a command is required' : `unknown command ${command}`);
+        throw new UsageError(command === undefined ? 'a command is required' : `unknown command ${command}`, HELP[''] as string);
     }
   } catch (err) {
+    if (err instanceof HelpRequested) {
+      io.stdout.write(err.text);
+      return EXIT_OK;
+    }
     if (err instanceof ConfigError) {
       for (const p of err.problems) line(io.stderr, `keyward: configuration: ${p}`);
       return EXIT_USAGE;
     }
     if (err instanceof UsageError || err instanceof KeyUsageError) {
       line(io.stderr, `keyward: ${err.message}`);
-      if (err instanceof UsageError) io.stderr.write(USAGE);
+      if (err instanceof UsageError) io.stderr.write(err.help);
       return EXIT_USAGE;
     }
     const message = err instanceof KeysFileError ? `keys file: ${err.message}` : (err as Error).message;

@@ -3,6 +3,7 @@
 // result is frozen. Pure apart from reading secret files through `readFile`.
 import { availableParallelism } from 'node:os';
 import { join, resolve } from 'node:path';
+import { createSecureContext } from 'node:tls';
 import { METHOD_OVERRIDE_HEADERS, requestStripSet } from './headers.ts';
 import { UPSTREAMS, type Route, type UpstreamSpec } from './routes.ts';
 import { parseDuration, parseSize } from './units.ts';
@@ -26,6 +27,18 @@ export interface Config {
   readonly drainTimeoutMs: number;
   /** Largest request body forwarded, bytes. */
   readonly maxBodyBytes: number;
+  /** No byte in either direction of an in-flight exchange for this long: 408, or the client connection is closed, ms. */
+  readonly idleTimeoutMs: number;
+  /** Largest request head (request line and headers), bytes; larger ones get 431. */
+  readonly maxHeaderBytes: number;
+  /** Open client connections; new ones beyond it are closed at once. */
+  readonly maxConnections: number;
+  /** Extra PEM CA bundle trusted for upstream TLS, besides the system's roots. */
+  readonly upstreamCa: string | null;
+  /** Certificate and key for HTTPS on the public port; null serves plain HTTP. */
+  readonly tls: { readonly cert: string; readonly key: string } | null;
+  /** The admin listener (health, readiness, metrics); null when `off`. */
+  readonly admin: { readonly host: string; readonly port: number } | null;
   /** Gateway processes (node:cluster); 1 runs in-process. */
   readonly workers: number;
   readonly routes: readonly Route[];
@@ -49,8 +62,10 @@ const TIMED = [
   ['KEYWARD_HEADERS_TIMEOUT', '30s', 'headersTimeoutMs'],
   ['KEYWARD_KEEPALIVE_TIMEOUT', '5s', 'keepAliveTimeoutMs'],
   ['KEYWARD_DRAIN_TIMEOUT', '30s', 'drainTimeoutMs'],
+  ['KEYWARD_IDLE_TIMEOUT', '5m', 'idleTimeoutMs'],
 ] as const;
 const MAX_BODY_DEFAULT = '2GiB';
+const MAX_HEADER_DEFAULT = '16KiB';
 const LEVELS = new Set(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']);
 
 export type ReadFile = (path: string) => string;
@@ -130,7 +145,7 @@ function upstreamUrl(env: Env, spec: UpstreamSpec, problems: string[]): { target
   return { target: new URL(url.origin), basePath: url.pathname.replace(/\/+$/, '') };
 }
 
-function route(env: Env, spec: UpstreamSpec, readFile: ReadFile, problems: string[]): Route | null {
+function route(env: Env, spec: UpstreamSpec, readFile: ReadFile, native: ReadonlySet<string>, problems: string[]): Route | null {
   const where = upstreamUrl(env, spec, problems);
   const secrets = spec.secretEnvs.map((n) => secret(env, n, readFile, problems));
   const present = secrets.filter((s) => s !== null).length;
@@ -142,11 +157,13 @@ function route(env: Env, spec: UpstreamSpec, readFile: ReadFile, problems: strin
   const credential = present === secrets.length ? spec.credential(secrets as string[]) : null;
   return {
     name: spec.name,
+    index: UPSTREAMS.indexOf(spec),
     prefix: `/${spec.name}/`,
     methods: new Set(spec.methods),
     target: where.target,
     basePath: where.basePath,
     credential,
+    native: native.has(spec.name) ? spec.native : null,
     dropQuery: new Set(spec.dropQuery.map((q) => q.toLowerCase())),
     overrideQuery: new Set(spec.overrideQuery.map((q) => q.toLowerCase())),
     stripHeaders: requestStripSet([...spec.stripHeaders, ...METHOD_OVERRIDE_HEADERS], credential === null ? null : credential[0]),
@@ -165,15 +182,113 @@ export function keysFilePath(env: Env, cwd: string): string {
   return resolve(cwd, chosen);
 }
 
+/** Text of an optional file option (`KEYWARD_UPSTREAM_CA_FILE`, …), or null when unset. */
+function optionalFile(env: Env, name: string, readFile: ReadFile, problems: string[]): string | null {
+  const path = env[name];
+  if (path === undefined || path === '') return null;
+  try {
+    return readFile(path);
+  } catch (err) {
+    problems.push(`${name}: cannot read the file (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+    return null;
+  }
+}
+
+/** Checks PEM material the way the TLS stack will use it, so a bad file fails at start (or reload), not on the first request. */
+function checkTls(options: { ca?: string; cert?: string; key?: string }, what: string, problems: string[]): boolean {
+  try {
+    createSecureContext(options);
+    return true;
+  } catch (err) {
+    problems.push(`${what}: ${(err as Error).message.split('\n')[0]}`);
+    return false;
+  }
+}
+
+function tlsConfig(env: Env, readFile: ReadFile, problems: string[]): Config['tls'] {
+  const cert = optionalFile(env, 'KEYWARD_TLS_CERT_FILE', readFile, problems);
+  const key = optionalFile(env, 'KEYWARD_TLS_KEY_FILE', readFile, problems);
+  const certSet = (env.KEYWARD_TLS_CERT_FILE ?? '') !== '';
+  const keySet = (env.KEYWARD_TLS_KEY_FILE ?? '') !== '';
+  if (certSet !== keySet) {
+    problems.push('KEYWARD_TLS_CERT_FILE and KEYWARD_TLS_KEY_FILE must be set together');
+    return null;
+  }
+  if (cert === null || key === null) return null;
+  return checkTls({ cert, key }, 'KEYWARD_TLS_CERT_FILE/KEYWARD_TLS_KEY_FILE', problems) ? { cert, key } : null;
+}
+
+function port(text: string | undefined, name: string, fallback: number, problems: string[]): number {
+  if (text === undefined || text === '') return fallback;
+  const n = Number(text);
+  if (!/^\d+$/.test(text) || n > 65535) {
+    problems.push(`${name} must be an integer from 0 to 65535`);
+    return fallback;
+  }
+  return n;
+}
+
+function adminConfig(env: Env, problems: string[]): Config['admin'] {
+  if (env.KEYWARD_ADMIN_PORT === 'off') return null;
+  const host = env.KEYWARD_ADMIN_HOST !== undefined && env.KEYWARD_ADMIN_HOST !== '' ? env.KEYWARD_ADMIN_HOST : '127.0.0.1';
+  return { host, port: port(env.KEYWARD_ADMIN_PORT, 'KEYWARD_ADMIN_PORT', 9091, problems) };
+}
+
+function nativeRoutes(env: Env, problems: string[]): ReadonlySet<string> {
+  const names = (env.KEYWARD_NATIVE_AUTH ?? '')
+    .split(',')
+    .map((n) => n.trim())
+    .filter((n) => n !== '');
+  const known = new Set(UPSTREAMS.map((u) => u.name));
+  for (const n of names) if (!known.has(n)) problems.push(`KEYWARD_NATIVE_AUTH: unknown route ${n} (routes: ${[...known].join(', ')})`);
+  return new Set(names);
+}
+
+/**
+ * `KEYWARD_CONFIG_FILE`: optional `NAME=value` lines (systemd EnvironmentFile
+ * syntax without quoting rules beyond a matching pair of quotes). Values there
+ * override the process environment, and the file is read again on SIGHUP, so
+ * a running gateway can change any option it can apply without a restart.
+ */
+export function parseEnvFile(text: string): { values: Record<string, string>; problems: string[] } {
+  const values: Record<string, string> = {};
+  const problems: string[] = [];
+  const lines = text.split(/\r?\n/);
+  for (let i = 0; i < lines.length; i++) {
+    const line = (lines[i] as string).trim();
+    if (line === '' || line.startsWith('#') || line.startsWith(';')) continue;
+    const m = /^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$/.exec(line);
+    if (m === null) {
+      problems.push(`KEYWARD_CONFIG_FILE line ${i + 1}: expected NAME=value`);
+      continue;
+    }
+    let value = m[2] as string;
+    if (value.length >= 2 && (value[0] === '"' || value[0] === "'") && value.at(-1) === value[0]) value = value.slice(1, -1);
+    values[m[1] as string] = value;
+  }
+  return { values, problems };
+}
+
+/** The environment with KEYWARD_CONFIG_FILE's values laid over it. */
+export function effectiveEnv(env: Env, readFile: ReadFile): Env {
+  const path = env.KEYWARD_CONFIG_FILE;
+  if (path === undefined || path === '') return env;
+  let text: string;
+  try {
+    text = readFile(path);
+  } catch (err) {
+    throw new ConfigError([`KEYWARD_CONFIG_FILE: cannot read the file (${(err as NodeJS.ErrnoException).code ?? 'error'})`]);
+  }
+  const { values, problems } = parseEnvFile(text);
+  if (problems.length > 0) throw new ConfigError(problems);
+  return { ...env, ...values };
+}
+
 export function loadConfig(env: Env, readFile: ReadFile, cwd: string): Config {
   const problems: string[] = [];
 
   const host = env.KEYWARD_HOST !== undefined && env.KEYWARD_HOST !== '' ? env.KEYWARD_HOST : '127.0.0.1';
-  let port = 8080;
-  if (env.KEYWARD_PORT !== undefined && env.KEYWARD_PORT !== '') {
-    port = Number(env.KEYWARD_PORT);
-    if (!/^\d+$/.test(env.KEYWARD_PORT) || port > 65535) problems.push('KEYWARD_PORT must be an integer from 0 to 65535');
-  }
+  const listenPort = port(env.KEYWARD_PORT, 'KEYWARD_PORT', 8080, problems);
 
   const logLevel = env.KEYWARD_LOG_LEVEL !== undefined && env.KEYWARD_LOG_LEVEL !== '' ? env.KEYWARD_LOG_LEVEL : 'info';
   if (!LEVELS.has(logLevel)) problems.push(`KEYWARD_LOG_LEVEL must be one of ${[...LEVELS].join(', ')}`);
@@ -190,6 +305,26 @@ export function loadConfig(env: Env, readFile: ReadFile, cwd: string): Config {
   const maxBodyBytes = parseSize(maxBodyText);
   if (maxBodyBytes === null) problems.push('KEYWARD_MAX_BODY must be a size with a unit (e.g. 10MiB, 2GiB)');
 
+  const maxHeaderText = env.KEYWARD_MAX_HEADER_SIZE !== undefined && env.KEYWARD_MAX_HEADER_SIZE !== '' ? env.KEYWARD_MAX_HEADER_SIZE : MAX_HEADER_DEFAULT;
+  const maxHeaderBytes = parseSize(maxHeaderText);
+  // Node's parser takes up to about 2 GiB; below 1 KiB no real client gets through.
+  if (maxHeaderBytes === null || maxHeaderBytes < 1024 || maxHeaderBytes > 1024 ** 3) {
+    problems.push('KEYWARD_MAX_HEADER_SIZE must be a size from 1KiB to 1GiB (e.g. 16KiB)');
+  }
+
+  let maxConnections = 10_000;
+  const maxConnText = env.KEYWARD_MAX_CONNECTIONS ?? '';
+  if (/^[1-9]\d{0,6}$/.test(maxConnText)) maxConnections = Number(maxConnText);
+  else if (maxConnText !== '') problems.push('KEYWARD_MAX_CONNECTIONS must be a whole number from 1 to 9999999');
+
+  const upstreamCa = optionalFile(env, 'KEYWARD_UPSTREAM_CA_FILE', readFile, problems);
+  if (upstreamCa !== null && !upstreamCa.includes('-----BEGIN CERTIFICATE-----')) {
+    problems.push('KEYWARD_UPSTREAM_CA_FILE must hold PEM certificates (-----BEGIN CERTIFICATE-----)');
+  } else if (upstreamCa !== null) checkTls({ ca: upstreamCa }, 'KEYWARD_UPSTREAM_CA_FILE', problems);
+  const tls = tlsConfig(env, readFile, problems);
+  const admin = adminConfig(env, problems);
+  const native = nativeRoutes(env, problems);
+
   const keysFile = keysFilePath(env, cwd);
 
   let workers = 1;
@@ -198,12 +333,12 @@ export function loadConfig(env: Env, readFile: ReadFile, cwd: string): Config {
   else if (/^[1-9]\d{0,2}$/.test(workersText)) workers = Number(workersText);
   else if (workersText !== '') problems.push('KEYWARD_WORKERS must be a whole number from 1 to 999, or auto');
 
-  const routes = UPSTREAMS.map((spec) => route(env, spec, readFile, problems)).filter((r): r is Route => r !== null);
+  const routes = UPSTREAMS.map((spec) => route(env, spec, readFile, native, problems)).filter((r): r is Route => r !== null);
 
   if (problems.length > 0) throw new ConfigError(problems);
   return freezeDeep({
     host,
-    port,
+    port: listenPort,
     keysFile,
     logLevel,
     upstreamTimeoutMs: times.upstreamTimeoutMs as number,
@@ -212,6 +347,12 @@ export function loadConfig(env: Env, readFile: ReadFile, cwd: string): Config {
     keepAliveTimeoutMs: times.keepAliveTimeoutMs as number,
     drainTimeoutMs: times.drainTimeoutMs as number,
     maxBodyBytes: maxBodyBytes as number,
+    idleTimeoutMs: times.idleTimeoutMs as number,
+    maxHeaderBytes: maxHeaderBytes as number,
+    maxConnections,
+    upstreamCa,
+    tls,
+    admin,
     workers,
     routes,
     enabledRoutes: routes.filter((r) => r.credential !== null).map((r) => r.name),

@@ -36,7 +36,7 @@ export async function runDemo(io: Io): Promise<number> {
   };
   const config = loadConfig(env, (p) => readFileSync(p, 'utf8'), io.cwd);
   const store = new FileKeyStore(config.keysFile);
-  const { token } = await createKey(store, 'demo', null);
+  const { token } = await createKey(store, 'demo');
   // Request logs go to stderr so the instructions on stdout stay readable.
   const log = createLogger(config.logLevel, undefined, 2);
   const gateway = await createGateway(config, store, log.logger);

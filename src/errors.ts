@@ -4,15 +4,20 @@
 import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { STATUS_CODES } from 'node:http';
+import type { Exchange } from './exchange.ts';
 
 export type ErrorCode =
   | 'bad_request'
   | 'unauthorized'
+  | 'forbidden'
   | 'not_found'
+  | 'request_timeout'
   | 'payload_too_large'
+  | 'headers_too_large'
   | 'upstream_unreachable'
   | 'route_not_configured'
   | 'shutting_down'
+  | 'keystore_unavailable'
   | 'upstream_timeout';
 
 interface Entry {
@@ -23,17 +28,21 @@ interface Entry {
 
 const entries = {
   malformed: { status: 400, code: 'bad_request', message: 'Malformed request.' },
-  tokenInQuery: { status: 400, code: 'bad_request', message: 'The client token must not appear in the URL.' },
+  tokenInUrl: { status: 400, code: 'bad_request', message: 'A client token must not appear in the URL.' },
   unauthorized: { status: 401, code: 'unauthorized', message: 'Unauthorized.' },
+  forbidden: { status: 403, code: 'forbidden', message: 'This key may not use this route.' },
   noRoute: { status: 404, code: 'not_found', message: 'No route for this path.' },
   methodNotAllowed: { status: 404, code: 'not_found', message: 'Method not allowed on this route.' },
   methodOverride: { status: 404, code: 'not_found', message: 'Method overrides are not allowed.' },
   dotSegment: { status: 404, code: 'not_found', message: 'Paths with dot-segments are not allowed.' },
   webSocket: { status: 404, code: 'not_found', message: 'WebSocket upgrades are not proxied.' },
+  requestTimeout: { status: 408, code: 'request_timeout', message: 'The request body stalled.' },
   payloadTooLarge: { status: 413, code: 'payload_too_large', message: 'Request body exceeds the configured limit.' },
+  headersTooLarge: { status: 431, code: 'headers_too_large', message: 'Request headers exceed the configured limit.' },
   upstreamUnreachable: { status: 502, code: 'upstream_unreachable', message: 'Upstream unreachable.' },
   routeNotConfigured: { status: 503, code: 'route_not_configured', message: 'This route has no upstream credential configured.' },
   shuttingDown: { status: 503, code: 'shutting_down', message: 'The gateway is shutting down.' },
+  keystoreUnavailable: { status: 503, code: 'keystore_unavailable', message: 'No key set is available.' },
   upstreamTimeout: { status: 504, code: 'upstream_timeout', message: 'Upstream did not answer in time.' },
 } as const satisfies Record<string, Entry>;
 
@@ -41,6 +50,8 @@ export type ErrorName = keyof typeof entries;
 
 export interface GatewayError extends Entry {
   readonly name: ErrorName;
+  /** The status line's reason phrase. */
+  readonly reason: string;
   readonly body: Buffer;
 }
 
@@ -48,10 +59,21 @@ export const ERRORS: { readonly [K in ErrorName]: GatewayError } = Object.freeze
   Object.fromEntries(
     Object.entries(entries).map(([name, e]) => [
       name,
-      Object.freeze({ ...e, name, body: Buffer.from(JSON.stringify({ error: e.message, code: e.code })) }),
+      Object.freeze({ ...e, name, reason: STATUS_CODES[e.status] ?? '', body: Buffer.from(JSON.stringify({ error: e.message, code: e.code })) }),
     ]),
   ) as { [K in ErrorName]: GatewayError },
 );
+
+// Connections the gateway has decided to close. Node keeps parsing what a
+// client pipelined behind a refused request (its unread body included) and
+// hands each one over as a request; none of them may be forwarded (and
+// billed) when the client will only ever see the refusal.
+const closing = new WeakSet<Socket>();
+
+/** True once a response on this connection said `Connection: close`. */
+export function isClosing(socket: Socket): boolean {
+  return closing.has(socket);
+}
 
 /**
  * Answer with a catalogue error. `close` asks the client to open a new
@@ -63,6 +85,7 @@ export function sendError(res: ServerResponse, err: GatewayError, close: boolean
     res.destroy();
     return;
   }
+  if (close && res.socket !== null) closing.add(res.socket);
   const headers: Record<string, string | number> = {
     'content-type': 'application/json',
     'content-length': err.body.length,
@@ -70,8 +93,19 @@ export function sendError(res: ServerResponse, err: GatewayError, close: boolean
   };
   if (close) headers.connection = 'close';
   if (err.status === 401) headers['www-authenticate'] = 'Bearer';
-  res.writeHead(err.status, headers);
+  // The reason phrase is always ours: a writeHead that threw on an upstream's
+  // invalid reason phrase has already stored it on `res`, and Node would
+  // reuse it here and throw again, outside any handler.
+  res.writeHead(err.status, err.reason, headers);
   res.end(err.body);
+}
+
+/** The gateway answers this exchange itself: recorded for the completion line, then sent. */
+export function answer(ex: Exchange, res: ServerResponse, err: GatewayError, close: boolean): void {
+  ex.settled = true;
+  ex.failure ??= err.code;
+  ex.bytesOut = res.headersSent ? ex.bytesOut : err.body.length;
+  sendError(res, err, close);
 }
 
 /** The same answer written straight onto a socket that has no ServerResponse (upgrade, CONNECT, parse errors). */
@@ -81,7 +115,7 @@ export function writeRawError(socket: Socket, err: GatewayError): void {
     return;
   }
   socket.end(
-    `HTTP/1.1 ${err.status} ${STATUS_CODES[err.status] ?? ''}\r\n` +
+    `HTTP/1.1 ${err.status} ${err.reason}\r\n` +
       'content-type: application/json\r\n' +
       `content-length: ${err.body.length}\r\n` +
       'cache-control: no-store\r\n' +

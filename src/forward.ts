@@ -9,57 +9,108 @@
 //   upstream reads as a second request (GHSA-ggv3-7p47-pfv8): removed.
 // - it re-parses the request URL with WHATWG URL (which rewrites `\`, `%2e`,
 //   `{}` …): `toProxy` makes it take `req.url` verbatim instead.
-// - `proxyTimeout` surfaces as a reset; the gateway runs its own timer and
-//   marks the error, so 504 and 502 stay apart.
+// - `proxyTimeout` surfaces as a reset; the gateway runs its own timers
+//   (timers.ts) and marks the error, so 504 and 502 stay apart.
+// - it only destroys the upstream request when the *response* was cut short;
+//   a client that leaves after an early answer, with its upload unfinished,
+//   is handled by the pipeline's completion hook.
+// - Node relays a `101` that lacks an `Upgrade` header as a final response and
+//   pools its socket; with one, it emits `upgrade` and hands the socket over.
+//   Either way the gateway answers 502 and destroys that socket: it is in an
+//   unknown protocol state, and the next request on it could be another
+//   client's, carrying the master credential.
 import http from 'node:http';
 import https from 'node:https';
 import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
+import { rootCertificates } from 'node:tls';
+import type { Duplex } from 'node:stream';
 import { ProxyServer } from 'http-proxy-3';
-import { ERRORS, sendError, upstreamFailure } from './errors.ts';
+import { answer, ERRORS, upstreamFailure } from './errors.ts';
 import type { Exchange, GatewayRequest } from './exchange.ts';
 import { downstreamResponseHeaders } from './headers.ts';
 import type { Route } from './routes.ts';
+import type { Expiry } from './timers.ts';
 
 export interface ForwardOptions {
-  readonly upstreamTimeoutMs: number;
   readonly connectTimeoutMs: number;
+  /** Extra PEM CAs for upstream TLS, added to the system's roots. */
+  readonly upstreamCa: string | null;
 }
 
 type ErrorWithCode = Error & { code?: string };
 
-function timeoutError(): ErrorWithCode {
-  const err: ErrorWithCode = new Error('upstream did not answer in time');
-  err.code = 'KEYWARD_UPSTREAM_TIMEOUT';
+function markedError(code: string, message: string): ErrorWithCode {
+  const err: ErrorWithCode = new Error(message);
+  err.code = code;
   return err;
 }
 
-function onUpstreamTimeout(ex: Exchange, res: ServerResponse): void {
-  ex.timer = null;
-  if (ex.settled || ex.closed) return;
-  if (ex.proxyReq !== null) {
-    ex.proxyReq.destroy(timeoutError()); // reaches onError below as a 504
-    return;
+/** The shared sweep found a timeout for this exchange (timers.ts); act on it. */
+export function expire(ex: Exchange, what: Expiry): void {
+  const res = ex.res as ServerResponse;
+  switch (what) {
+    case 'answer':
+    case 'upload-stalled':
+      if (ex.proxyReq !== null) {
+        ex.proxyReq.destroy(markedError('KEYWARD_UPSTREAM_TIMEOUT', 'upstream did not answer in time')); // → onError: 504
+        return;
+      }
+      ex.upstreamFailed = true;
+      ex.failure = 'KEYWARD_UPSTREAM_TIMEOUT';
+      answer(ex, res, ERRORS.upstreamTimeout, true);
+      return;
+    case 'request-idle':
+      // The client's body stalled: the upstream must not wait (and bill) for it.
+      ex.settled = true;
+      ex.proxyReq?.destroy();
+      ex.req.unpipe();
+      answer(ex, res, ERRORS.requestTimeout, true);
+      return;
+    case 'response-idle':
+      // The status is out: closing the connection is the only signal left.
+      ex.upstreamFailed = !res.writableNeedDrain;
+      ex.failure = res.writableNeedDrain ? 'client_idle' : 'upstream_idle';
+      ex.proxyReq?.destroy();
+      res.destroy();
+      return;
   }
-  // No socket was ever assigned: answer now; onProxyReq destroys it if one comes.
-  ex.settled = true;
-  ex.upstreamFailed = true;
-  ex.failure = 'KEYWARD_UPSTREAM_TIMEOUT';
-  sendError(res, ERRORS.upstreamTimeout, true);
 }
 
-function onProxyReq(proxyReq: http.ClientRequest, req: http.IncomingMessage): void {
+function onProxyReq(proxyReq: http.ClientRequest, req: http.IncomingMessage, res: ServerResponse): void {
   const ex = (req as GatewayRequest).exchange as Exchange;
   ex.proxyReq = proxyReq;
-  if (ex.settled || ex.closed) proxyReq.destroy();
+  if (ex.settled || ex.closed) {
+    proxyReq.destroy();
+    return;
+  }
+  // Only a listener stops Node from destroying the socket silently (and the
+  // client waiting for an answer that never comes).
+  proxyReq.on('upgrade', (_proxyRes: http.IncomingMessage, socket: Duplex) => {
+    socket.destroy();
+    unexpectedSwitch(ex, res);
+  });
+}
+
+function unexpectedSwitch(ex: Exchange, res: ServerResponse): void {
+  ex.ttfbMs = performance.now() - ex.forwardStart;
+  if (ex.settled || ex.closed) return;
+  ex.upstreamFailed = true;
+  ex.failure = 'unexpected_101';
+  answer(ex, res, ERRORS.upstreamUnreachable, !ex.req.complete);
 }
 
 function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, res: ServerResponse): void {
   const ex = (req as GatewayRequest).exchange as Exchange;
-  ex.stopTimer();
   ex.ttfbMs = performance.now() - ex.forwardStart;
   if (ex.settled || ex.closed || res.headersSent) {
     proxyRes.destroy();
+    return;
+  }
+  if (proxyRes.statusCode === 101) {
+    // Not pooled again: the connection's protocol is unknown from here on.
+    proxyRes.socket.destroy();
+    unexpectedSwitch(ex, res);
     return;
   }
   // An upstream that dies mid-body: the status is already out, so the only
@@ -68,26 +119,30 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
   proxyRes.once('close', () => {
     if (!proxyRes.complete && !ex.closed) {
       ex.upstreamFailed = true;
-      ex.failure = 'upstream_aborted';
+      ex.failure ??= 'upstream_aborted';
       res.destroy();
     }
   });
   try {
     res.writeHead(proxyRes.statusCode as number, proxyRes.statusMessage, downstreamResponseHeaders(proxyRes.rawHeaders));
   } catch {
-    // A header Node refuses to write (invalid characters from the upstream).
+    // A reason phrase or header Node refuses to write (control characters
+    // from the upstream). sendError writes its own reason phrase: the bad one
+    // is already stored on `res`.
     ex.upstreamFailed = true;
     ex.failure = 'invalid_upstream_response';
-    proxyRes.destroy();
-    sendError(res, ERRORS.upstreamUnreachable, true);
+    proxyRes.socket.destroy();
+    answer(ex, res, ERRORS.upstreamUnreachable, true);
     return;
   }
+  proxyRes.on('data', (chunk: Buffer) => {
+    ex.bytesOut += chunk.length;
+  });
   proxyRes.pipe(res);
 }
 
 function onError(err: ErrorWithCode, req: http.IncomingMessage, res: ServerResponse | Socket): void {
   const ex = (req as GatewayRequest).exchange as Exchange;
-  ex.stopTimer();
   // A fully read request is auto-destroyed, so `req.destroyed` says nothing
   // about the client; its socket does.
   if (ex.settled || ex.closed || req.socket.destroyed) {
@@ -101,8 +156,7 @@ function onError(err: ErrorWithCode, req: http.IncomingMessage, res: ServerRespo
     response.destroy();
     return;
   }
-  ex.settled = true;
-  sendError(response, upstreamFailure(err.code), !req.complete);
+  answer(ex, response, upstreamFailure(err.code), !req.complete);
 }
 
 type AgentClass = new (options?: http.AgentOptions) => http.Agent;
@@ -158,10 +212,9 @@ const HttpsAgent = singleOrigin(https.Agent);
 export class Forwarder {
   readonly #proxy: ProxyServer;
   readonly #agent: http.Agent;
-  readonly #timeoutMs: number;
 
   constructor(route: Route, options: ForwardOptions) {
-    const agentOptions: http.AgentOptions = {
+    const agentOptions: https.AgentOptions = {
       keepAlive: true,
       keepAliveMsecs: 1_000,
       maxSockets: Infinity,
@@ -169,9 +222,11 @@ export class Forwarder {
       // Reuse the most recently used socket: it is the least likely to have
       // been closed by the upstream's own keep-alive timer.
       scheduling: 'lifo',
+      // TLS sessions are cached per agent (Node's default, 100 sessions), so
+      // new upstream connections resume instead of a full handshake.
+      maxCachedSessions: 100,
     };
     this.#agent = route.target.protocol === 'https:' ? new HttpsAgent(agentOptions) : new HttpAgent(agentOptions);
-    this.#timeoutMs = options.upstreamTimeoutMs;
     this.#proxy = new ProxyServer({
       target: route.target,
       agent: this.#agent,
@@ -181,7 +236,10 @@ export class Forwarder {
       toProxy: true,
       selfHandleResponse: true,
       xfwd: false,
+      // Verification is always on; a private CA is added to the roots, never instead of verification.
       secure: true,
+      // (typed as one string; Node's TLS takes a list, and http-proxy-3 passes it through as is)
+      ...(options.upstreamCa === null ? {} : { ca: [...rootCertificates, options.upstreamCa] as unknown as string }),
       connectTimeout: options.connectTimeoutMs,
     });
     // Not part of the typed API, but the documented way the library composes
@@ -198,8 +256,18 @@ export class Forwarder {
   /** Send the (already rewritten) request upstream and stream the answer back. */
   forward(req: GatewayRequest, res: ServerResponse, ex: Exchange): void {
     ex.forwardStart = performance.now();
-    ex.timer = setTimeout(onUpstreamTimeout, this.#timeoutMs, ex, res);
     this.#proxy.web(req, res, onError);
+  }
+
+  /**
+   * After a reload: requests in flight finish on this forwarder, but no
+   * socket goes back to its pool (Node's agent destroys a freed socket when
+   * keepAlive is off), and the idle ones close now.
+   */
+  retire(): void {
+    (this.#agent as unknown as { keepAlive: boolean }).keepAlive = false;
+    const free = (this.#agent as unknown as AgentInternals).freeSockets;
+    for (const name in free) for (const socket of free[name] ?? []) socket.destroy();
   }
 
   close(): void {

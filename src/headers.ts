@@ -1,5 +1,6 @@
 // Header rules for both directions. Pure.
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
+import { containsTokenLike } from './keys/token.ts';
 import type { Route } from './routes.ts';
 
 // RFC 9110 §7.6.1: meaningful for one connection only, never forwarded.
@@ -44,15 +45,17 @@ function connectionNamed(value: string | string[] | undefined): Set<string> | nu
   return named;
 }
 
-function carries(value: string | string[], token: string): boolean {
-  if (typeof value === 'string') return value.includes(token);
-  for (const v of value) if (v.includes(token)) return true;
+function carriesToken(value: string | string[]): boolean {
+  if (typeof value === 'string') return containsTokenLike(value);
+  for (const v of value) if (containsTokenLike(v)) return true;
   return false;
 }
 
 /**
- * The headers sent upstream: the client's, minus hop-by-hop ones, minus
- * anything naming or carrying the client token, plus the route's credential.
+ * The headers sent upstream: the client's, minus hop-by-hop ones, minus any
+ * header whose name or value carries something shaped like a client token
+ * (in any case or percent-encoding: the client's own token, or another of
+ * its keys, in a cookie or an X-Api-Key), plus the route's credential.
  *
  * Framing is re-derived from what Node's parser accepted, after the
  * Connection-named removal: a client cannot make the gateway drop its own
@@ -63,7 +66,6 @@ export function upstreamRequestHeaders(
   incoming: IncomingHttpHeaders,
   route: Route,
   credential: readonly [string, string],
-  token: string,
 ): OutgoingHttpHeaders {
   const out: OutgoingHttpHeaders = {};
   const named = connectionNamed(incoming.connection);
@@ -71,7 +73,7 @@ export function upstreamRequestHeaders(
   for (const name in incoming) {
     if (HOP_BY_HOP.has(name) || strip.has(name) || (named !== null && named.has(name))) continue;
     const value = incoming[name];
-    if (value === undefined || carries(value, token)) continue;
+    if (value === undefined || carriesToken(value) || containsTokenLike(name)) continue;
     out[name] = value;
   }
   if (incoming['transfer-encoding'] !== undefined) {

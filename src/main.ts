@@ -4,6 +4,7 @@ import { run } from './cli.ts';
 const code = await run(process.argv.slice(2), {
   env: process.env,
   cwd: process.cwd(),
+  pid: process.pid,
   stdout: process.stdout,
   stderr: process.stderr,
   signals: process,

@@ -50,3 +50,23 @@ export function hasParam(query: string, names: ReadonlySet<string>): boolean {
   }
   return false;
 }
+
+/** The raw value of the first parameter whose canonical name is `name` (percent-decoded), or null. */
+export function paramValue(query: string, name: string): string | null {
+  let start = 0;
+  while (start < query.length) {
+    let end = query.indexOf('&', start);
+    if (end < 0) end = query.length;
+    const eq = nameEnd(query, start, end);
+    if (canonicalName(query.slice(start, eq)) === name) {
+      const value = eq < end ? query.slice(eq + 1, end) : '';
+      try {
+        return value.indexOf('%') < 0 ? value : decodeURIComponent(value);
+      } catch {
+        return value;
+      }
+    }
+    start = end + 1;
+  }
+  return null;
+}

@@ -3,6 +3,15 @@
 // entry here, not new code anywhere else.
 import { ERRORS, type GatewayError } from './errors.ts';
 
+/**
+ * Where a provider's official SDK puts its API key (design §8): with
+ * KEYWARD_NATIVE_AUTH the gateway also takes the client token from there.
+ */
+export type NativeCredential =
+  | { readonly kind: 'header'; readonly name: string }
+  | { readonly kind: 'basic' }
+  | { readonly kind: 'query'; readonly name: string };
+
 /** Static description of one upstream: what the gateway strips, injects and allows. */
 export interface UpstreamSpec {
   /** Route name; the client-facing prefix is `/${name}/`. */
@@ -20,6 +29,8 @@ export interface UpstreamSpec {
   readonly overrideQuery: readonly string[];
   /** Client headers removed besides the hop-by-hop ones and `authorization`. */
   readonly stripHeaders: readonly string[];
+  /** Where the provider's SDK sends its key. */
+  readonly native: NativeCredential;
 }
 
 export const UPSTREAMS: readonly UpstreamSpec[] = [
@@ -35,6 +46,7 @@ export const UPSTREAMS: readonly UpstreamSpec[] = [
     // The platform turns `POST ...?method=DELETE` into a DELETE.
     overrideQuery: ['method'],
     stripHeaders: [],
+    native: { kind: 'query', name: 'token' },
   },
   {
     name: 'seo',
@@ -46,6 +58,8 @@ export const UPSTREAMS: readonly UpstreamSpec[] = [
     dropQuery: [],
     overrideQuery: [],
     stripHeaders: [],
+    // The SDK sends HTTP Basic with the account's login and API password.
+    native: { kind: 'basic' },
   },
   {
     name: 'speech',
@@ -58,12 +72,15 @@ export const UPSTREAMS: readonly UpstreamSpec[] = [
     dropQuery: ['xi-api-key'],
     overrideQuery: [],
     stripHeaders: [],
+    native: { kind: 'header', name: 'xi-api-key' },
   },
 ];
 
 /** A route as the request path uses it: the spec resolved against the configuration. */
 export interface Route {
   readonly name: string;
+  /** Position in UPSTREAMS: the route's slot in per-route counters (metrics.ts). */
+  readonly index: number;
   readonly prefix: string;
   readonly methods: ReadonlySet<string>;
   /** Upstream origin; the forwarder sends to it. */
@@ -72,6 +89,8 @@ export interface Route {
   readonly basePath: string;
   /** `null` when a secret is missing: the route answers 503 route_not_configured. */
   readonly credential: readonly [name: string, value: string] | null;
+  /** Set when KEYWARD_NATIVE_AUTH lists the route: where else the client token may come from. */
+  readonly native: NativeCredential | null;
   readonly dropQuery: ReadonlySet<string>;
   readonly overrideQuery: ReadonlySet<string>;
   /** Lower-case request header names never forwarded on this route (client credentials included). */
@@ -92,6 +111,13 @@ const miss = (error: GatewayError): Match => ({ route: null, path: null, query: 
 const NO_ROUTE = miss(ERRORS.noRoute);
 const METHOD_NOT_ALLOWED = miss(ERRORS.methodNotAllowed);
 const DOT_SEGMENT = miss(ERRORS.dotSegment);
+
+/** The route a target's first segment names, whatever the rest (for native credentials, read before routing). */
+export function routeByPrefix(table: RouteTable, url: string): Route | undefined {
+  if (url.charCodeAt(0) !== 47 /* / */) return undefined;
+  const slash = url.indexOf('/', 1);
+  return slash < 0 ? undefined : table.get(url.slice(1, slash));
+}
 
 /**
  * Match an origin-form request target (`/scraper/v2/acts?x`) to a route.

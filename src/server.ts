@@ -1,66 +1,131 @@
-// The node:http server around the pipeline: timeouts and limits, the events
-// Node raises outside a normal request (parse errors, upgrades, CONNECT,
-// `Expect: 100-continue`), live key reloads, and the drain on shutdown.
+// The node:http(s) server around the pipeline: timeouts and limits, the
+// events Node raises outside a normal request (parse errors, upgrades,
+// CONNECT, `Expect: 100-continue`), live key and configuration reloads, and
+// the drain on shutdown.
 import http, { type ServerResponse } from 'node:http';
+import https from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
+import { createCompletion } from './completion.ts';
 import type { Config } from './config.ts';
-import { ERRORS, writeRawError } from './errors.ts';
+import { ERRORS, writeRawError, type GatewayError } from './errors.ts';
 import { GatewayRequest } from './exchange.ts';
-import { Forwarder } from './forward.ts';
-import { KeySet } from './keys/keyset.ts';
+import { expire, Forwarder } from './forward.ts';
+import { LastUse } from './keys/last-use.ts';
+import { KeySet, type KeyRecord } from './keys/keyset.ts';
 import type { KeyStore } from './keys/store.ts';
 import type { Logger } from './log.ts';
-import { createPipeline } from './pipeline.ts';
+import { Metrics } from './metrics.ts';
+import { createPipeline, type Runtime } from './pipeline.ts';
 import { routeTable } from './routes.ts';
+import { Sweeper } from './timers.ts';
+
+export interface Readiness {
+  readonly ready: boolean;
+  readonly draining: boolean;
+  /** Active keys in the loaded set; null when none could be loaded yet. */
+  readonly keys: number | null;
+  readonly reason?: string;
+}
 
 export interface Gateway {
   readonly server: http.Server;
-  /** Start listening; resolves with the bound address. */
+  readonly metrics: Metrics;
+  /** Start listening (on `listenFd` when systemd passed a socket); resolves with the bound address. */
   listen(): Promise<AddressInfo>;
   /** Stop accepting, let in-flight requests finish up to the drain deadline, close everything. */
   shutdown(): Promise<void>;
   /** Re-read the key store now (SIGHUP); keeps the current set if the store cannot be read. */
   reloadKeys(): Promise<void>;
+  /** Apply a new configuration: new requests use it, requests in flight finish on the old one. */
+  reconfigure(config: Config): void;
+  readiness(): Readiness;
   keyCount(): number;
 }
 
-export async function createGateway(config: Config, store: KeyStore, logger: Logger): Promise<Gateway> {
-  const loadStarted = performance.now();
-  let keys = new KeySet(await store.load());
-  const keysLoadMs = Math.round(performance.now() - loadStarted);
-  let draining = false;
-  const table = routeTable(config.routes);
-  const forwarders = new Map(config.routes.map((r) => [r.name, new Forwarder(r, config)]));
+export interface GatewayOptions {
+  /** A listening socket inherited from systemd (LISTEN_FDS), used instead of binding host:port. */
+  readonly listenFd?: number | null;
+  readonly metrics?: Metrics;
+  /** How often last-use times are written to the store, ms. */
+  readonly lastUseFlushMs?: number;
+}
 
-  const applyKeys = (records: ConstructorParameters<typeof KeySet>[0]): void => {
+/** What changing these needs: a restart, not a reload. */
+const FIXED: ReadonlyArray<keyof Config> = ['host', 'port', 'workers', 'keysFile', 'maxHeaderBytes'];
+
+function buildRuntime(config: Config): Runtime {
+  return {
+    config,
+    table: routeTable(config.routes),
+    forwarders: new Map(config.routes.map((r) => [r.name, new Forwarder(r, config)])),
+  };
+}
+
+function serverOptions(config: Config): http.ServerOptions {
+  return {
+    IncomingMessage: GatewayRequest,
+    // Slow-loris guard for headers; bodies are the idle timeout's business
+    // (a 1 GB upload may take minutes but never stalls for long).
+    headersTimeout: config.headersTimeoutMs,
+    requestTimeout: 0,
+    // Node checks headersTimeout only this often (30 s by default), so a
+    // client trickling header bytes would outlive a short limit by that much.
+    connectionsCheckingInterval: Math.max(100, Math.min(1_000, Math.floor(config.headersTimeoutMs / 4))),
+    keepAliveTimeout: config.keepAliveTimeoutMs,
+    maxHeaderSize: config.maxHeaderBytes,
+    // The upstream gets its own Host; a missing one must not turn into Node's plain-text 400.
+    requireHostHeader: false,
+  };
+}
+
+export async function createGateway(config: Config, store: KeyStore, logger: Logger, options: GatewayOptions = {}): Promise<Gateway> {
+  const metrics = options.metrics ?? new Metrics();
+  const loadStarted = performance.now();
+  let keys: KeySet | null = new KeySet(await store.load());
+  const keysLoadMs = Math.round(performance.now() - loadStarted);
+  metrics.keysLoaded(Date.now());
+  let storeUp = true;
+  metrics.watchKeystore({ keys: () => keys?.states(Date.now()) ?? null, up: () => storeUp });
+  let draining = false;
+  let runtime = buildRuntime(config);
+
+  const applyKeys = (records: readonly KeyRecord[]): void => {
     keys = new KeySet(records);
+    storeUp = true;
+    metrics.keysLoaded(Date.now());
     logger.info({ keys: keys.size }, 'keys reloaded');
   };
   const keysError = (err: Error): void => {
     // The last good set stays in force (design §5).
+    metrics.keysReloadFailed();
     logger.error({ err: { type: err.name, message: err.message }, keysFile: store.location }, 'keys not reloaded; keeping the previous set');
   };
   const stopWatch = store.watch(applyKeys, keysError);
+  const lastUse = new LastUse(store, options.lastUseFlushMs ?? 10_000, (err) =>
+    logger.warn({ err: { type: err.name, message: err.message } }, 'last-use times not written'),
+  );
+  const sweeper = new Sweeper(() => runtime.config, expire);
+  const credentialParams = (): ReadonlySet<string> => {
+    const names = new Set<string>();
+    for (const r of runtime.table.values()) for (const n of r.dropQuery) names.add(n);
+    return names;
+  };
 
   const pipeline = createPipeline({
-    config,
-    table,
-    forwarders,
-    logger,
+    runtime: () => runtime,
     keys: () => keys,
     draining: () => draining,
+    sweeper,
+    metrics,
+    lastUse,
+    complete: createCompletion(logger, metrics, credentialParams),
   });
 
-  const server = http.createServer({
-    IncomingMessage: GatewayRequest,
-    // Slow-loris guard for headers; bodies may legitimately take long (1 GB uploads).
-    headersTimeout: config.headersTimeoutMs,
-    requestTimeout: 0,
-    keepAliveTimeout: config.keepAliveTimeoutMs,
-    // The upstream gets its own Host; a missing one must not turn into Node's plain-text 400.
-    requireHostHeader: false,
-  });
+  const server: http.Server =
+    config.tls === null ? http.createServer(serverOptions(config)) : https.createServer({ ...serverOptions(config), cert: config.tls.cert, key: config.tls.key });
+  // Beyond this many open connections Node closes new ones at once; the ones open are served.
+  server.maxConnections = config.maxConnections;
 
   server.on('request', (req: GatewayRequest, res: ServerResponse) => pipeline.handle(req, res, false));
   // Answer `100 Continue` only once the request passed authentication and
@@ -71,57 +136,78 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
   server.on('connect', (req: GatewayRequest, socket: Duplex) => pipeline.refuseRaw(req, socket, ERRORS.noRoute));
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
     const s = socket as Socket & { _httpMessage?: unknown };
+    const answer: GatewayError | null =
+      err.code === 'HPE_HEADER_OVERFLOW'
+        ? ERRORS.headersTooLarge
+        : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+          ? ERRORS.requestTimeout
+          : err.code?.startsWith('HPE_') === true
+            ? ERRORS.malformed
+            : null;
     // Mid-response (pipelining) or a client already gone: a raw write would corrupt the stream.
-    if (err.code === 'ECONNRESET' || s._httpMessage || !s.writable || !err.code?.startsWith('HPE_')) {
+    if (answer === null || s._httpMessage || !s.writable) {
       s.destroy();
       return;
     }
-    logger.info({ error: err.code }, 'malformed request refused');
-    writeRawError(s, ERRORS.malformed);
+    logger.info({ error: err.code, client: s.remoteAddress ?? null }, 'malformed request refused');
+    writeRawError(s, answer);
   });
+  if (config.tls !== null) {
+    // A failed handshake (plain HTTP to the HTTPS port, a scanner) is not a request.
+    server.on('tlsClientError', (_err: Error, socket: Socket) => socket.destroy());
+  }
 
   let closing: Promise<void> | null = null;
 
-  return {
+  const gateway: Gateway = {
     server,
+    metrics,
     listen: () =>
       new Promise((resolve, reject) => {
         server.once('error', reject);
-        server.listen(config.port, config.host, () => {
+        const onListening = (): void => {
           server.off('error', reject);
           const address = server.address() as AddressInfo;
           logger.info(
             {
               address: address.address,
               port: address.port,
+              tls: config.tls !== null,
+              socketActivated: options.listenFd !== undefined && options.listenFd !== null,
               routes: config.enabledRoutes,
               disabledRoutes: config.routes.filter((r) => r.credential === null).map((r) => r.name),
-              keys: keys.size,
+              nativeAuth: config.routes.filter((r) => r.native !== null).map((r) => r.name),
+              keys: keys?.size ?? 0,
               keysLoadMs,
               keysFile: store.location,
             },
             'keyward listening',
           );
           resolve(address);
-        });
+        };
+        if (options.listenFd !== undefined && options.listenFd !== null) server.listen({ fd: options.listenFd }, onListening);
+        else server.listen(config.port, config.host, onListening);
       }),
     shutdown: () => {
       closing ??= new Promise<void>((resolve) => {
         draining = true;
         stopWatch();
-        logger.info({ drainTimeoutMs: config.drainTimeoutMs }, 'draining');
+        logger.info({ drainTimeoutMs: runtime.config.drainTimeoutMs }, 'draining');
         // Connections become idle as their last response ends; close them as they do.
         const sweep = setInterval(() => server.closeIdleConnections(), 100);
         const deadline = setTimeout(() => {
           logger.warn('drain deadline reached; closing remaining connections');
           server.closeAllConnections();
-        }, config.drainTimeoutMs);
+        }, runtime.config.drainTimeoutMs);
         server.close(() => {
           clearInterval(sweep);
           clearTimeout(deadline);
-          for (const f of forwarders.values()) f.close();
-          logger.info('stopped');
-          resolve();
+          sweeper.stop();
+          for (const f of runtime.forwarders.values()) f.close();
+          void lastUse.stop().finally(() => {
+            logger.info('stopped');
+            resolve();
+          });
         });
         server.closeIdleConnections();
       });
@@ -134,6 +220,28 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
         keysError(err as Error);
       }
     },
-    keyCount: () => keys.size,
+    reconfigure: (next: Config) => {
+      const previous = runtime;
+      const ignored = FIXED.filter((k) => JSON.stringify(next[k]) !== JSON.stringify(previous.config[k]));
+      if ((next.tls === null) !== (previous.config.tls === null)) ignored.push('tls');
+      if (ignored.length > 0) logger.warn({ options: ignored }, 'these options change only on restart; the rest of the new configuration applies');
+      runtime = buildRuntime(next);
+      // Requests in flight keep the forwarder they started with; its sockets close as they finish.
+      for (const f of previous.forwarders.values()) f.retire();
+      server.headersTimeout = next.headersTimeoutMs;
+      server.keepAliveTimeout = next.keepAliveTimeoutMs;
+      server.maxConnections = next.maxConnections;
+      if (next.tls !== null && server instanceof https.Server) server.setSecureContext({ cert: next.tls.cert, key: next.tls.key });
+      logger.level = next.logLevel;
+      sweeper.reschedule();
+      logger.info({ routes: next.enabledRoutes, disabledRoutes: next.routes.filter((r) => r.credential === null).map((r) => r.name) }, 'configuration reloaded');
+    },
+    readiness: () => {
+      if (draining) return { ready: false, draining, keys: keys?.size ?? null, reason: 'draining' };
+      if (keys === null) return { ready: false, draining, keys: null, reason: 'no key set loaded' };
+      return { ready: true, draining, keys: keys.size };
+    },
+    keyCount: () => keys?.size ?? 0,
   };
+  return gateway;
 }

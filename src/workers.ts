@@ -7,9 +7,14 @@
 // atomic size. Each worker's stdout is a pipe to the primary, which relays
 // whole lines only. Signals go to the primary (systemd's MainPID): SIGTERM
 // and SIGINT are passed on and the primary exits 0 once every worker has
-// drained; SIGHUP is passed on (keys reload).
+// drained; SIGHUP is passed on (configuration and keys reload).
+//
+// The admin listener runs in the primary: /metrics is the sum over workers
+// (prom-client's AggregatorRegistry asks each one over the IPC channel) and
+// /readyz is ready when every worker is.
 import cluster, { type Worker } from 'node:cluster';
 import type { Readable, Writable } from 'node:stream';
+import type { Readiness } from './server.ts';
 
 /** Relay `source` to `sink` one whole line at a time (a partial tail waits for its newline). */
 export function relayLines(source: Readable, sink: Writable): void {
@@ -36,16 +41,36 @@ export interface PrimaryIo {
   readonly signals: NodeJS.EventEmitter;
 }
 
-const QUICK_DEATH_MS = 1_000;
+export interface Primary {
+  /** Resolves with the exit code once every worker has stopped. */
+  readonly done: Promise<number>;
+  /** Ready when every expected worker answers that it is. */
+  readiness(): Promise<Readiness>;
+}
 
-/** Run the primary: fork `count` workers running `args`, relay their logs, pass signals on. */
-export function runPrimary(count: number, args: readonly string[], io: PrimaryIo): Promise<number> {
+const QUICK_DEATH_MS = 1_000;
+const READINESS_REQ = 'keyward:readiness';
+const READINESS_RES = 'keyward:readiness-res';
+
+/** In a worker: answer the primary's readiness questions. */
+export function answerReadiness(readiness: () => Readiness): void {
+  process.on('message', (m: { type?: string; id?: number }) => {
+    if (m?.type === READINESS_REQ) process.send?.({ type: READINESS_RES, id: m.id, readiness: readiness() });
+  });
+}
+
+/**
+ * Run the primary: fork `count` workers running `args`, relay their logs,
+ * pass signals on. `env` is added to each worker's environment.
+ */
+export function runPrimary(count: number, args: readonly string[], io: PrimaryIo, env: Record<string, string> = {}): Primary {
   cluster.setupPrimary({ args: [...args], stdio: ['ignore', 'pipe', 'inherit', 'ipc'] });
   const started = new Map<Worker, number>();
   let stopping = false;
   let exitCode = 0;
+  let asked = 0;
   const fork = (): void => {
-    const w = cluster.fork();
+    const w = cluster.fork(env);
     started.set(w, Date.now());
     if (w.process.stdout) relayLines(w.process.stdout, io.stdout);
   };
@@ -55,7 +80,34 @@ export function runPrimary(count: number, args: readonly string[], io: PrimaryIo
   };
   for (let i = 0; i < count; i++) fork();
 
-  return new Promise((resolve) => {
+  const readiness = (): Promise<Readiness> => {
+    const id = ++asked;
+    const workers = [...started.keys()].filter((w) => w.isConnected());
+    return new Promise<Readiness>((resolve) => {
+      const answers: Readiness[] = [];
+      const finish = (): void => {
+        cluster.off('message', onMessage);
+        clearTimeout(timer);
+        const notReady = answers.find((a) => !a.ready);
+        const keys = answers.length > 0 ? Math.min(...answers.map((a) => a.keys ?? 0)) : null;
+        if (stopping) resolve({ ready: false, draining: true, keys, reason: 'draining' });
+        else if (answers.length < count) resolve({ ready: false, draining: false, keys, reason: `${answers.length} of ${count} workers ready` });
+        else if (notReady !== undefined) resolve(notReady);
+        else resolve({ ready: true, draining: false, keys });
+      };
+      const onMessage = (_w: Worker, m: { type?: string; id?: number; readiness?: Readiness }): void => {
+        if (m?.type !== READINESS_RES || m.id !== id || m.readiness === undefined) return;
+        answers.push(m.readiness);
+        if (answers.length === workers.length) finish();
+      };
+      const timer = setTimeout(finish, 1_000);
+      cluster.on('message', onMessage);
+      for (const w of workers) w.send({ type: READINESS_REQ, id });
+      if (workers.length === 0) finish();
+    });
+  };
+
+  const done = new Promise<number>((resolve) => {
     cluster.on('exit', (worker, code, signal) => {
       const lived = Date.now() - (started.get(worker) ?? 0);
       started.delete(worker);
@@ -78,4 +130,5 @@ export function runPrimary(count: number, args: readonly string[], io: PrimaryIo
       for (const w of started.keys()) w.process.kill('SIGHUP');
     });
   });
+  return { done, readiness };
 }

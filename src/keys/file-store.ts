@@ -7,11 +7,11 @@
 // 250 ms whatever the filesystem, where fs.watch would miss renames on some.
 import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
-import { mkdir, open, readFile, rename, stat, unlink } from 'node:fs/promises';
+import { open, readFile, rename, stat, unlink } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { KeyRecord } from './keyset.ts';
-import type { Change, KeyStore } from './store.ts';
+import type { Change, KeyStore, UpdateOptions } from './store.ts';
 
 const FORMAT_VERSION = 1;
 const POLL_MS = 250;
@@ -20,6 +20,11 @@ const LOCK_STALE_MS = 30_000;
 
 export class KeysFileError extends Error {
   override name = 'KeysFileError';
+}
+
+/** The file exists but does not parse or check: never loaded, never written over without --force. */
+export class KeysFileCorrupt extends KeysFileError {
+  override name = 'KeysFileCorrupt';
 }
 
 const isString = (v: unknown): v is string => typeof v === 'string';
@@ -34,7 +39,7 @@ const ISO_INSTANT = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2
  * copied), so a large file is held in memory once.
  */
 // The message is built only on failure: nothing per key is allocated on the way.
-const bad = (i: number, what: string): KeysFileError => new KeysFileError(`keys[${i}]${what}`);
+const bad = (i: number, what: string): KeysFileError => new KeysFileCorrupt(`keys[${i}]${what}`);
 
 export function parseKeysFile(text: string): KeyRecord[] {
   let doc: unknown;
@@ -42,13 +47,13 @@ export function parseKeysFile(text: string): KeyRecord[] {
     doc = JSON.parse(text);
   } catch {
     // JSON.parse's message quotes the text around the fault; the file's contents stay out of logs.
-    throw new KeysFileError('not valid JSON');
+    throw new KeysFileCorrupt('not valid JSON');
   }
   if (typeof doc !== 'object' || doc === null || (doc as { version?: unknown }).version !== FORMAT_VERSION) {
-    throw new KeysFileError(`expected an object with "version": ${FORMAT_VERSION}`);
+    throw new KeysFileCorrupt(`expected an object with "version": ${FORMAT_VERSION}`);
   }
   const keys = (doc as { keys?: unknown }).keys;
-  if (!Array.isArray(keys)) throw new KeysFileError('expected "keys" to be an array');
+  if (!Array.isArray(keys)) throw new KeysFileCorrupt('expected "keys" to be an array');
   // Checks are shapes only: this runs on every reload of files with a million
   // keys. A digest that is not hex can never match a lookup; unique ids are
   // enforced where keys are written (update), not on every read.
@@ -61,6 +66,15 @@ export function parseKeysFile(text: string): KeyRecord[] {
     if (!isString(k.created) || !ISO_INSTANT.test(k.created)) throw bad(i, `.created must be a date`);
     if (k.expires !== null && !isDate(k.expires)) throw bad(i, `.expires must be a date or null`);
     if (k.revoked !== null && !isDate(k.revoked)) throw bad(i, `.revoked must be a date or null`);
+    if (k.routes !== undefined && k.routes !== null && !(Array.isArray(k.routes) && k.routes.every(isString))) throw bad(i, `.routes must be a list of route names or null`);
+    if (k.previous !== undefined) {
+      if (!Array.isArray(k.previous)) throw bad(i, `.previous must be a list`);
+      for (const p of k.previous as Array<Record<string, unknown>>) {
+        if (typeof p !== 'object' || p === null || !isString(p.digest) || p.digest.length !== 71 || !p.digest.startsWith('sha256:') || !isDate(p.until)) {
+          throw bad(i, `.previous entries must have a digest and an "until" date`);
+        }
+      }
+    }
   }
   return keys as KeyRecord[];
 }
@@ -133,25 +147,83 @@ export class FileKeyStore implements KeyStore {
     };
   }
 
-  async update<T>(change: (records: readonly KeyRecord[]) => Change<T>): Promise<T> {
-    await mkdir(dirname(this.location), { recursive: true, mode: 0o700 });
-    const release = await this.#lock();
+  async update<T>(change: (records: readonly KeyRecord[]) => Change<T>, options: UpdateOptions = {}): Promise<T> {
+    await this.#checkFolder();
+    const release = await this.#lock(`${this.location}.lock`);
     try {
-      const next = change(await this.load());
+      let current: readonly KeyRecord[];
+      try {
+        current = await this.load();
+      } catch (err) {
+        if (!(err instanceof KeysFileCorrupt)) throw err;
+        if (options.force !== true) throw new KeysFileCorrupt(`${err.message}; nothing was changed (--force replaces the file, keeping the unreadable one beside it)`);
+        // --force: keep the unreadable file for inspection, start from an empty set.
+        const aside = `${this.location}.corrupt-${new Date().toISOString().replace(/[:.]/g, '-')}`;
+        await rename(this.location, aside);
+        this.setAside = aside;
+        current = [];
+      }
+      const next = change(current);
       const ids = new Set<string>();
       for (const r of next.records) {
         if (ids.has(r.id)) throw new KeysFileError(`key id ${r.id} appears twice; fix the file by hand before changing it`);
         ids.add(r.id);
       }
-      await this.#writeAtomically(serialiseKeysFile(next.records));
+      await this.#writeAtomically(this.location, serialiseKeysFile(next.records));
       return next.result;
     } finally {
       await release();
     }
   }
 
-  async #lock(): Promise<() => Promise<void>> {
-    const lockPath = `${this.location}.lock`;
+  /** Where --force moved an unreadable file, for the CLI to say. */
+  setAside: string | null = null;
+
+  // A keys file under a folder that does not exist is a typo or a missing
+  // install step; creating folders silently would hide it.
+  async #checkFolder(): Promise<void> {
+    const dir = dirname(this.location);
+    try {
+      if (!(await stat(dir)).isDirectory()) throw new KeysFileError(`${dir} is not a folder`);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') throw new KeysFileError(`the folder ${dir} does not exist; create it first`);
+      throw err;
+    }
+  }
+
+  get #usePath(): string {
+    return `${this.location}.last-used`;
+  }
+
+  async lastUse(): Promise<ReadonlyMap<string, string>> {
+    try {
+      const doc = JSON.parse(await readFile(this.#usePath, 'utf8')) as unknown;
+      if (typeof doc !== 'object' || doc === null) return new Map();
+      return new Map(Object.entries(doc as Record<string, unknown>).filter((e): e is [string, string] => isDate(e[1])));
+    } catch {
+      // Missing or unreadable: last use is informational, never a reason to fail.
+      return new Map();
+    }
+  }
+
+  // A separate small file: writing last-use times into keys.json would make
+  // every gateway reload its whole key set on every batch.
+  async recordUse(uses: ReadonlyMap<string, number>): Promise<void> {
+    if (uses.size === 0) return;
+    const release = await this.#lock(`${this.#usePath}.lock`);
+    try {
+      const merged: Record<string, string> = Object.fromEntries(await this.lastUse());
+      for (const [id, ms] of uses) {
+        const stored = merged[id];
+        if (stored === undefined || Date.parse(stored) < ms) merged[id] = new Date(ms).toISOString();
+      }
+      await this.#writeAtomically(this.#usePath, `${JSON.stringify(merged)}\n`);
+    } finally {
+      await release();
+    }
+  }
+
+  async #lock(lockPath: string): Promise<() => Promise<void>> {
     const deadline = Date.now() + LOCK_WAIT_MS;
     for (;;) {
       try {
@@ -190,8 +262,8 @@ export class FileKeyStore implements KeyStore {
     }
   }
 
-  async #writeAtomically(text: string): Promise<void> {
-    const tmp = `${this.location}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
+  async #writeAtomically(path: string, text: string): Promise<void> {
+    const tmp = `${path}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`;
     const fh = await open(tmp, 'wx', 0o600);
     try {
       await fh.writeFile(text);
@@ -200,13 +272,13 @@ export class FileKeyStore implements KeyStore {
       await fh.close();
     }
     try {
-      await rename(tmp, this.location);
+      await rename(tmp, path);
     } catch (err) {
       await unlink(tmp).catch(() => undefined);
       throw err;
     }
     // The rename itself is durable only once the folder is synced.
-    const dir = await open(dirname(this.location), 'r');
+    const dir = await open(dirname(path), 'r');
     try {
       await dir.sync();
     } finally {

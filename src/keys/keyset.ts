@@ -2,6 +2,12 @@
 // records and swapped whole, so a lookup never sees a half-applied change.
 import { isWellFormed, tokenDigestBytes } from './token.ts';
 
+/** A digest that still opens the key until `until` (the grace period of `keys rotate`). */
+export interface PreviousDigest {
+  readonly digest: string;
+  readonly until: string;
+}
+
 /** One key as stored (the keys file's entries). */
 export interface KeyRecord {
   readonly id: string;
@@ -11,10 +17,35 @@ export interface KeyRecord {
   readonly created: string;
   readonly expires: string | null;
   readonly revoked: string | null;
+  /** Routes the key may use; absent or null: every route. */
+  readonly routes?: readonly string[] | null;
+  /** Digests of earlier tokens still accepted until their time (rotation). */
+  readonly previous?: readonly PreviousDigest[];
 }
 
-/** What the request path learns about an authenticated caller. */
-export type Principal = Pick<KeyRecord, 'id' | 'name'>;
+/** What the request path learns about a caller: the record itself (ids, name, scope). */
+export type Principal = KeyRecord;
+
+export type Refusal = 'revoked' | 'expired';
+
+/** A token that names a known key, and whether the key may be used now. */
+export interface Lookup {
+  readonly principal: Principal;
+  /** Null when the key is usable. */
+  readonly refusal: Refusal | null;
+}
+
+/** May this key use this route? */
+export function inScope(principal: Principal, route: string): boolean {
+  const routes = principal.routes;
+  return routes === undefined || routes === null || routes.includes(route);
+}
+
+function countDigests(records: readonly KeyRecord[]): number {
+  let n = 0;
+  for (const r of records) n += 1 + (r.previous?.length ?? 0);
+  return n;
+}
 
 /**
  * An open-addressing hash table over raw SHA-256 digests, in typed arrays.
@@ -22,51 +53,82 @@ export type Principal = Pick<KeyRecord, 'id' | 'name'>;
  * a probe compares all 32 bytes. Compared with a Map of hex strings this
  * builds a million keys in a fraction of the time with no per-key
  * allocation, and a lookup hashes no string (bench/README.md, key scale).
+ *
+ * Revoked keys stay in the table so that a refusal can still say which key
+ * was refused (design §6); every record's expiry is parsed once, here.
  */
 export class KeySet {
   readonly #records: readonly KeyRecord[];
-  /** 32 bytes per active key, in insertion order. */
+  /** 32 bytes per digest, in insertion order. */
   readonly #digests: Buffer;
-  /** Slot → 1 + position in #active; 0 is empty. Load factor ≤ 0.5. */
+  /** Slot → 1 + entry number; 0 is empty. Load factor ≤ 0.5. */
   readonly #slots: Int32Array;
-  /** Position → index into #records. */
-  readonly #active: Int32Array;
+  /** Entry → index into #records. */
+  readonly #entryRecord: Int32Array;
+  /** Entry → time (ms) the digest stops opening the key: Infinity for the current token. */
+  readonly #entryUntil: Float64Array;
+  /** Record → expiry (ms), Infinity for none. */
+  readonly #expires: Float64Array;
   readonly #mask: number;
+  /** Keys neither revoked nor (at build time) expired. */
   readonly size: number;
+  readonly total: number;
 
-  constructor(records: readonly KeyRecord[]) {
+  constructor(records: readonly KeyRecord[], now = Date.now()) {
     this.#records = records;
-    let active = 0;
-    for (const r of records) if (r.revoked === null) active++;
+    const entries = countDigests(records);
     let capacity = 8;
-    while (capacity < active * 2) capacity *= 2;
+    while (capacity < entries * 2) capacity *= 2;
     this.#mask = capacity - 1;
     this.#slots = new Int32Array(capacity);
-    this.#active = new Int32Array(active);
-    this.#digests = Buffer.alloc(active * 32);
+    this.#entryRecord = new Int32Array(entries);
+    this.#entryUntil = new Float64Array(entries);
+    this.#expires = new Float64Array(records.length);
+    this.#digests = Buffer.alloc(entries * 32);
     let n = 0;
-    for (let i = 0; i < records.length; i++) {
-      const r = records[i] as KeyRecord;
-      if (r.revoked !== null) continue;
+    let active = 0;
+    const add = (digest: string, record: number, until: number): void => {
       const at = n * 32;
       // `sha256:` + 64 hex digits (checked by the file parser); hex that is
       // not hex stops the write short, leaving bytes no real digest matches.
-      this.#digests.write(r.digest.slice(7), at, 32, 'hex');
+      this.#digests.write(digest.slice(7), at, 32, 'hex');
       let slot = this.#digests.readUInt32LE(at) & this.#mask;
       while (this.#slots[slot] !== 0) slot = (slot + 1) & this.#mask;
       this.#slots[slot] = n + 1;
-      this.#active[n] = i;
+      this.#entryRecord[n] = record;
+      this.#entryUntil[n] = until;
       n++;
+    };
+    for (let i = 0; i < records.length; i++) {
+      const r = records[i] as KeyRecord;
+      const expires = r.expires === null ? Infinity : Date.parse(r.expires);
+      this.#expires[i] = expires;
+      if (r.revoked === null && expires > now) active++;
+      add(r.digest, i, Infinity);
+      if (r.previous !== undefined) for (const p of r.previous) add(p.digest, i, Date.parse(p.until));
     }
-    this.size = n;
+    this.size = active;
+    this.total = records.length;
+  }
+
+  /** Counts by state, for the `keyward_keys{state}` gauge. */
+  states(now: number): { active: number; revoked: number; expired: number } {
+    let revoked = 0;
+    let expired = 0;
+    for (let i = 0; i < this.#records.length; i++) {
+      if ((this.#records[i] as KeyRecord).revoked !== null) revoked++;
+      else if ((this.#expires[i] as number) <= now) expired++;
+    }
+    return { active: this.#records.length - revoked - expired, revoked, expired };
   }
 
   /**
-   * The principal for a token, or null. Malformed tokens are refused before
+   * The key a token opens, or null for a token that names no key (or a
+   * rotated-out one past its grace). Malformed tokens are refused before
    * hashing; the probe is one hash-table lookup whatever the number of keys,
    * keyed by a digest, so its timing says nothing about stored tokens.
    */
-  lookup(token: string, now: number): Principal | null {
+  lookup(token: string, now: number): Lookup | null {
     if (!isWellFormed(token)) return null;
     const digest = tokenDigestBytes(token);
     let slot = digest.readUInt32LE(0) & this.#mask;
@@ -75,8 +137,11 @@ export class KeySet {
       if (entry === 0) return null;
       const at = (entry - 1) * 32;
       if (this.#digests.compare(digest, 0, 32, at, at + 32) === 0) {
-        const r = this.#records[this.#active[entry - 1] as number] as KeyRecord;
-        return r.expires === null || Date.parse(r.expires) > now ? r : null;
+        if ((this.#entryUntil[entry - 1] as number) <= now) return null;
+        const index = this.#entryRecord[entry - 1] as number;
+        const principal = this.#records[index] as KeyRecord;
+        const refusal = principal.revoked !== null ? 'revoked' : (this.#expires[index] as number) <= now ? 'expired' : null;
+        return { principal, refusal };
       }
       slot = (slot + 1) & this.#mask;
     }
@@ -92,4 +157,13 @@ export function bearerToken(header: string | undefined): string | null {
   while (header.charCodeAt(start) === 32) start++;
   const token = header.slice(start);
   return token.length > 0 && token.indexOf(' ') < 0 ? token : null;
+}
+
+/** The password of an `Authorization: Basic base64(login:password)` value (RFC 7617), or null. */
+export function basicPassword(header: string | undefined): string | null {
+  if (header === undefined || header.length < 7) return null;
+  if (header.charCodeAt(5) !== 32 || header.slice(0, 5).toLowerCase() !== 'basic') return null;
+  const decoded = Buffer.from(header.slice(6).trim(), 'base64').toString('utf8');
+  const colon = decoded.indexOf(':');
+  return colon < 0 ? null : decoded.slice(colon + 1);
 }

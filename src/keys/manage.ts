@@ -1,7 +1,7 @@
-// What `keyward keys create | list | revoke` does, over any KeyStore.
+// What `keyward keys …` does, over any KeyStore (design §5, §8).
 import { randomBytes } from 'node:crypto';
 import type { KeyRecord } from './keyset.ts';
-import type { KeyStore } from './store.ts';
+import type { KeyStore, UpdateOptions } from './store.ts';
 import { generateToken, tokenDigest } from './token.ts';
 
 export class KeyUsageError extends Error {
@@ -9,6 +9,8 @@ export class KeyUsageError extends Error {
 }
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._@:-]{0,63}$/;
+/** Longer-lived keys are a leak waiting to happen; ten years is already generous. */
+export const MAX_LIFETIME_MS = 3_652 * 86_400_000;
 
 export interface CreatedKey {
   readonly record: KeyRecord;
@@ -16,25 +18,54 @@ export interface CreatedKey {
   readonly token: string;
 }
 
-export async function createKey(store: KeyStore, name: string, expiresInMs: number | null, now = Date.now()): Promise<CreatedKey> {
+export interface KeyOptions {
+  /** Lifetime from now, ms; null for none. */
+  readonly expiresInMs?: number | null;
+  /** Routes the key may use; null for every route. */
+  readonly routes?: readonly string[] | null;
+}
+
+function checkLifetime(ms: number | null | undefined): void {
+  if (ms !== null && ms !== undefined && (ms <= 0 || ms > MAX_LIFETIME_MS)) {
+    throw new KeyUsageError('--expires-in must be a positive duration of at most ten years (3652d)');
+  }
+}
+
+/** A key by id, or the active key of that name, or else the latest revoked one of that name. */
+function find(records: readonly KeyRecord[], idOrName: string): KeyRecord {
+  const found =
+    records.find((r) => r.id === idOrName) ??
+    records.find((r) => r.name === idOrName && r.revoked === null) ??
+    records.findLast((r) => r.name === idOrName);
+  if (found === undefined) throw new KeyUsageError(`no key with id or name ${idOrName}`);
+  return found;
+}
+
+function replace(records: readonly KeyRecord[], old: KeyRecord, next: KeyRecord): KeyRecord[] {
+  return records.map((r) => (r === old ? next : r));
+}
+
+export async function createKey(store: KeyStore, name: string, options: KeyOptions = {}, now = Date.now(), update: UpdateOptions = {}): Promise<CreatedKey> {
   if (!NAME.test(name)) {
     throw new KeyUsageError('--name must be 1-64 characters of letters, digits and . _ @ : - (starting with a letter or digit)');
   }
+  checkLifetime(options.expiresInMs);
   const token = generateToken();
   const record: KeyRecord = {
     id: `key_${randomBytes(6).toString('hex')}`,
     name,
     digest: `sha256:${tokenDigest(token)}`,
     created: new Date(now).toISOString(),
-    expires: expiresInMs === null ? null : new Date(now + expiresInMs).toISOString(),
+    expires: options.expiresInMs === null || options.expiresInMs === undefined ? null : new Date(now + options.expiresInMs).toISOString(),
     revoked: null,
+    ...(options.routes === null || options.routes === undefined ? {} : { routes: [...options.routes] }),
   };
   await store.update((records) => {
     if (records.some((r) => r.name === name && r.revoked === null)) {
       throw new KeyUsageError(`a key named ${name} already exists; revoke it first or pick another name`);
     }
     return { records: [...records, record], result: undefined };
-  });
+  }, update);
   return { record, token };
 }
 
@@ -42,13 +73,51 @@ export async function listKeys(store: KeyStore): Promise<readonly KeyRecord[]> {
   return store.load();
 }
 
-/** Revoke by id, or by the name of an active key. Revoking a revoked key changes nothing. */
-export async function revokeKey(store: KeyStore, idOrName: string, now = Date.now()): Promise<KeyRecord> {
+/** Revoke by id or name. Revoking a revoked key changes nothing and is not an error (by id or by name). */
+export async function revokeKey(store: KeyStore, idOrName: string, now = Date.now(), update: UpdateOptions = {}): Promise<{ record: KeyRecord; already: boolean }> {
+  return store.update<{ record: KeyRecord; already: boolean }>((records) => {
+    const target = find(records, idOrName);
+    if (target.revoked !== null) return { records, result: { record: target, already: true } };
+    const revoked: KeyRecord = { ...target, revoked: new Date(now).toISOString(), previous: [] };
+    return { records: replace(records, target, revoked), result: { record: revoked, already: false } };
+  }, update);
+}
+
+/**
+ * A new token for the same key (id, name, scope and limits kept). The old
+ * token keeps working for `graceMs` only; tokens rotated out earlier whose
+ * grace has passed are dropped.
+ */
+export async function rotateKey(store: KeyStore, idOrName: string, graceMs: number, now = Date.now(), update: UpdateOptions = {}): Promise<CreatedKey> {
+  if (graceMs < 0 || graceMs > 366 * 86_400_000) throw new KeyUsageError('--grace must be a duration from 0s to 366d');
+  const token = generateToken();
+  const record = await store.update((records) => {
+    const target = find(records, idOrName);
+    if (target.revoked !== null) throw new KeyUsageError(`key ${target.id} (${target.name}) is revoked; create a new key instead`);
+    const still = (target.previous ?? []).filter((p) => Date.parse(p.until) > now);
+    const previous = graceMs > 0 ? [...still, { digest: target.digest, until: new Date(now + graceMs).toISOString() }] : still;
+    const next: KeyRecord = { ...target, digest: `sha256:${tokenDigest(token)}`, previous };
+    return { records: replace(records, target, next), result: next };
+  }, update);
+  return { record, token };
+}
+
+export interface KeyChanges {
+  readonly routes?: readonly string[] | null;
+  readonly expiresInMs?: number | null;
+}
+
+/** Change a key's scope or expiry without changing its token. */
+export async function updateKey(store: KeyStore, idOrName: string, changes: KeyChanges, now = Date.now(), update: UpdateOptions = {}): Promise<KeyRecord> {
+  checkLifetime(changes.expiresInMs);
   return store.update((records) => {
-    const target = records.find((r) => r.id === idOrName) ?? records.find((r) => r.name === idOrName && r.revoked === null);
-    if (target === undefined) throw new KeyUsageError(`no key with id or name ${idOrName}`);
-    if (target.revoked !== null) return { records, result: target };
-    const revoked = { ...target, revoked: new Date(now).toISOString() };
-    return { records: records.map((r) => (r === target ? revoked : r)), result: revoked };
-  });
+    const target = find(records, idOrName);
+    if (target.revoked !== null) throw new KeyUsageError(`key ${target.id} (${target.name}) is revoked`);
+    let next: KeyRecord = { ...target };
+    if (changes.routes !== undefined) {
+      next = { ...next, routes: changes.routes === null ? null : [...changes.routes] };
+    }
+    if (changes.expiresInMs !== undefined) next = { ...next, expires: changes.expiresInMs === null ? null : new Date(now + changes.expiresInMs).toISOString() };
+    return { records: replace(records, target, next), result: next };
+  }, update);
 }

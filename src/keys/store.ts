@@ -1,12 +1,16 @@
 // The key store seam (design §5): load the full set, watch for changes, apply
-// a change. The file store below is one implementation; a shared store for a
-// fleet (PostgreSQL, say) implements the same three calls and the request
-// path does not change.
+// a change. The file store is one implementation; a shared store for a fleet
+// implements the same calls and the request path does not change.
 import type { KeyRecord } from './keyset.ts';
 
 export interface Change<T> {
   readonly records: readonly KeyRecord[];
   readonly result: T;
+}
+
+export interface UpdateOptions {
+  /** Replace a store that cannot be read (a corrupt keys file) instead of refusing to write over it. */
+  readonly force?: boolean;
 }
 
 export interface KeyStore {
@@ -19,5 +23,9 @@ export interface KeyStore {
    */
   watch(onChange: (records: readonly KeyRecord[]) => void, onError: (err: Error) => void): () => void;
   /** Apply `change` to the current set under the store's lock and persist the result. */
-  update<T>(change: (records: readonly KeyRecord[]) => Change<T>): Promise<T>;
+  update<T>(change: (records: readonly KeyRecord[]) => Change<T>, options?: UpdateOptions): Promise<T>;
+  /** Record last-use times (key id → ms since the epoch), keeping later times already stored. */
+  recordUse(uses: ReadonlyMap<string, number>): Promise<void>;
+  /** Last-use times by key id, ISO 8601. */
+  lastUse(): Promise<ReadonlyMap<string, string>>;
 }

@@ -49,5 +49,25 @@ export function tokenDigestBytes(token: string): Buffer {
   return createHash('sha256').update(token).digest();
 }
 
-/** Anything that looks like a client token, for scrubbing text that may carry one (log paths). */
-export const TOKEN_PATTERN = /kw_[0-9A-Za-z]{8,}/g;
+/**
+ * Anything shaped like a client token as it may travel in a URL or a header:
+ * any case (a lower-cased token is still a leak) and any character
+ * percent-encoded (`%6Bw_…`, `kw%5F…`), since the upstream's parser decodes
+ * what the gateway's literal comparison would miss. 32 characters after the
+ * prefix are enough to be a token fragment worth refusing; real tokens have 49.
+ */
+const TOKEN_LIKE_SOURCE = '(?:k|%6b)(?:w|%77)(?:_|%5f)(?:[0-9a-z]|%[0-9a-f]{2}){32,}';
+const TOKEN_LIKE = new RegExp(TOKEN_LIKE_SOURCE, 'i');
+const TOKEN_LIKE_ALL = new RegExp(TOKEN_LIKE_SOURCE, 'gi');
+
+/** True when `text` carries something shaped like a client token, in any case or percent-encoding. */
+export function containsTokenLike(text: string): boolean {
+  // Every form needs `_` or its encoding `%5F`: most texts are cleared by two scans.
+  if (text.indexOf('_') < 0 && text.indexOf('%') < 0) return false;
+  return TOKEN_LIKE.test(text);
+}
+
+/** `text` with every token-shaped run replaced, for log lines. */
+export function redactTokens(text: string): string {
+  return containsTokenLike(text) ? text.replace(TOKEN_LIKE_ALL, 'kw_[redacted]') : text;
+}

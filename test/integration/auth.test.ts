@@ -24,8 +24,8 @@ const UNAUTHORIZED = { error: 'Unauthorized.', code: 'unauthorized' };
 
 test('missing, malformed, unknown, expired and revoked tokens get 401 on any path and forward nothing', async () => {
   await withGateway(async (gw, up) => {
-    const expired = await createKey(gw.store, 'short-lived', 1, Date.now() - 10_000);
-    const revoked = await createKey(gw.store, 'gone', null);
+    const expired = await createKey(gw.store, 'short-lived', { expiresInMs: 1 }, Date.now() - 10_000);
+    const revoked = await createKey(gw.store, 'gone');
     await revokeKey(gw.store, 'gone');
     const good = gw.token;
     const headers: Array<Record<string, string>> = [
@@ -74,7 +74,7 @@ test('a revoked key is refused within one second, a new key accepted within one 
     const revokeLatency = Date.now() - revokedAt;
     assert.ok(revokeLatency <= 1_000, `revocation took ${revokeLatency} ms`);
 
-    const fresh = await createKey(gw.store, 'newcomer', null);
+    const fresh = await createKey(gw.store, 'newcomer');
     await eventually(async () => (await request(url, { headers: { authorization: `Bearer ${fresh.token}` } })).status === 200, 1_000, 'new key accepted');
     assert.ok(gw.logs().some((l) => l.msg === 'keys reloaded'));
   });
@@ -100,11 +100,11 @@ test('a corrupt keys file never replaces the keys in memory', async () => {
     assert.equal((await request(url, { headers: auth })).status, 200);
 
     // The CLI refuses to build on a corrupt file rather than overwrite it…
-    await assert.rejects(createKey(gw.store, 'on-top', null), /not valid JSON/);
+    await assert.rejects(createKey(gw.store, 'on-top'), /not valid JSON/);
     // …and once it is repaired, changes flow again.
     await writeFile(tmp, good);
     await rename(tmp, gw.store.location);
-    const fresh = await createKey(gw.store, 'after-repair', null);
+    const fresh = await createKey(gw.store, 'after-repair');
     await eventually(async () => (await request(url, { headers: { authorization: `Bearer ${fresh.token}` } })).status === 200, 1_000, 'repaired file loaded');
     assert.equal((await request(url, { headers: auth })).status, 200);
   });
@@ -112,7 +112,7 @@ test('a corrupt keys file never replaces the keys in memory', async () => {
 
 test('SIGHUP-style reload re-reads the store at once and keeps the set on failure', async () => {
   await withGateway(async (gw) => {
-    const fresh = await createKey(gw.store, 'hup', null);
+    const fresh = await createKey(gw.store, 'hup');
     await gw.gateway.reloadKeys();
     assert.equal(gw.gateway.keyCount(), 2);
     await writeFile(gw.store.location, 'nonsense');

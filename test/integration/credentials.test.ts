@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { test } from 'node:test';
+import { generateToken } from '../../src/keys/token.ts';
 import { raw, request, statusLines, type Reply } from '../support/client.ts';
 import { deadline } from '../support/deadline.ts';
 import { startGateway, type TestGateway } from '../support/gateway.ts';
@@ -114,20 +115,49 @@ for (const c of CASES) {
   });
 }
 
-test('a client token in the URL is refused, not forwarded, and not logged', async () => {
+test('a client token in the URL, in any encoding or case, is refused, not forwarded, and not logged', async () => {
   const upstream = await startUpstream();
   const gw = await startGateway({ seo: upstream.url });
   try {
     const auth = { authorization: `Bearer ${gw.token}` };
-    const r1 = await request(`${gw.url}/seo/v3/x?api_key=${gw.token}`, { headers: auth });
-    const r2 = await request(`${gw.url}/seo/v3/${gw.token}/x`, { headers: auth });
-    for (const r of [r1, r2]) {
-      assert.equal(r.status, 400);
-      assert.deepEqual(r.json(), { error: 'The client token must not appear in the URL.', code: 'bad_request' });
+    const encoded = `%6B%77%5F${gw.token.slice(3)}`;
+    const other = generateToken();
+    const urls = [
+      `/seo/v3/x?api_key=${gw.token}`,
+      `/seo/v3/${gw.token}/x`,
+      `/seo/v3/x?k=${encoded}`,
+      `/seo/v3/${encoded}/x`,
+      `/seo/v3/x?k=${gw.token.toLowerCase()}`,
+      `/seo/v3/x?k=${other}`,
+      `/seo/v3/x?k=kw%5F${gw.token.slice(3, 40)}`,
+    ];
+    for (const url of urls) {
+      const r = await request(`${gw.url}${url}`, { headers: auth });
+      assert.equal(r.status, 400, url);
+      assert.deepEqual(r.json(), { error: 'A client token must not appear in the URL.', code: 'bad_request' });
     }
     assert.equal(upstream.connections(), 0);
+    const text = gw.logText();
+    for (const leak of [gw.token, gw.token.slice(3), gw.token.toLowerCase(), gw.token.slice(3).toLowerCase(), other.slice(3)]) assert.equal(text.includes(leak), false);
+    assert.equal(text.split('kw_[redacted]').length - 1, urls.length);
+  } finally {
+    await gw.close();
+    await upstream.close();
+  }
+});
+
+test("the scraper's own credential parameter carrying the client token is dropped and the request forwarded (design §1)", async () => {
+  const upstream = await startUpstream();
+  const gw = await startGateway({ scraper: upstream.url, speech: upstream.url });
+  try {
+    const auth = { authorization: `Bearer ${gw.token}` };
+    const r = await request(`${gw.url}/scraper/v2/acts/x/runs?token=${gw.token}&build=latest`, { method: 'POST', headers: auth });
+    assert.equal(r.status, 200);
+    const s = await request(`${gw.url}/speech/v1/voices?xi-api-key=${gw.token}&page=2`, { headers: auth });
+    assert.equal(s.status, 200);
+    assert.deepEqual(upstream.requests.map((q) => q.url), ['/v2/acts/x/runs?build=latest', '/v1/voices?page=2']);
+    assert.equal(upstream.raw().includes(gw.token), false);
     assert.equal(gw.logText().includes(gw.token), false);
-    assert.match(gw.logText(), /kw_\[redacted\]/);
   } finally {
     await gw.close();
     await upstream.close();

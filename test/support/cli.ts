@@ -17,7 +17,8 @@ export function childEnv(extra: Record<string, string>): Record<string, string> 
   const env: Record<string, string> = {};
   for (const k of keep) if (process.env[k] !== undefined) env[k] = process.env[k] as string;
   // Run from source: coverage of child processes then maps onto src/ directly.
-  return { ...env, KEYWARD_FROM_SOURCE: '1', ...extra };
+  // No admin listener unless a test asks for one: test files run in parallel, and the default port is fixed.
+  return { ...env, KEYWARD_FROM_SOURCE: '1', KEYWARD_ADMIN_PORT: 'off', ...extra };
 }
 
 export function runCli(args: string[], env: Record<string, string>, cwd?: string, timeoutMs = 20_000): Promise<Result> {

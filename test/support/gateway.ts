@@ -75,7 +75,7 @@ export async function startGateway(options: GatewayOptions = {}): Promise<TestGa
     throw new Error('no secret files in tests');
   }, dir);
   const store = new FileKeyStore(config.keysFile);
-  const { token, record } = await createKey(store, 'tester', null);
+  const { token, record } = await createKey(store, 'tester');
   let text = '';
   const sink = new Writable({
     write(chunk: Buffer, _enc, cb) {

@@ -2,11 +2,13 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { loadConfig } from '../../src/config.ts';
 import { downstreamResponseHeaders, upstreamRequestHeaders } from '../../src/headers.ts';
+import { generateToken } from '../../src/keys/token.ts';
 
 const config = loadConfig({ KEYWARD_SPEECH_KEY: 'SPEECHKEY', KEYWARD_SCRAPER_TOKEN: 'SCRAPERKEY' }, () => '', '/');
 const speech = config.routes.find((r) => r.name === 'speech')!;
 const scraper = config.routes.find((r) => r.name === 'scraper')!;
-const TOKEN = 'kw_clienttoken';
+const TOKEN = generateToken();
+const OTHER = generateToken();
 
 test('request headers: client credentials out, upstream credential in, hop-by-hop gone', () => {
   const out = upstreamRequestHeaders(
@@ -26,20 +28,25 @@ test('request headers: client credentials out, upstream credential in, hop-by-ho
       'x-http-method-override': 'DELETE',
       'x-api-key': TOKEN,
       cookie: `a=1; session=${TOKEN}`,
+      // the forms a literal comparison misses: lower-cased, percent-encoded,
+      // as a header name, and another key of the same client
+      'x-lower': TOKEN.toLowerCase(),
+      'x-encoded': `t=%6B%77%5F${TOKEN.slice(3)}`,
+      [`x-${TOKEN.toLowerCase()}`]: '1',
+      'x-other-key': OTHER,
       accept: 'audio/mpeg',
       'content-type': 'application/json',
     },
     speech,
     speech.credential!,
-    TOKEN,
   );
   assert.deepEqual(out, { accept: 'audio/mpeg', 'content-type': 'application/json', 'xi-api-key': 'SPEECHKEY' });
 });
 
 test('request framing survives a Connection header that names it', () => {
-  const cl = upstreamRequestHeaders({ connection: 'content-length', 'content-length': '5' }, scraper, scraper.credential!, TOKEN);
+  const cl = upstreamRequestHeaders({ connection: 'content-length', 'content-length': '5' }, scraper, scraper.credential!);
   assert.equal(cl['content-length'], '5');
-  const te = upstreamRequestHeaders({ connection: 'transfer-encoding', 'transfer-encoding': 'chunked' }, scraper, scraper.credential!, TOKEN);
+  const te = upstreamRequestHeaders({ connection: 'transfer-encoding', 'transfer-encoding': 'chunked' }, scraper, scraper.credential!);
   assert.equal(te['transfer-encoding'], 'chunked');
   assert.equal(te['content-length'], undefined);
   assert.equal(scraper.credential![0], 'authorization');

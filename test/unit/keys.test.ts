@@ -52,11 +52,16 @@ test('KeySet finds active keys and refuses revoked, expired, unknown and malform
     record(b, { id: 'key_b', revoked: '2026-02-01T00:00:00.000Z' }),
     record(c, { id: 'key_c', expires: '2026-05-01T00:00:00.000Z' }),
   ]);
-  assert.equal(set.size, 2);
-  assert.equal(set.lookup(a, now)?.id, record(a).id);
-  assert.equal(set.lookup(b, now), null);
-  assert.equal(set.lookup(c, now), null);
-  assert.equal(set.lookup(c, Date.parse('2026-04-01T00:00:00Z'))?.id, 'key_c');
+  const usable = (t: string, at: number): string | null => {
+    const found = set.lookup(t, at);
+    return found === null || found.refusal !== null ? null : found.principal.id;
+  };
+  assert.equal(usable(a, now), record(a).id);
+  // Revoked and expired keys are still known, so a refusal can name them.
+  assert.deepEqual(set.lookup(b, now), { principal: set.lookup(b, now)?.principal, refusal: 'revoked' });
+  assert.equal(set.lookup(b, now)?.principal.id, 'key_b');
+  assert.equal(set.lookup(c, now)?.refusal, 'expired');
+  assert.equal(usable(c, Date.parse('2026-04-01T00:00:00Z')), 'key_c');
   assert.equal(set.lookup(d, now), null);
   assert.equal(set.lookup(`${a.slice(0, -1)}x`, now), null);
 });
@@ -101,9 +106,12 @@ test('a keys file with a repeated id loads, but is never written back', async ()
 test('KeySet finds every one of thousands of keys and none of the others (probing, wrap-around)', () => {
   const tokens = Array.from({ length: 3000 }, () => generateToken());
   const records = tokens.map((t, i) => record(t, { id: `key_${i}`, revoked: i % 7 === 0 ? '2026-01-01T00:00:00.000Z' : null }));
-  const set = new KeySet(records);
+  const set = new KeySet(records, 0);
   assert.equal(set.size, tokens.filter((_, i) => i % 7 !== 0).length);
-  tokens.forEach((t, i) => assert.equal(set.lookup(t, 0)?.id ?? null, i % 7 === 0 ? null : `key_${i}`));
+  tokens.forEach((t, i) => {
+    assert.equal(set.lookup(t, 0)?.principal.id, `key_${i}`);
+    assert.equal(set.lookup(t, 0)?.refusal, i % 7 === 0 ? 'revoked' : null);
+  });
   for (let i = 0; i < 3000; i++) assert.equal(set.lookup(generateToken(), 0), null);
   assert.equal(new KeySet([]).lookup(tokens[0] as string, 0), null);
 });

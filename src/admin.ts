@@ -1,0 +1,71 @@
+// The admin listener (design §7): health, readiness and metrics on their own
+// address, never on the public port, where every path needs a token.
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Logger } from './log.ts';
+import type { Readiness } from './server.ts';
+
+export interface AdminSources {
+  readiness(): Readiness | Promise<Readiness>;
+  metrics(): Promise<string>;
+  readonly metricsContentType: string;
+}
+
+export interface Admin {
+  readonly port: number;
+  close(): Promise<void>;
+}
+
+function json(res: http.ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), 'cache-control': 'no-store' });
+  res.end(text);
+}
+
+export async function startAdmin(address: { host: string; port: number }, sources: AdminSources, logger: Logger): Promise<Admin> {
+  const server = http.createServer({ requireHostHeader: false, headersTimeout: 10_000, requestTimeout: 30_000 }, (req, res) => {
+    const path = (req.url ?? '').split('?')[0];
+    if (req.method !== 'GET' && req.method !== 'HEAD') return json(res, 404, { error: 'Not found.', code: 'not_found' });
+    switch (path) {
+      case '/healthz':
+        return json(res, 200, { status: 'ok' });
+      case '/readyz':
+        void Promise.resolve(sources.readiness()).then(
+          (r) => json(res, r.ready ? 200 : 503, { status: r.ready ? 'ready' : 'not ready', ...r }),
+          (err: Error) => json(res, 503, { status: 'not ready', ready: false, reason: err.message }),
+        );
+        return;
+      case '/metrics':
+        void sources.metrics().then(
+          (text) => {
+            res.writeHead(200, { 'content-type': sources.metricsContentType, 'cache-control': 'no-store' });
+            res.end(text);
+          },
+          (err: Error) => {
+            logger.error({ err: { type: err.name, message: err.message } }, 'metrics not gathered');
+            json(res, 500, { error: 'Metrics could not be gathered.', code: 'metrics_unavailable' });
+          },
+        );
+        return;
+      default:
+        return json(res, 404, { error: 'Not found.', code: 'not_found' });
+    }
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(address.port, address.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  logger.info({ address: address.host, port }, 'admin listening');
+  return {
+    port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}

@@ -1,0 +1,50 @@
+// The one completion point of every request (design §6, §7): exactly one
+// "request completed" log line and the metrics, fed from the same fields.
+import type { Exchange } from './exchange.ts';
+import { redactTokens } from './keys/token.ts';
+import type { Logger } from './log.ts';
+import { NO_ROUTE, type Metrics } from './metrics.ts';
+import { dropParams } from './query.ts';
+
+export type Complete = (ex: Exchange, status: number | null, aborted: boolean) => void;
+
+/** `credentialParams`: every route's credential query names, scrubbed from paths that matched no route. */
+export function createCompletion(logger: Logger, metrics: Metrics, credentialParams: () => ReadonlySet<string>): Complete {
+  function logPathOf(ex: Exchange): string {
+    if (ex.logPath !== null) return ex.logPath;
+    const q = ex.url.indexOf('?');
+    if (q < 0) return redactTokens(ex.url);
+    const query = dropParams(ex.url.slice(q + 1), credentialParams());
+    return redactTokens(query === '' ? ex.url.slice(0, q) : `${ex.url.slice(0, q)}?${query}`);
+  }
+
+  return (ex, status, aborted) => {
+    const req = ex.req;
+    const durationMs = performance.now() - ex.start;
+    const bytesIn = ex.bytesIn >= 0 ? ex.bytesIn : req.complete ? Number(req.headers['content-length'] ?? 0) : null;
+    const fields = {
+      reqId: ex.id,
+      client: req.socket.remoteAddress ?? null,
+      keyId: ex.principal?.id ?? null,
+      keyName: ex.principal?.name ?? null,
+      route: ex.route?.name ?? null,
+      method: req.method,
+      path: logPathOf(ex),
+      status,
+      bytesIn,
+      bytesOut: ex.bytesOut,
+      durationMs: Math.round(durationMs * 1000) / 1000,
+      ttfbMs: ex.ttfbMs >= 0 ? Math.round(ex.ttfbMs * 1000) / 1000 : null,
+      error: ex.failure,
+      aborted,
+    };
+    if (ex.upstreamFailed) logger.warn(fields, 'request completed');
+    else if (status !== null && status >= 500) logger.error(fields, 'request completed');
+    else logger.info(fields, 'request completed');
+
+    const route = ex.route?.index ?? NO_ROUTE;
+    if (ex.forwardStart > 0) metrics.inFlight(route, -1);
+    if (ex.upstreamFailed) metrics.upstreamError(route, ex.failure ?? 'error');
+    metrics.request(route, req.method as string, status ?? 0, durationMs / 1000, ex.ttfbMs / 1000, bytesIn ?? 0, ex.bytesOut);
+  };
+}

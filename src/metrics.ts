@@ -1,0 +1,249 @@
+// The only importer of prom-client (design §7). The request path updates
+// plain numbers in preallocated typed arrays — an index computation and an
+// increment, no label lookup, no allocation — and prom-client reads them
+// only when /metrics is scraped, through metric objects whose `get()` builds
+// the samples then. prom-client still provides the registry, the exposition
+// format, the default process and Node.js series, and the sum over
+// `KEYWARD_WORKERS` (its AggregatorRegistry, over the cluster IPC channel).
+import { AggregatorRegistry, collectDefaultMetrics, Registry, type MetricValue } from 'prom-client';
+import { UPSTREAMS } from './routes.ts';
+
+/** Route label values: the table's routes, then `none` for requests refused before routing. */
+export const ROUTE_NAMES: readonly string[] = [...UPSTREAMS.map((u) => u.name), 'none'];
+export const NO_ROUTE = ROUTE_NAMES.length - 1;
+const METHODS = ['GET', 'POST', 'PATCH', 'DELETE', 'PUT', 'HEAD', 'OPTIONS', 'OTHER'] as const;
+const METHOD_INDEX: Readonly<Record<string, number>> = Object.fromEntries(METHODS.map((m, i) => [m, i]));
+/** `code` label: 0 stands for "no status sent" (the client left first). */
+const STATUS_SLOTS = 600;
+// Up to 300 s: the scraper's synchronous runs wait that long (design §7).
+const BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300] as const;
+export const AUTH_FAILURES = ['missing', 'malformed', 'unknown', 'revoked', 'expired'] as const;
+export type AuthFailure = (typeof AUTH_FAILURES)[number];
+export const LIMIT_REASONS = ['scope', 'rate', 'concurrency', 'quota'] as const;
+export type LimitReason = (typeof LIMIT_REASONS)[number];
+
+/** A sample as prom-client's registry reads it (`metricName` names a histogram's _bucket/_sum/_count lines). */
+type Sample = MetricValue<string> & { metricName?: string };
+
+/** A prom-client metric whose samples are computed at scrape time. */
+interface ScrapedMetric {
+  readonly name: string;
+  readonly help: string;
+  readonly type: 'counter' | 'gauge' | 'histogram';
+  readonly aggregator: 'sum';
+  get(): { name: string; help: string; type: string; aggregator: 'sum'; values: Sample[] };
+}
+
+function scraped(name: string, help: string, type: ScrapedMetric['type'], values: () => Sample[]): ScrapedMetric {
+  return {
+    name,
+    help,
+    type,
+    aggregator: 'sum',
+    get: () => ({ name, help, type, aggregator: 'sum', values: values() }),
+  };
+}
+
+class Histogram {
+  readonly counts: Float64Array;
+  readonly sums: Float64Array;
+  readonly totals: Float64Array;
+  constructor(series: number) {
+    this.counts = new Float64Array(series * BUCKETS.length);
+    this.sums = new Float64Array(series);
+    this.totals = new Float64Array(series);
+  }
+
+  observe(series: number, seconds: number): void {
+    this.sums[series] = (this.sums[series] as number) + seconds;
+    this.totals[series] = (this.totals[series] as number) + 1;
+    let b = 0;
+    while (b < BUCKETS.length && seconds > (BUCKETS[b] as number)) b++;
+    if (b < BUCKETS.length) this.counts[series * BUCKETS.length + b] = (this.counts[series * BUCKETS.length + b] as number) + 1;
+  }
+
+  samples(name: string, label: (series: number) => Record<string, string>): Sample[] {
+    const out: Sample[] = [];
+    for (let s = 0; s < this.sums.length; s++) {
+      if (this.totals[s] === 0) continue;
+      const labels = label(s);
+      let cumulative = 0;
+      for (let b = 0; b < BUCKETS.length; b++) {
+        cumulative += this.counts[s * BUCKETS.length + b] as number;
+        out.push({ metricName: `${name}_bucket`, labels: { ...labels, le: String(BUCKETS[b]) }, value: cumulative });
+      }
+      out.push({ metricName: `${name}_bucket`, labels: { ...labels, le: '+Inf' }, value: this.totals[s] as number });
+      out.push({ metricName: `${name}_sum`, labels, value: this.sums[s] as number });
+      out.push({ metricName: `${name}_count`, labels, value: this.totals[s] as number });
+    }
+    return out;
+  }
+}
+
+/** What the key store reports at scrape time. */
+export interface KeystoreView {
+  keys(): { active: number; revoked: number; expired: number } | null;
+  up(): boolean;
+}
+
+export class Metrics {
+  readonly registry = new Registry();
+  readonly #requests = new Float64Array(ROUTE_NAMES.length * METHODS.length * STATUS_SLOTS);
+  readonly #duration = new Histogram(ROUTE_NAMES.length);
+  readonly #ttfb = new Histogram(ROUTE_NAMES.length);
+  readonly #bytes = new Float64Array(ROUTE_NAMES.length * 2);
+  readonly #inFlight = new Int32Array(ROUTE_NAMES.length);
+  readonly #auth = new Float64Array(AUTH_FAILURES.length);
+  readonly #limited = new Float64Array(ROUTE_NAMES.length * LIMIT_REASONS.length);
+  /** Upstream failures are rare: a map keyed by route index and reason is enough. */
+  readonly #upstreamErrors = new Map<string, number>();
+  #reloadErrors = 0;
+  #lastReload = 0;
+  #keystore: KeystoreView | null = null;
+
+  constructor(options: { defaults?: boolean } = {}) {
+    const r = this.registry;
+    const route = (s: number): Record<string, string> => ({ route: ROUTE_NAMES[s] as string });
+    r.registerMetric(
+      scraped('keyward_requests_total', 'Requests answered, by route, method and status code (0: none sent).', 'counter', () => {
+        const out: Sample[] = [];
+        for (let i = 0; i < this.#requests.length; i++) {
+          const v = this.#requests[i] as number;
+          if (v === 0) continue;
+          const code = i % STATUS_SLOTS;
+          const m = Math.floor(i / STATUS_SLOTS) % METHODS.length;
+          const rt = Math.floor(i / (STATUS_SLOTS * METHODS.length));
+          out.push({ labels: { route: ROUTE_NAMES[rt] as string, method: METHODS[m] as string, code: String(code) }, value: v });
+        }
+        return out;
+      }) as never,
+    );
+    r.registerMetric(
+      scraped('keyward_request_duration_seconds', 'Time from request to the end of the response.', 'histogram', () =>
+        this.#duration.samples('keyward_request_duration_seconds', route),
+      ) as never,
+    );
+    r.registerMetric(
+      scraped('keyward_upstream_ttfb_seconds', 'Time from forwarding to the upstream response headers.', 'histogram', () =>
+        this.#ttfb.samples('keyward_upstream_ttfb_seconds', route),
+      ) as never,
+    );
+    r.registerMetric(
+      scraped('keyward_upstream_errors_total', 'Upstream failures by route and reason (error code).', 'counter', () =>
+        [...this.#upstreamErrors].map(([key, value]) => {
+          const [rt, reason] = key.split('\0') as [string, string];
+          return { labels: { route: rt, reason }, value };
+        }),
+      ) as never,
+    );
+    r.registerMetric(
+      scraped('keyward_auth_failures_total', 'Requests refused with 401, by reason.', 'counter', () =>
+        AUTH_FAILURES.map((reason, i) => ({ labels: { reason }, value: this.#auth[i] as number })),
+      ) as never,
+    );
+    r.registerMetric(
+      scraped('keyward_limited_total', "Requests refused by a key's scope or limits.", 'counter', () => {
+        const out: Sample[] = [];
+        for (let i = 0; i < this.#limited.length; i++) {
+          const v = this.#limited[i] as number;
+          if (v > 0) out.push({ labels: { route: ROUTE_NAMES[Math.floor(i / LIMIT_REASONS.length)] as string, reason: LIMIT_REASONS[i % LIMIT_REASONS.length] as string }, value: v });
+        }
+        return out;
+      }) as never,
+    );
+    r.registerMetric(
+      scraped('keyward_bytes_total', 'Body bytes by route and direction (in: from clients, out: to clients).', 'counter', () => {
+        const out: Sample[] = [];
+        for (let s = 0; s < ROUTE_NAMES.length; s++) {
+          out.push({ labels: { route: ROUTE_NAMES[s] as string, direction: 'in' }, value: this.#bytes[s * 2] as number });
+          out.push({ labels: { route: ROUTE_NAMES[s] as string, direction: 'out' }, value: this.#bytes[s * 2 + 1] as number });
+        }
+        return out;
+      }) as never,
+    );
+    r.registerMetric(
+      scraped('keyward_requests_in_flight', 'Requests being forwarded now.', 'gauge', () =>
+        ROUTE_NAMES.slice(0, NO_ROUTE).map((name, s) => ({ labels: { route: name }, value: this.#inFlight[s] as number })),
+      ) as never,
+    );
+    r.registerMetric(
+      scraped('keyward_keys', 'Keys in the loaded set, by state.', 'gauge', () => {
+        const k = this.#keystore?.keys() ?? null;
+        return k === null ? [] : (['active', 'revoked', 'expired'] as const).map((state) => ({ labels: { state }, value: k[state] }));
+      }) as never,
+    );
+    r.registerMetric(scraped('keyward_keystore_up', '1 while the key store can be read.', 'gauge', () => [{ labels: {}, value: this.#keystore?.up() === true ? 1 : 0 }]) as never);
+    r.registerMetric(
+      scraped('keyward_keystore_reload_errors_total', 'Key store reloads that failed (the last good set kept serving).', 'counter', () => [
+        { labels: {}, value: this.#reloadErrors },
+      ]) as never,
+    );
+    r.registerMetric(
+      scraped('keyward_keystore_last_reload_timestamp_seconds', 'When a key set was last loaded.', 'gauge', () => [{ labels: {}, value: this.#lastReload }]) as never,
+    );
+    if (options.defaults !== false) collectDefaultMetrics({ register: r });
+  }
+
+  watchKeystore(view: KeystoreView): void {
+    this.#keystore = view;
+  }
+
+  keysLoaded(now: number): void {
+    this.#lastReload = now / 1000;
+  }
+
+  keysReloadFailed(): void {
+    this.#reloadErrors++;
+  }
+
+  /** One completed request. `route` is a ROUTE_NAMES index; `ttfb` is negative when there was none. */
+  request(route: number, method: string, status: number, seconds: number, ttfbSeconds: number, bytesIn: number, bytesOut: number): void {
+    const m = METHOD_INDEX[method] ?? METHODS.length - 1;
+    const i = (route * METHODS.length + m) * STATUS_SLOTS + (status > 0 && status < STATUS_SLOTS ? status : 0);
+    this.#requests[i] = (this.#requests[i] as number) + 1;
+    this.#duration.observe(route, seconds);
+    if (ttfbSeconds >= 0) this.#ttfb.observe(route, ttfbSeconds);
+    this.#bytes[route * 2] = (this.#bytes[route * 2] as number) + bytesIn;
+    this.#bytes[route * 2 + 1] = (this.#bytes[route * 2 + 1] as number) + bytesOut;
+  }
+
+  upstreamError(route: number, reason: string): void {
+    const key = `${ROUTE_NAMES[route]}\0${reason}`;
+    this.#upstreamErrors.set(key, (this.#upstreamErrors.get(key) ?? 0) + 1);
+  }
+
+  authFailure(reason: AuthFailure): void {
+    const i = AUTH_FAILURES.indexOf(reason);
+    this.#auth[i] = (this.#auth[i] as number) + 1;
+  }
+
+  limited(route: number, reason: LimitReason): void {
+    const i = route * LIMIT_REASONS.length + LIMIT_REASONS.indexOf(reason);
+    this.#limited[i] = (this.#limited[i] as number) + 1;
+  }
+
+  inFlight(route: number, delta: number): void {
+    this.#inFlight[route] = (this.#inFlight[route] as number) + delta;
+  }
+
+  /** The exposition text of this process. */
+  text(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+
+  /** In a cluster worker: answer the primary's scrape requests with this registry. */
+  serveToPrimary(): void {
+    AggregatorRegistry.setRegistries([this.registry]);
+    new AggregatorRegistry();
+  }
+}
+
+/** In the cluster primary: the workers' metrics, summed (design §7). */
+export function clusterMetrics(): { text(): Promise<string>; contentType: string } {
+  const aggregator = new AggregatorRegistry();
+  return { text: () => aggregator.clusterMetrics(), contentType: aggregator.contentType };
+}
