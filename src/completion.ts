@@ -24,7 +24,7 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
     const bytesIn = ex.bytesIn >= 0 ? ex.bytesIn : req.complete ? Number(req.headers['content-length'] ?? 0) : null;
     const fields = {
       reqId: ex.id,
-      client: req.socket.remoteAddress ?? null,
+      client: ex.client,
       keyId: ex.principal?.id ?? null,
       keyName: ex.principal?.name ?? null,
       route: ex.route?.name ?? null,

@@ -11,6 +11,8 @@ export class Exchange {
   readonly id: string;
   readonly start: number;
   readonly req: GatewayRequest;
+  /** The client's address, read now: a destroyed socket no longer knows it (Node caches it per connection). */
+  readonly client: string | null;
   /** Null for upgrades and CONNECT, which Node hands over as a bare socket. */
   res: ServerResponse | null = null;
   /** The key the token named, also when it was refused (revoked, expired, out of scope). */
@@ -46,6 +48,7 @@ export class Exchange {
     this.id = id;
     this.start = performance.now();
     this.req = req;
+    this.client = req.socket.remoteAddress ?? null;
   }
 
   get socket(): Socket {

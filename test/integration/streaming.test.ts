@@ -186,7 +186,7 @@ test('an upstream that dies mid-body closes the client connection at once', asyn
 });
 
 for (const when of ['before the response', 'mid-response', 'mid-upload'] as const) {
-  test(`a client that leaves ${when} cancels its upstream request at once`, async () => {
+  test(`a client that leaves ${when} cancels its upstream request within 100 ms`, async () => {
     const up = await startUpstream(
       (req, res) => {
         req.resume();
@@ -207,10 +207,12 @@ for (const when of ['before the response', 'mid-response', 'mid-upload'] as cons
       if (when === 'mid-response') {
         await deadline(new Promise((r) => client.once('data', r)), 3_000, 'first bytes');
       }
-      const leftAt = Date.now();
+      const leftAt = performance.now();
       client.destroy();
+      // These upstreams bill per request: the cancellation must be prompt (issue: within 100 ms).
       await eventually(() => up.requests[0]?.aborted === true, 1_000, 'upstream request cancelled');
-      assert.ok(Date.now() - leftAt < 1_000);
+      const lag = performance.now() - leftAt;
+      assert.ok(lag < 100, `upstream request cancelled ${lag.toFixed(1)} ms after the client left`);
       await eventually(() => gw.logs().some((l) => l.msg === 'request completed' && l.aborted === true), 1_000, 'logged as aborted');
     } finally {
       await gw.close();
