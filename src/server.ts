@@ -8,7 +8,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { createCompletion } from './completion.ts';
 import type { Config } from './config.ts';
-import { ERRORS, writeRawError, type GatewayError } from './errors.ts';
+import { answer as answerError, ERRORS, writeRawError, type GatewayError } from './errors.ts';
 import { GatewayRequest } from './exchange.ts';
 import { expire, Forwarder } from './forward.ts';
 import { LastUse } from './keys/last-use.ts';
@@ -144,9 +144,22 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
           : err.code?.startsWith('HPE_') === true
             ? ERRORS.malformed
             : null;
-    // Mid-response (pipelining) or a client already gone: a raw write would corrupt the stream.
-    if (answer === null || s._httpMessage || !s.writable) {
+    if (answer === null || !s.writable) {
       s.destroy();
+      return;
+    }
+    // The request's head was fine and it is being handled; its body is not
+    // (a bad chunk). Answer through its response while nothing of it is sent,
+    // else cut the connection: a raw write would corrupt the stream.
+    const pending = s._httpMessage as ServerResponse | undefined;
+    if (pending !== undefined && pending !== null) {
+      const ex = (pending.req as GatewayRequest).exchange;
+      if (pending.headersSent || ex === null || ex.settled) {
+        s.destroy();
+        return;
+      }
+      ex.proxyReq?.destroy();
+      answerError(ex, pending, answer, true);
       return;
     }
     logger.info({ error: err.code, client: s.remoteAddress ?? null }, 'malformed request refused');

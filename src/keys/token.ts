@@ -56,7 +56,7 @@ export function tokenDigestBytes(token: string): Buffer {
  * what the gateway's literal comparison would miss. 32 characters after the
  * prefix are enough to be a token fragment worth refusing; real tokens have 49.
  */
-const TOKEN_LIKE_SOURCE = '(?:k|%6b)(?:w|%77)(?:_|%5f)(?:[0-9a-z]|%[0-9a-f]{2}){32,}';
+const TOKEN_LIKE_SOURCE = '(?:k|%4b|%6b)(?:w|%57|%77)(?:_|%5f)(?:[0-9a-z]|%[0-9a-f]{2}){32,}';
 const TOKEN_LIKE = new RegExp(TOKEN_LIKE_SOURCE, 'i');
 const TOKEN_LIKE_ALL = new RegExp(TOKEN_LIKE_SOURCE, 'gi');
 

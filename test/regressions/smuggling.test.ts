@@ -74,17 +74,18 @@ test('ambiguous framing is refused with 400 JSON and never forwarded', async () 
   });
 });
 
-test('a body that turns malformed mid-stream cuts both connections; the upstream request never completes', async () => {
+test('a body that turns malformed mid-stream is answered 400 and closed; the upstream request never completes', async () => {
   await withSpeech(async (gw, up) => {
     up.handler = (req) => req.resume(); // never answers: only the framing matters here
     const out = await raw(gw.port, `POST /speech/v1/x HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${gw.token}\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n${SMUGGLED}\r\n0\r\n\r\n`);
-    assert.equal(out, '', 'the headers were already forwarded: no status can be sent, the connection is closed');
-    await eventually(() => gw.logs().some((l) => l.msg === 'request completed' && l.aborted === true), 3_000, 'the exchange was logged as aborted');
+    // No response had begun, so the client learns why; the connection is closed either way.
+    assert.match(out, /^HTTP\/1\.1 400 [\s\S]*connection: close[\s\S]*\{"error":"Malformed request.","code":"bad_request"\}$/);
+    await eventually(() => gw.logs().some((l) => l.msg === 'request completed'), 3_000, 'the exchange was logged');
     // Either the upstream never saw the request, or it saw it torn down: it never completed.
     await eventually(() => up.requests.every((r) => r.aborted), 3_000, 'upstream request torn down');
     assert.equal(up.requests.some((r) => r.ended), false);
     assert.equal(up.requests.some((r) => r.url.includes('smuggled')), false);
-    assert.equal(gw.logs().find((l) => l.msg === 'request completed')?.status, null, 'no status was sent');
+    assert.equal(gw.logs().find((l) => l.msg === 'request completed')?.status, 400);
   });
 });
 

@@ -1,0 +1,73 @@
+// Token format, Authorization parsing and token-shape detection as properties (design §2).
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import fc from 'fast-check';
+import { basicPassword, bearerToken } from '../../src/keys/keyset.ts';
+import { containsTokenLike, generateToken, isWellFormed, redactTokens } from '../../src/keys/token.ts';
+
+const ALPHABET = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
+const tokens = fc.constant(null).map(() => generateToken());
+
+test('every generated token is well formed; any one changed character breaks its checksum or shape', () => {
+  fc.assert(
+    fc.property(tokens, fc.nat(), fc.constantFrom(...ALPHABET.split('')), (token, at, ch) => {
+      assert.equal(isWellFormed(token), true);
+      const i = 3 + (at % (token.length - 3));
+      fc.pre(token[i] !== ch);
+      assert.equal(isWellFormed(token.slice(0, i) + ch + token.slice(i + 1)), false);
+    }),
+    { numRuns: 1_000 },
+  );
+});
+
+test('random strings are not tokens', () => {
+  fc.assert(fc.property(fc.string({ maxLength: 80 }), (s) => assert.equal(isWellFormed(s), false)));
+});
+
+test('Bearer parsing: any case of the scheme, any run of spaces, the token back exactly', () => {
+  const scheme = fc.array(fc.boolean(), { minLength: 6, maxLength: 6 }).map((up) => [...'bearer'].map((c, i) => (up[i] ? c.toUpperCase() : c)).join(''));
+  const token = fc.string({ unit: fc.constantFrom(...`${ALPHABET}_-.~+/=`.split('')), minLength: 1, maxLength: 60 });
+  fc.assert(
+    fc.property(scheme, fc.integer({ min: 1, max: 4 }), token, (s, spaces, t) => {
+      assert.equal(bearerToken(`${s}${' '.repeat(spaces)}${t}`), t);
+      assert.equal(bearerToken(`${s}${' '.repeat(spaces)}${t} extra`), null);
+      assert.equal(bearerToken(`Basic ${t}`), null);
+    }),
+  );
+  fc.assert(fc.property(fc.string(), (h) => {
+    const t = bearerToken(h);
+    if (t !== null) assert.ok(h.toLowerCase().startsWith('bearer ') && h.endsWith(t) && !t.includes(' '));
+  }));
+});
+
+test('Basic parsing returns the password for any login without a colon', () => {
+  fc.assert(
+    fc.property(fc.string().filter((l) => !l.includes(':')), fc.string(), (login, password) => {
+      fc.pre(Buffer.from(`${login}:${password}`, 'utf8').toString('utf8') === `${login}:${password}`);
+      assert.equal(basicPassword(`Basic ${Buffer.from(`${login}:${password}`).toString('base64')}`), password);
+    }),
+  );
+});
+
+/** The token as it may be disguised: any case, any characters percent-encoded. */
+const disguised = fc.tuple(tokens, fc.array(fc.tuple(fc.boolean(), fc.boolean()), { minLength: 52, maxLength: 52 })).map(([t, choices]) =>
+  [...t]
+    .map((ch, i) => {
+      const [encode, flip] = choices[i] as [boolean, boolean];
+      const c = flip ? (ch === ch.toLowerCase() ? ch.toUpperCase() : ch.toLowerCase()) : ch;
+      return encode ? `%${c.charCodeAt(0).toString(16)}` : c;
+    })
+    .join(''),
+);
+
+test('a token in any case or percent-encoding is found and redacted wherever it stands', () => {
+  fc.assert(
+    fc.property(fc.string({ maxLength: 20 }), disguised, fc.string({ maxLength: 20 }), (before, t, after) => {
+      assert.equal(containsTokenLike(before + t + after), true);
+      const red = redactTokens(before + t + after);
+      assert.equal(containsTokenLike(red), false, red);
+      assert.ok(red.includes('kw_[redacted]'));
+    }),
+    { numRuns: 1_000 },
+  );
+});
