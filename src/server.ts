@@ -144,7 +144,8 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
           : err.code?.startsWith('HPE_') === true
             ? ERRORS.malformed
             : null;
-    if (answer === null || !s.writable) {
+    // HPE_INVALID_EOF_STATE: the client closed its side mid-request; nobody is left to answer.
+    if (answer === null || !s.writable || err.code === 'HPE_INVALID_EOF_STATE') {
       s.destroy();
       return;
     }

@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import tls from 'node:tls';
+import type tls from 'node:tls';
 import { deadline, eventually } from '../support/deadline.ts';
 import { runCli, startCli } from '../support/cli.ts';
 import { startGateway } from '../support/gateway.ts';

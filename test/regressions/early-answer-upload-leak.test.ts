@@ -34,6 +34,7 @@ test('clients that leave mid-upload after an early answer leave no upstream conn
     await eventually(() => up.connections() === N, 5_000, 'every request reached the upstream');
     for (const c of clients) c.destroy();
     await eventually(() => up.open() === 0, 3_000, 'every upstream connection closed');
+    assert.equal(up.connections(), N, 'one upstream connection per request, none reused mid-upload');
   } finally {
     await gw.close();
     await up.close();
