@@ -253,13 +253,14 @@ async function serveCommand(args: string[], io: Io): Promise<number> {
   parse(args, {}, 'serve');
   const config = currentConfig(io);
   const listenFd = inheritedListenFd(io.env, io.pid);
+  let worker = false;
   if (config.workers > 1) {
     // Loaded only when asked for: a single-process gateway carries no cluster machinery.
     const { default: cluster } = await import('node:cluster');
     if (cluster.isPrimary) return servePrimary(config, listenFd, io);
+    worker = true;
   }
   const log = createLogger(config.logLevel);
-  const worker = io.env.NODE_UNIQUE_ID !== undefined; // set by node:cluster in workers
   const metrics = new Metrics();
   let gateway: Gateway;
   let admin: Admin | null = null;

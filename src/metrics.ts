@@ -26,21 +26,28 @@ export type LimitReason = (typeof LIMIT_REASONS)[number];
 type Sample = MetricValue<string> & { metricName?: string };
 
 /** A prom-client metric whose samples are computed at scrape time. */
+/**
+ * How the primary combines workers' values (KEYWARD_WORKERS > 1): counts add
+ * up; every worker holds the same key set, so its gauges take the max; the
+ * store is up only if it is up for all, and "last reload" is the oldest.
+ */
+type Aggregator = 'sum' | 'max' | 'min';
+
 interface ScrapedMetric {
   readonly name: string;
   readonly help: string;
   readonly type: 'counter' | 'gauge' | 'histogram';
-  readonly aggregator: 'sum';
-  get(): { name: string; help: string; type: string; aggregator: 'sum'; values: Sample[] };
+  readonly aggregator: Aggregator;
+  get(): { name: string; help: string; type: string; aggregator: Aggregator; values: Sample[] };
 }
 
-function scraped(name: string, help: string, type: ScrapedMetric['type'], values: () => Sample[]): ScrapedMetric {
+function scraped(name: string, help: string, type: ScrapedMetric['type'], values: () => Sample[], aggregator: Aggregator = 'sum'): ScrapedMetric {
   return {
     name,
     help,
     type,
-    aggregator: 'sum',
-    get: () => ({ name, help, type, aggregator: 'sum', values: values() }),
+    aggregator,
+    get: () => ({ name, help, type, aggregator, values: values() }),
   };
 }
 
@@ -170,16 +177,16 @@ export class Metrics {
       scraped('keyward_keys', 'Keys in the loaded set, by state.', 'gauge', () => {
         const k = this.#keystore?.keys() ?? null;
         return k === null ? [] : (['active', 'revoked', 'expired'] as const).map((state) => ({ labels: { state }, value: k[state] }));
-      }) as never,
+      }, 'max') as never,
     );
-    r.registerMetric(scraped('keyward_keystore_up', '1 while the key store can be read.', 'gauge', () => [{ labels: {}, value: this.#keystore?.up() === true ? 1 : 0 }]) as never);
+    r.registerMetric(scraped('keyward_keystore_up', '1 while the key store can be read.', 'gauge', () => [{ labels: {}, value: this.#keystore?.up() === true ? 1 : 0 }], 'min') as never);
     r.registerMetric(
       scraped('keyward_keystore_reload_errors_total', 'Key store reloads that failed (the last good set kept serving).', 'counter', () => [
         { labels: {}, value: this.#reloadErrors },
       ]) as never,
     );
     r.registerMetric(
-      scraped('keyward_keystore_last_reload_timestamp_seconds', 'When a key set was last loaded.', 'gauge', () => [{ labels: {}, value: this.#lastReload }]) as never,
+      scraped('keyward_keystore_last_reload_timestamp_seconds', 'When a key set was last loaded.', 'gauge', () => [{ labels: {}, value: this.#lastReload }], 'min') as never,
     );
     if (options.defaults !== false) collectDefaultMetrics({ register: r });
   }
