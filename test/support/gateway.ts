@@ -40,6 +40,8 @@ export interface GatewayOptions {
   readonly speech?: string;
   /** Extra or overriding environment. */
   readonly env?: Record<string, string>;
+  /** How often last-use times are written, ms. */
+  readonly lastUseFlushMs?: number;
 }
 
 export function makeSecrets(): Secrets {
@@ -82,7 +84,7 @@ export async function startGateway(options: GatewayOptions = {}): Promise<TestGa
     },
   });
   const log = createLogger(config.logLevel, sink);
-  const gateway = await createGateway(config, store, log.logger);
+  const gateway = await createGateway(config, store, log.logger, options.lastUseFlushMs === undefined ? {} : { lastUseFlushMs: options.lastUseFlushMs });
   const address = await gateway.listen();
   return {
     url: `http://127.0.0.1:${address.port}`,
