@@ -52,7 +52,7 @@ export interface GatewayOptions {
 }
 
 /** What changing these needs: a restart, not a reload. */
-const FIXED: ReadonlyArray<keyof Config> = ['host', 'port', 'workers', 'keysFile', 'maxHeaderBytes'];
+const FIXED: ReadonlyArray<keyof Config> = ['host', 'port', 'workers', 'keysFile', 'maxHeaderBytes', 'admin'];
 
 function buildRuntime(config: Config): Runtime {
   return {
