@@ -276,7 +276,7 @@ async function serveCommand(args: string[], io: Io): Promise<number> {
     }
   } catch (err) {
     log.logger.fatal({ err: { type: (err as Error).name, code: (err as NodeJS.ErrnoException).code, message: (err as Error).message } }, 'cannot start');
-    log.flush();
+    await log.flush();
     line(io.stderr, `keyward: cannot start: ${(err as Error).message}`);
     return EXIT_FAILURE;
   }
@@ -290,10 +290,8 @@ async function serveCommand(args: string[], io: Io): Promise<number> {
       void running
         .shutdown()
         .then(() => admin?.close())
-        .then(() => {
-          log.flush();
-          resolve(EXIT_OK);
-        });
+        .then(() => log.flush())
+        .then(() => resolve(EXIT_OK));
     };
     // `on`, not `once`: under systemd's default KillMode a worker gets SIGTERM
     // twice (directly and from the primary), and a second, unhandled one

@@ -71,8 +71,8 @@ export async function runDemo(io: Io): Promise<number> {
       void gateway
         .shutdown()
         .then(() => standins.close())
+        .then(() => log.flush())
         .then(() => {
-          log.flush();
           rmSync(dir, { recursive: true, force: true });
           resolve(0);
         });

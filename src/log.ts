@@ -6,8 +6,8 @@ export type { Logger };
 
 export interface LogHandle {
   readonly logger: Logger;
-  /** Write out anything buffered; call before the process exits. */
-  flush(): void;
+  /** Write out anything buffered (at most a couple of seconds); await before the process exits. */
+  flush(): Promise<void>;
 }
 
 /**
@@ -21,24 +21,41 @@ export function createLogger(level: string, destination?: DestinationStream, fd:
   // several µs on every line.
   const options = { level, base: { service: 'keyward', pid: process.pid } };
   if (destination !== undefined) {
-    return { logger: pino(options, destination), flush: () => undefined };
+    return { logger: pino(options, destination), flush: () => Promise.resolve() };
   }
   // Lines are gathered into 4 KiB writes (one asynchronous write per line cost
   // ~60 µs of CPU per request under load), and flushed at least once a second
   // so a quiet gateway's lines still reach the journal promptly.
   const dest = pino.destination({ dest: fd, sync: false, minLength: 4096 });
+  // A reader that went away (EPIPE: the journal restarted, `| head`) must
+  // not stop the gateway, nor its exit: sonic-boom's flushSync retries every
+  // write error but EAGAIN in a sleep loop forever, so the final flush is the
+  // asynchronous one, with a deadline.
+  let broken = false;
+  dest.on('error', () => {
+    broken = true;
+  });
   const logger = pino(options, dest);
-  const timer = setInterval(() => dest.flush(), 1000);
+  const timer = setInterval(() => {
+    if (!broken) dest.flush();
+  }, 1000);
   timer.unref();
   return {
     logger,
-    flush: () => {
-      clearInterval(timer);
-      try {
-        dest.flushSync();
-      } catch {
-        // stdout already gone (EPIPE): nothing left to flush to.
-      }
-    },
+    flush: () =>
+      new Promise<void>((resolve) => {
+        clearInterval(timer);
+        if (broken) return resolve();
+        const deadline = setTimeout(resolve, 2_000);
+        try {
+          dest.flush(() => {
+            clearTimeout(deadline);
+            resolve();
+          });
+        } catch {
+          clearTimeout(deadline);
+          resolve();
+        }
+      }),
   };
 }

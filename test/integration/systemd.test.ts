@@ -58,7 +58,7 @@ for (const workers of ['1', '2']) {
       });
       const done = collect(child);
       let out = '';
-      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      child.stdout?.on('data', (d: Buffer) => (out += d.toString()));
       try {
         sock.server.close(); // the parent's copy; the child holds its own
         const expected = workers === '1' ? 2 : 3; // one per worker listening
