@@ -1,0 +1,361 @@
+// Soak: mixed traffic at a fixed rate on loopback against a real gateway
+// process (bin/keyward serve), for a bounded time. All three routes, streams,
+// uploads, client aborts, upstream failures and key revocations made with
+// the CLI while traffic flows. Reports unexpected outcomes, the gateway's RSS
+// over time and its slope after warm-up, open descriptors before and after,
+// and event-loop delay p99 (from the admin listener's /metrics). Exits 1 if
+// anything unexpected happened, RSS grew more than 10 % after warm-up, or
+// descriptors did not return to their baseline.
+import { execFile, spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs, promisify } from 'node:util';
+
+const { values: args } = parseArgs({ options: { seconds: { type: 'string', default: '120' }, rate: { type: 'string', default: '150' }, json: { type: 'string' } } });
+const SECONDS = Number(args.seconds);
+const RATE = Number(args.rate);
+if (!(SECONDS >= 10 && SECONDS <= 3600) || !(RATE >= 1 && RATE <= 2000)) {
+  console.error('soak: --seconds must be 10–3600 and --rate 1–2000');
+  process.exit(2);
+}
+const BIN = fileURLToPath(new URL('../bin/keyward', import.meta.url));
+const exec = promisify(execFile);
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+const AUDIO_CHUNK = Buffer.alloc(8 * 1024, 0x5a);
+
+// ---- upstream stand-ins (in this process) --------------------------------
+function upstream(handler: http.RequestListener): Promise<{ url: string; server: http.Server }> {
+  const server = http.createServer(handler);
+  server.keepAliveTimeout = 2_000;
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve({ url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, server })));
+}
+
+function readBody(req: http.IncomingMessage): Promise<number> {
+  return new Promise((resolve) => {
+    let n = 0;
+    req.on('data', (c: Buffer) => (n += c.length));
+    req.on('end', () => resolve(n));
+    req.on('error', () => resolve(-1));
+    req.on('close', () => resolve(n));
+  });
+}
+
+const json = (res: http.ServerResponse, status: number, body: unknown): void => {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) }).end(text);
+};
+
+async function main(): Promise<number> {
+  const dir = mkdtempSync(join(tmpdir(), 'keyward-soak-'));
+  const scraper = await upstream(async (req, res) => {
+    await readBody(req);
+    json(res, 201, { data: { id: 'run', status: 'READY' } });
+  });
+  const seo = await upstream(async (req, res) => {
+    await readBody(req);
+    if (req.url?.includes('fail-500')) return json(res, 500, { status_code: 50000 });
+    json(res, 200, { status_code: 20000, cost: 0.001, tasks: [{ result: [{ ok: true }] }] });
+  });
+  const speech = await upstream(async (req, res) => {
+    if (req.url?.includes('fail-reset')) {
+      req.socket.destroy();
+      return;
+    }
+    const got = await readBody(req);
+    if (req.url?.includes('/stream')) {
+      res.writeHead(200, { 'content-type': 'audio/mpeg' });
+      let sent = 0;
+      const t = setInterval(() => {
+        if (res.destroyed) return clearInterval(t);
+        res.write(AUDIO_CHUNK);
+        if (++sent === 8) {
+          clearInterval(t);
+          res.end();
+        }
+      }, 25);
+      return;
+    }
+    json(res, 200, { received: got });
+  });
+
+  // ---- the gateway and its keys ------------------------------------------
+  const env: Record<string, string> = {
+    PATH: process.env.PATH ?? '',
+    HOME: process.env.HOME ?? '',
+    KEYWARD_PORT: '0',
+    KEYWARD_ADMIN_PORT: '0',
+    KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+    KEYWARD_LOG_LEVEL: 'info',
+    KEYWARD_SCRAPER_URL: scraper.url,
+    KEYWARD_SCRAPER_TOKEN: 'soak-scraper-secret',
+    KEYWARD_SEO_URL: seo.url,
+    KEYWARD_SEO_LOGIN: 'soak',
+    KEYWARD_SEO_PASSWORD: 'soak-seo-secret',
+    KEYWARD_SPEECH_URL: speech.url,
+    KEYWARD_SPEECH_KEY: 'soak-speech-secret',
+    KEYWARD_IDLE_TIMEOUT: '10s',
+  };
+  const createKey = async (name: string): Promise<string> => (JSON.parse((await exec(BIN, ['keys', 'create', '--name', name, '--json'], { env })).stdout) as { token: string }).token;
+  const live: string[] = [];
+  for (let i = 0; i < 8; i++) live.push(await createKey(`client-${i}`));
+  const revoked: Array<{ token: string; at: number }> = [];
+  /** Tokens being revoked: a request picked before the revocation may meet it (it waits for a pooled socket). */
+  const retiring = new Set<string>();
+
+  const gateway = spawn(BIN, ['serve'], { env, stdio: ['ignore', 'pipe', 'inherit'] });
+  let logTail = '';
+  let logLines = 0;
+  let secretInLogs = false;
+  const listening = new Promise<{ port: number; admin: number }>((resolve, reject) => {
+    let port = 0;
+    gateway.stdout.setEncoding('utf8').on('data', (d: string) => {
+      const text = logTail + d;
+      const lines = text.split('\n');
+      logTail = lines.pop() ?? '';
+      for (const l of lines) {
+        logLines++;
+        if (/soak-(scraper|seo|speech)-secret|kw_[0-9A-Za-z]{40}/.test(l)) secretInLogs = true;
+        if (l.includes('"msg":"keyward listening"')) port = (JSON.parse(l) as { port: number }).port;
+        if (l.includes('"msg":"admin listening"')) resolve({ port, admin: (JSON.parse(l) as { port: number }).port });
+      }
+    });
+    gateway.on('exit', (code) => reject(new Error(`gateway exited (${code}) before listening`)));
+  });
+  let gatewayExit: number | null | undefined;
+  gateway.on('exit', (code) => (gatewayExit = code));
+  const { port, admin } = await listening;
+  const pid = gateway.pid as number;
+  const rssMb = (): number => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]) / 1024;
+  const fds = (): number => readdirSync(`/proc/${pid}/fd`).length;
+  await sleep(500);
+  const fdBaseline = fds();
+
+  // ---- traffic ------------------------------------------------------------
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
+  const tally = new Map<string, { ok: number; unexpected: number }>();
+  const unexpected: string[] = [];
+  const note = (kind: string, good: boolean, detail: string): void => {
+    const t = tally.get(kind) ?? { ok: 0, unexpected: 0 };
+    if (good) t.ok++;
+    else {
+      t.unexpected++;
+      if (unexpected.length < 20) unexpected.push(`${kind}: ${detail}`);
+    }
+    tally.set(kind, t);
+  };
+  const pick = <T>(xs: readonly T[]): T => xs[Math.floor(Math.random() * xs.length)] as T;
+
+  interface Plan {
+    method: string;
+    path: string;
+    token: string | null;
+    body?: Buffer;
+    /** Acceptable statuses; 'abort' kinds end early on purpose. */
+    expect: readonly number[];
+    abort?: 'download' | 'upload';
+    length?: number;
+  }
+  const UPLOAD = Buffer.alloc(256 * 1024, 0x41);
+  const kinds: Array<[weight: number, kind: string, plan: () => Plan]> = [
+    [40, 'seo read', () => ({ method: 'GET', path: '/seo/v3/appendix/user_data', token: pick(live), expect: [200] })],
+    [15, 'scraper run', () => ({ method: 'POST', path: '/scraper/v2/acts/a~b/runs?timeout=60', token: pick(live), body: Buffer.from('{"x":1}'), expect: [201] })],
+    [10, 'speech stream', () => ({ method: 'GET', path: '/speech/v1/text-to-speech/v/stream', token: pick(live), expect: [200], length: 8 * AUDIO_CHUNK.length })],
+    [8, 'upload', () => ({ method: 'POST', path: '/speech/v1/upload', token: pick(live), body: UPLOAD, expect: [200] })],
+    [5, 'abort mid-download', () => ({ method: 'GET', path: '/speech/v1/text-to-speech/v/stream', token: pick(live), expect: [200], abort: 'download' })],
+    [4, 'abort mid-upload', () => ({ method: 'POST', path: '/speech/v1/upload', token: pick(live), body: UPLOAD, expect: [200, 408], abort: 'upload' })],
+    [4, 'upstream reset', () => ({ method: 'GET', path: '/speech/v1/fail-reset', token: pick(live), expect: [502] })],
+    [4, 'upstream 500', () => ({ method: 'GET', path: '/seo/v3/fail-500', token: pick(live), expect: [500] })],
+    [5, 'no token', () => ({ method: 'GET', path: '/seo/v3/x', token: null, expect: [401] })],
+    [5, 'revoked key', () => ({ method: 'GET', path: '/seo/v3/x', token: revoked.filter((r) => Date.now() - r.at > 1_500).at(-1)?.token ?? 'kw_unknown', expect: [401] })],
+  ];
+  const total = kinds.reduce((a, k) => a + k[0], 0);
+  const choose = (): [string, Plan] => {
+    let r = Math.random() * total;
+    for (const [w, kind, plan] of kinds) {
+      r -= w;
+      if (r <= 0) return [kind, plan()];
+    }
+    return ['seo read', (kinds[0] as (typeof kinds)[0])[2]()];
+  };
+
+  let inFlight = 0;
+  const fire = (): void => {
+    const [kind, plan] = choose();
+    inFlight++;
+    const headers: http.OutgoingHttpHeaders = {};
+    if (plan.token !== null) headers.authorization = `Bearer ${plan.token}`;
+    if (plan.body !== undefined) headers['content-length'] = plan.body.length;
+    let settled = false;
+    const done = (good: boolean, detail: string): void => {
+      if (settled) return;
+      settled = true;
+      inFlight--;
+      note(kind, good, detail);
+    };
+    const req = http.request({ host: '127.0.0.1', port, method: plan.method, path: plan.path, headers, agent: plan.abort === undefined ? agent : false, timeout: 20_000 }, (res) => {
+      let bytes = 0;
+      res.on('data', (c: Buffer) => {
+        bytes += c.length;
+        if (plan.abort === 'download') {
+          req.destroy();
+          done(res.statusCode === 200 || (res.statusCode === 401 && plan.token !== null && retiring.has(plan.token)), `status ${res.statusCode}`);
+        }
+      });
+      res.on('end', () => {
+        const okStatus = plan.expect.includes(res.statusCode as number) || (res.statusCode === 401 && plan.token !== null && retiring.has(plan.token));
+        const okLength = plan.length === undefined || res.statusCode !== 200 || bytes === plan.length;
+        done(okStatus && okLength, `status ${res.statusCode}, ${bytes} bytes`);
+      });
+      res.on('error', (e) => done(false, `response error ${e.message}`));
+    });
+    req.on('timeout', () => req.destroy(new Error('client timeout')));
+    req.on('error', (e: NodeJS.ErrnoException) => done(plan.abort !== undefined, `request error ${e.code ?? e.message}`));
+    if (plan.abort === 'upload' && plan.body !== undefined) {
+      req.write(plan.body.subarray(0, 64 * 1024));
+      setTimeout(() => {
+        req.destroy();
+        done(true, 'aborted');
+      }, 20);
+      return;
+    }
+    req.end(plan.body);
+  };
+
+  const samples: Array<{ t: number; rss: number; fds: number }> = [];
+  const lagP99: number[] = [];
+  const scrape = async (): Promise<void> => {
+    try {
+      const text = await new Promise<string>((resolve, reject) => {
+        http.get({ host: '127.0.0.1', port: admin, path: '/metrics', agent: false }, (res) => {
+          let body = '';
+          res.setEncoding('utf8').on('data', (d: string) => (body += d));
+          res.on('end', () => resolve(body));
+        }).on('error', reject);
+      });
+      const v = Number(/^nodejs_eventloop_lag_p99_seconds (\S+)$/m.exec(text)?.[1]);
+      if (Number.isFinite(v)) lagP99.push(v * 1000);
+    } catch (err) {
+      unexpected.push(`metrics scrape failed: ${(err as Error).message}`);
+    }
+  };
+
+  const started = Date.now();
+  const end = started + SECONDS * 1000;
+  let fired = 0;
+  const sampler = setInterval(() => samples.push({ t: (Date.now() - started) / 1000, rss: rssMb(), fds: fds() }), 1_000);
+  const scraper5 = setInterval(() => void scrape(), 5_000);
+  let nextRevoke = started + 5_000;
+  let revocations = 0;
+  let rotating = false;
+  while (Date.now() < end && gatewayExit === undefined) {
+    const due = Math.floor(((Date.now() - started) / 1000) * RATE);
+    while (fired < due) {
+      fire();
+      fired++;
+    }
+    if (Date.now() >= nextRevoke && !rotating) {
+      // Key churn through the CLI while traffic flows: revoke one key, create its replacement.
+      rotating = true;
+      nextRevoke += 10_000;
+      const victim = live.shift() as string;
+      retiring.add(victim);
+      const index = revocations++;
+      void exec(BIN, ['keys', 'revoke', `client-${index}`], { env })
+        .then(() => revoked.push({ token: victim, at: Date.now() }))
+        .then(() => createKey(`client-${index + 8}`))
+        .then(async (t) => {
+          await sleep(1_500); // the gateway takes up changes within a second (design §5)
+          live.push(t);
+        })
+        .catch((err: Error) => unexpected.push(`key churn: ${err.message}`))
+        .finally(() => (rotating = false));
+      // Until the revocation has landed the victim is neither live nor counted as revoked.
+    }
+    await sleep(5);
+  }
+  clearInterval(sampler);
+  clearInterval(scraper5);
+  const drainUntil = Date.now() + 30_000;
+  while (inFlight > 0 && Date.now() < drainUntil) await sleep(50);
+  if (inFlight > 0) unexpected.push(`${inFlight} requests never finished`);
+  await scrape();
+  agent.destroy();
+
+  // Descriptors: client keep-alive connections are gone; the gateway's
+  // pooled upstream connections close when the upstreams' keep-alive ends.
+  let fdAfter = fds();
+  const settleUntil = Date.now() + 15_000;
+  while (fdAfter > fdBaseline && Date.now() < settleUntil) {
+    await sleep(250);
+    fdAfter = fds();
+  }
+
+  // RSS after warm-up: the first fifth of the run (at least 10 s) is warm-up.
+  const warm = Math.max(10, SECONDS / 5);
+  const after = samples.filter((s) => s.t >= warm);
+  const n = after.length;
+  const mean = (xs: number[]): number => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
+  const tMean = mean(after.map((s) => s.t));
+  const rMean = mean(after.map((s) => s.rss));
+  const slope = n > 1 ? after.reduce((a, s) => a + (s.t - tMean) * (s.rss - rMean), 0) / after.reduce((a, s) => a + (s.t - tMean) ** 2, 0) : 0;
+  const window = Math.max(3, Math.floor(n / 10));
+  const rssStart = mean(after.slice(0, window).map((s) => s.rss));
+  const rssEnd = mean(after.slice(-window).map((s) => s.rss));
+  const growth = rssStart > 0 ? (rssEnd - rssStart) / rssStart : 0;
+  const peak = Math.max(...samples.map((s) => s.rss));
+  const lagSorted = [...lagP99].sort((a, b) => a - b);
+
+  gateway.kill('SIGTERM');
+  const exitCode = await new Promise<number | null>((resolve) => (gatewayExit !== undefined ? resolve(gatewayExit) : gateway.on('exit', resolve)));
+  for (const u of [scraper, seo, speech]) {
+    u.server.closeAllConnections();
+    u.server.close();
+  }
+  rmSync(dir, { recursive: true, force: true });
+
+  const unexpectedCount = [...tally.values()].reduce((a, t) => a + t.unexpected, 0) + unexpected.filter((u) => !u.includes(':') || u.startsWith('key churn') || u.startsWith('metrics') || u.includes('never finished')).length;
+  const failures: string[] = [];
+  if (unexpectedCount > 0) failures.push(`${unexpectedCount} unexpected outcomes`);
+  if (growth > 0.1) failures.push(`RSS grew ${(growth * 100).toFixed(1)} % after warm-up`);
+  if (fdAfter > fdBaseline) failures.push(`descriptors ${fdAfter} after vs ${fdBaseline} before`);
+  if (gatewayExit !== undefined && exitCode !== 0) failures.push(`gateway exited ${exitCode}`);
+  if (secretInLogs) failures.push('a secret or token appeared in the logs');
+
+  const report = {
+    seconds: SECONDS,
+    rate: RATE,
+    requests: fired,
+    revocations,
+    logLines,
+    outcomes: Object.fromEntries(tally),
+    unexpected: unexpectedCount,
+    examples: unexpected,
+    rssMb: { warmupEnd: Math.round(rssStart * 10) / 10, end: Math.round(rssEnd * 10) / 10, peak: Math.round(peak * 10) / 10, growthPercent: Math.round(growth * 1000) / 10, slopeMbPerMin: Math.round(slope * 60 * 100) / 100 },
+    fds: { before: fdBaseline, after: fdAfter },
+    eventLoopDelayP99Ms: { median: Math.round((lagSorted[Math.floor(lagSorted.length / 2)] ?? 0) * 100) / 100, worst: Math.round((lagSorted.at(-1) ?? 0) * 100) / 100 },
+    gatewayExit: exitCode,
+    pass: failures.length === 0,
+    failures,
+  };
+  console.log(`soak: ${fired} requests in ${SECONDS} s at ${RATE}/s, ${revocations} keys revoked and replaced during the run`);
+  for (const [kind, t] of tally) console.log(`  ${kind.padEnd(20)} ${String(t.ok).padStart(7)} as expected  ${t.unexpected > 0 ? `${t.unexpected} UNEXPECTED` : ''}`);
+  console.log(`  RSS after warm-up ${report.rssMb.warmupEnd} → ${report.rssMb.end} MB (${report.rssMb.growthPercent} %, slope ${report.rssMb.slopeMbPerMin} MB/min), peak ${report.rssMb.peak} MB`);
+  console.log(`  descriptors ${fdBaseline} before, ${fdAfter} after`);
+  console.log(`  event-loop delay p99 per 5 s window: median ${report.eventLoopDelayP99Ms.median} ms, worst ${report.eventLoopDelayP99Ms.worst} ms`);
+  for (const e of unexpected) console.log(`  ! ${e}`);
+  console.log(report.pass ? 'soak: PASS' : `soak: FAIL (${failures.join('; ')})`);
+  if (args.json !== undefined) writeFileSync(args.json, `${JSON.stringify(report, null, 2)}\n`);
+  return report.pass ? 0 : 1;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err: Error) => {
+    console.error(`soak: ${err.stack ?? err.message}`);
+    process.exit(1);
+  },
+);
