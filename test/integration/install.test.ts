@@ -30,7 +30,7 @@ test('npm pack → npm install --omit=dev → keyward serve, with no compiler in
     assert.equal(existsSync(join(mods, 'keyward', 'src')), false, 'the package ships the build, not the sources');
     assert.equal(existsSync(join(mods, 'keyward', 'dist', 'main.js')), true);
     const bin = join(mods, '.bin', 'keyward');
-    const env = { ...childEnv({}), KEYWARD_FROM_SOURCE: '', KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: '0', KEYWARD_KEYS_FILE: join(dir, 'keys.json') };
+    const env = { ...childEnv({}), NODE_OPTIONS: '', KEYWARD_FROM_SOURCE: '', KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: '0', KEYWARD_KEYS_FILE: join(dir, 'keys.json') };
     const created = await exec(bin, ['keys', 'create', '--name', 'ops', '--json'], { env });
     const key = JSON.parse(created.stdout) as { token: string };
     const child = spawn(bin, ['serve'], { env, stdio: ['ignore', 'pipe', 'pipe'] });

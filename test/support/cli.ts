@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { deadline } from './deadline.ts';
 
 export const BIN = fileURLToPath(new URL('../../bin/keyward', import.meta.url));
+const TSCONFIG = fileURLToPath(new URL('../../tsconfig.json', import.meta.url));
 
 export interface Result {
   readonly code: number | null;
@@ -17,8 +18,13 @@ export function childEnv(extra: Record<string, string>): Record<string, string> 
   const env: Record<string, string> = {};
   for (const k of keep) if (process.env[k] !== undefined) env[k] = process.env[k] as string;
   // Run from source: coverage of child processes then maps onto src/ directly.
+  // Children load the sources through tsx, as the test process does: c8
+  // merges the V8 coverage of every process by file URL and byte offset, so
+  // the same file must have the same compiled text everywhere (type
+  // stripping and tsx differ, and the merge would scramble both).
+  const coverage: Record<string, string> = process.env.NODE_V8_COVERAGE === undefined ? {} : { NODE_OPTIONS: `--import ${import.meta.resolve('tsx')}`, TSX_TSCONFIG_PATH: TSCONFIG };
   // No admin listener unless a test asks for one: test files run in parallel, and the default port is fixed.
-  return { ...env, KEYWARD_FROM_SOURCE: '1', KEYWARD_ADMIN_PORT: 'off', ...extra };
+  return { ...env, KEYWARD_FROM_SOURCE: '1', KEYWARD_ADMIN_PORT: 'off', ...coverage, ...extra };
 }
 
 export function runCli(args: string[], env: Record<string, string>, cwd?: string, timeoutMs = 20_000): Promise<Result> {
