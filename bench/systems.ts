@@ -140,6 +140,9 @@ export async function keyward(upstreamPort: number, s: Secrets, keysFile: string
     KEYWARD_PORT: String(port),
     KEYWARD_KEYS_FILE: keysFile,
     KEYWARD_LOG_LEVEL: 'info',
+    // Defaults as users run them, metrics included; an ephemeral admin port
+    // so that several gateways can run side by side.
+    KEYWARD_ADMIN_PORT: '0',
     KEYWARD_SCRAPER_URL: up,
     KEYWARD_SEO_URL: up,
     KEYWARD_SPEECH_URL: up,

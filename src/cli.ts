@@ -10,7 +10,7 @@ import { FileKeyStore, KeysFileError } from './keys/file-store.ts';
 import type { KeyRecord } from './keys/keyset.ts';
 import { createKey, KeyUsageError, listKeys, revokeKey, rotateKey, updateKey } from './keys/manage.ts';
 import { createLogger } from './log.ts';
-import { clusterMetrics, Metrics } from './metrics.ts';
+import { clusterMetrics, createMetrics } from './metrics.ts';
 import { UPSTREAMS } from './routes.ts';
 import { createGateway, type Gateway } from './server.ts';
 import { inheritedListenFd } from './systemd.ts';
@@ -261,7 +261,8 @@ async function serveCommand(args: string[], io: Io): Promise<number> {
     worker = true;
   }
   const log = createLogger(config.logLevel);
-  const metrics = new Metrics();
+  // Workers record for the primary's admin listener; a single process only when it has one.
+  const metrics = createMetrics(config.admin !== null);
   let gateway: Gateway;
   let admin: Admin | null = null;
   try {

@@ -254,3 +254,19 @@ export function clusterMetrics(): { text(): Promise<string>; contentType: string
   const aggregator = new AggregatorRegistry();
   return { text: () => aggregator.clusterMetrics(), contentType: aggregator.contentType };
 }
+
+/**
+ * With no admin listener there is nowhere to read metrics from: the request
+ * path then skips recording altogether (the bench measures the difference).
+ */
+class Unrecorded extends Metrics {
+  override request(): void {}
+  override upstreamError(): void {}
+  override authFailure(): void {}
+  override limited(): void {}
+  override inFlight(): void {}
+}
+
+export function createMetrics(record: boolean): Metrics {
+  return record ? new Metrics() : new Unrecorded({ defaults: false });
+}

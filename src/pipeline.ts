@@ -77,6 +77,7 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
     const req = this.req as GatewayRequest;
     const ex = req.exchange as Exchange;
     ex.closed = true;
+    if (ex.forwardStart > 0) deps.sweeper.untrack(ex);
     // The client left (or the answer is complete) with its upload unfinished:
     // the upstream request must end too, whatever state the response is in,
     // or its socket stays open until the upstream gives up.

@@ -10,14 +10,14 @@ test('one "request completed" line per request with every agreed field', async (
   const gw = await startGateway({ scraper: up.url, seo: up.url });
   try {
     const auth = { authorization: `Bearer ${gw.token}` };
-    await request(`${gw.url}/scraper/v2/acts/x/runs?token=SHOULD-NOT-BE-LOGGED&tok%65n=NOR-THIS&timeout=60`, { method: 'POST', headers: auth, body: 'abcde' });
+    const answer = await request(`${gw.url}/scraper/v2/acts/x/runs?token=SHOULD-NOT-BE-LOGGED&tok%65n=NOR-THIS&timeout=60`, { method: 'POST', headers: auth, body: 'abcde' });
     await request(`${gw.url}/seo/v3/x?token=kept-on-seo`, { headers: auth });
     await request(`${gw.url}/nowhere?token=unrouted-secret`, { headers: auth });
     await request(`${gw.url}/seo/v3/x`, {});
     const lines = gw.logs().filter((l) => l.msg === 'request completed');
     assert.equal(lines.length, 4);
     const [first, second, third, fourth] = lines;
-    for (const key of ['time', 'reqId', 'keyId', 'keyName', 'route', 'method', 'path', 'status', 'bytesIn', 'bytesOut', 'durationMs', 'ttfbMs']) {
+    for (const key of ['time', 'reqId', 'client', 'keyId', 'keyName', 'route', 'method', 'path', 'status', 'bytesIn', 'bytesOut', 'durationMs', 'ttfbMs']) {
       assert.ok(key in (first ?? {}), key);
     }
     assert.equal(first?.keyId, gw.keyId);
@@ -27,7 +27,8 @@ test('one "request completed" line per request with every agreed field', async (
     assert.equal(first?.path, '/scraper/v2/acts/x/runs?timeout=60');
     assert.equal(first?.status, 200);
     assert.equal(first?.bytesIn, 5);
-    assert.ok((first?.bytesOut as number) > 0);
+    assert.equal(first?.bytesOut, answer.body.length, 'body bytes, not header bytes');
+    assert.equal(first?.client, '127.0.0.1');
     assert.ok((first?.durationMs as number) >= (first?.ttfbMs as number));
     assert.equal(first?.level, 30);
     assert.equal(second?.path, '/seo/v3/x?token=kept-on-seo');
@@ -35,6 +36,7 @@ test('one "request completed" line per request with every agreed field', async (
     assert.equal(third?.status, 404);
     assert.equal(fourth?.status, 401);
     assert.equal(fourth?.keyId, null);
+    assert.equal(fourth?.bytesOut, Buffer.byteLength('{"error":"Unauthorized.","code":"unauthorized"}'));
     assert.notEqual(first?.reqId, second?.reqId);
     assert.doesNotMatch(gw.logText(), /SHOULD-NOT-BE-LOGGED|NOR-THIS|unrouted-secret/);
   } finally {
