@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { ConfigError, keysFilePath, loadConfig } from '../../src/config.ts';
+import { ConfigError, effectiveEnv, keysFilePath, loadConfig, parseEnvFile } from '../../src/config.ts';
 import { upstreamFailure, ERRORS } from '../../src/errors.ts';
 import { parseDuration, parseSize } from '../../src/units.ts';
 
@@ -143,4 +143,46 @@ test('upstream failures map to 502 or 504 by cause, never by guess', () => {
   assert.equal(upstreamFailure('ECONNECT_TIMEOUT'), ERRORS.upstreamTimeout);
   assert.equal(upstreamFailure('KEYWARD_UPSTREAM_TIMEOUT'), ERRORS.upstreamTimeout);
   assert.equal(ERRORS.unauthorized.body.toString(), '{"error":"Unauthorized.","code":"unauthorized"}');
+});
+
+test('options added for hardening and operations: defaults with units, every problem reported with its name', () => {
+  const c = loadConfig({}, noFiles, '/srv/app');
+  assert.equal(c.idleTimeoutMs, 300_000);
+  assert.equal(c.maxHeaderBytes, 16 * 1024);
+  assert.equal(c.maxConnections, 10_000);
+  assert.equal(c.upstreamCa, null);
+  assert.equal(c.tls, null);
+  assert.deepEqual(c.admin, { host: '127.0.0.1', port: 9091 });
+  assert.ok(c.routes.every((r) => r.native === null));
+  const set = loadConfig({ KEYWARD_IDLE_TIMEOUT: '90s', KEYWARD_MAX_HEADER_SIZE: '32KiB', KEYWARD_MAX_CONNECTIONS: '500', KEYWARD_ADMIN_PORT: 'off', KEYWARD_NATIVE_AUTH: 'speech, seo' }, noFiles, '/');
+  assert.equal(set.idleTimeoutMs, 90_000);
+  assert.equal(set.maxHeaderBytes, 32 * 1024);
+  assert.equal(set.maxConnections, 500);
+  assert.equal(set.admin, null);
+  assert.deepEqual(set.routes.filter((r) => r.native !== null).map((r) => [r.name, r.native?.kind]), [['seo', 'basic'], ['speech', 'header']]);
+  try {
+    loadConfig(
+      { KEYWARD_IDLE_TIMEOUT: '5', KEYWARD_MAX_HEADER_SIZE: '10B', KEYWARD_MAX_CONNECTIONS: 'many', KEYWARD_ADMIN_PORT: '70000', KEYWARD_NATIVE_AUTH: 'video', KEYWARD_UPSTREAM_CA_FILE: '/nope', KEYWARD_TLS_KEY_FILE: '/k' },
+      noFiles,
+      '/',
+    );
+    assert.fail('should have thrown');
+  } catch (err) {
+    assert.ok(err instanceof ConfigError);
+    const text = err.problems.join('\n');
+    for (const name of ['KEYWARD_IDLE_TIMEOUT', 'KEYWARD_MAX_HEADER_SIZE', 'KEYWARD_MAX_CONNECTIONS', 'KEYWARD_ADMIN_PORT', 'KEYWARD_NATIVE_AUTH', 'KEYWARD_UPSTREAM_CA_FILE', 'KEYWARD_TLS_CERT_FILE']) {
+      assert.match(text, new RegExp(name), name);
+    }
+  }
+});
+
+test('KEYWARD_CONFIG_FILE: NAME=value lines over the environment; a bad line is a problem with its number', () => {
+  const files: Record<string, string> = { '/etc/kw.env': '# comment\n\nexport KEYWARD_PORT=9000\nKEYWARD_LOG_LEVEL="warn"\n' };
+  const read = (p: string): string => files[p] ?? noFiles(p);
+  const env = effectiveEnv({ KEYWARD_CONFIG_FILE: '/etc/kw.env', KEYWARD_PORT: '8000', KEYWARD_HOST: '0.0.0.0' }, read);
+  assert.equal(env.KEYWARD_PORT, '9000');
+  assert.equal(env.KEYWARD_LOG_LEVEL, 'warn');
+  assert.equal(env.KEYWARD_HOST, '0.0.0.0');
+  assert.deepEqual(parseEnvFile('A=1\nnonsense\n').problems, ['KEYWARD_CONFIG_FILE line 2: expected NAME=value']);
+  assert.throws(() => effectiveEnv({ KEYWARD_CONFIG_FILE: '/missing' }, read), /KEYWARD_CONFIG_FILE: cannot read the file \(ENOENT\)/);
 });
