@@ -6,7 +6,9 @@ import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
 import { startAdmin, type Admin } from './admin.ts';
 import { ConfigError, effectiveEnv, keysFilePath, loadConfig, type Config, type Env } from './config.ts';
 import { runDemo } from './demo.ts';
-import { FileKeyStore, KeysFileError } from './keys/file-store.ts';
+import { FileKeyStore, KeysFileError, parseKeysFile, serialiseKeysFile } from './keys/file-store.ts';
+import { PgKeyStore } from './keys/pg-store.ts';
+import type { KeyStore } from './keys/store.ts';
 import type { KeyRecord } from './keys/keyset.ts';
 import { createKey, KeyUsageError, listKeys, revokeKey, rotateKey, updateKey } from './keys/manage.ts';
 import { createLogger } from './log.ts';
@@ -34,7 +36,8 @@ const HELP: Readonly<Record<string, string>> = {
   '': `usage: keyward <command>
 
   serve          run the gateway (configuration from the environment)
-  keys           create, list, revoke, rotate and update keys
+  keys           create, list, revoke, rotate, update, import and export keys
+  db migrate     create or upgrade the PostgreSQL schema (KEYWARD_DATABASE_URL)
   demo           run stand-in upstreams, the gateway and a demo key
 
 keyward <command> --help tells more.
@@ -49,14 +52,30 @@ from KEYWARD_CONFIG_FILE if set; see the README. SIGHUP reloads it, SIGTERM drai
 Starts stand-ins for the three upstreams, the gateway and a demo key, and
 prints curl commands that work as printed. Ctrl-C stops it.
 `,
-  keys: `usage: keyward keys <create|list|revoke|rotate|update> [options]
+  db: `usage: keyward db migrate
+
+Creates or upgrades keyward's tables in KEYWARD_DATABASE_URL (serve and keys
+do this too, under an advisory lock).
+`,
+  'keys import': `usage: keyward keys import FILE
+
+Copies the keys of a keys file (digests only) into the configured store;
+keys already there (same id) are left as they are, so importing twice is harmless.
+`,
+  'keys export': `usage: keyward keys export
+
+Prints the configured store's keys as a keys file (digests only, never tokens).
+`,
+  keys: `usage: keyward keys <create|list|revoke|rotate|update|import|export> [options]
 
   create --name NAME [--routes R,…] [--expires-in 30d] [--json]
   list [--json]
   revoke ID|NAME
   rotate ID|NAME [--grace 24h] [--json]
   update ID|NAME [--routes R,…|all] [--expires-in 30d|never]
+  import FILE | export
 
+With KEYWARD_DATABASE_URL the keys live in PostgreSQL, else in the keys file.
 Every keys command names the store it used on stderr. --force lets a
 command that changes keys replace a keys file that cannot be read (the bad
 file is kept beside it).
@@ -147,6 +166,8 @@ function publicView(r: KeyRecord, lastUsed: string | null = null): Record<string
   return { id: r.id, name: r.name, routes: r.routes ?? null, created: r.created, expires: r.expires, revoked: r.revoked, lastUsed };
 }
 
+const readText = (p: string): string => readFileSync(p, 'utf8');
+
 async function keysCommand(args: string[], io: Io): Promise<number> {
   const [sub, ...rest] = args;
   if (sub === undefined || sub === '--help' || sub === '-h') {
@@ -156,12 +177,37 @@ async function keysCommand(args: string[], io: Io): Promise<number> {
   const command = `keys ${sub}`;
   const help = HELP[command];
   if (help === undefined) throw new UsageError(`unknown keys command ${sub}`, HELP.keys as string);
-  const env = effectiveEnv(io.env, (p) => readFileSync(p, 'utf8'));
-  const store = new FileKeyStore(keysFilePath(env, io.cwd));
+  const store = storeFor(io);
+  try {
+    return await keysWith(store, sub, rest, command, help, io);
+  } finally {
+    await store.close?.();
+  }
+}
+
+/** The configured key store: PostgreSQL with KEYWARD_DATABASE_URL, else the keys file. */
+function storeFor(io: Io): KeyStore & { setAside?: string | null } {
+  const env = effectiveEnv(io.env, readText);
+  const config = loadConfigForStore(env, io.cwd);
+  return config.databaseUrl !== null ? new PgKeyStore(config.databaseUrl) : new FileKeyStore(keysFilePath(env, io.cwd));
+}
+
+/** Only the store options are needed here; other options' problems are serve's business. */
+function loadConfigForStore(env: Env, cwd: string): { databaseUrl: string | null } {
+  const only: Record<string, string | undefined> = {};
+  for (const [k, v] of Object.entries(env)) if (!k.startsWith('KEYWARD_') || k.startsWith('KEYWARD_DATABASE_URL') || k === 'KEYWARD_KEYS_FILE') only[k] = v;
+  return loadConfig(only, readText, cwd);
+}
+
+async function keysWith(store: KeyStore & { setAside?: string | null }, sub: string, rest: string[], command: string, help: string, io: Io): Promise<number> {
   const force = { force: { type: 'boolean' } } as const;
   // Parse first, so that --help and usage errors touch no store.
   const parsed =
-    sub === 'create'
+    sub === 'import'
+      ? parse(rest, {}, command, 1)
+      : sub === 'export'
+        ? parse(rest, {}, command)
+        : sub === 'create'
       ? parse(rest, { name: { type: 'string' }, routes: { type: 'string' }, 'expires-in': { type: 'string' }, json: { type: 'boolean' }, ...force }, command)
       : sub === 'list'
         ? parse(rest, { json: { type: 'boolean' } }, command)
@@ -172,11 +218,12 @@ async function keysCommand(args: string[], io: Io): Promise<number> {
             : parse(rest, { routes: { type: 'string' }, 'expires-in': { type: 'string' }, ...force }, command, 1);
   const values = parsed.values as Record<string, string | boolean | undefined>;
   const target = parsed.positionals[0];
-  if (sub !== 'create' && sub !== 'list' && target === undefined) throw new UsageError(`${command} needs ID or NAME`, help);
+  if (sub === 'import' && target === undefined) throw new UsageError('keys import needs FILE', help);
+  if (sub !== 'create' && sub !== 'list' && sub !== 'export' && target === undefined) throw new UsageError(`${command} needs ID or NAME`, help);
   const update = { force: values.force === true };
-  line(io.stderr, `keyward: keys file ${store.location}`);
+  line(io.stderr, store instanceof FileKeyStore ? `keyward: keys file ${store.location}` : `keyward: keys in ${store.location}`);
   const noteForced = (): void => {
-    if (store.setAside !== null) line(io.stderr, `keyward: the unreadable keys file was moved to ${store.setAside}`);
+    if (store.setAside !== null && store.setAside !== undefined) line(io.stderr, `keyward: the unreadable keys file was moved to ${store.setAside}`);
   };
 
   switch (sub) {
@@ -207,6 +254,20 @@ async function keysCommand(args: string[], io: Io): Promise<number> {
       ];
       const widths = rows[0]!.map((_, c) => Math.max(...rows.map((row) => row[c]!.length)));
       for (const row of rows) line(io.stdout, row.map((cell, c) => cell.padEnd(widths[c]!)).join('  ').trimEnd());
+      return EXIT_OK;
+    }
+    case 'import': {
+      const incoming = parseKeysFile(readText(target as string));
+      const added = await store.update((records) => {
+        const have = new Set(records.map((r) => r.id));
+        const fresh = incoming.filter((r) => !have.has(r.id));
+        return { records: [...records, ...fresh], result: fresh.length };
+      });
+      line(io.stdout, `Imported ${added} of ${incoming.length} keys (${incoming.length - added} were already there).`);
+      return EXIT_OK;
+    }
+    case 'export': {
+      io.stdout.write(serialiseKeysFile(await store.load()));
       return EXIT_OK;
     }
     case 'revoke': {
@@ -242,7 +303,23 @@ async function keysCommand(args: string[], io: Io): Promise<number> {
   }
 }
 
-const readText = (p: string): string => readFileSync(p, 'utf8');
+async function dbCommand(args: string[], io: Io): Promise<number> {
+  const [sub, ...rest] = args;
+  if (sub === '--help' || sub === '-h') throw new HelpRequested(HELP.db as string);
+  if (sub !== 'migrate') throw new UsageError(sub === undefined ? 'db needs migrate' : `unknown db command ${sub}`, HELP.db as string);
+  parse(rest, {}, 'db');
+  const url = loadConfigForStore(effectiveEnv(io.env, readText), io.cwd).databaseUrl;
+  if (url === null) throw new UsageError('db migrate needs KEYWARD_DATABASE_URL', HELP.db as string);
+  const store = new PgKeyStore(url);
+  try {
+    line(io.stderr, `keyward: keys in ${store.location}`);
+    await store.migrate();
+    line(io.stdout, 'Database schema is up to date.');
+    return EXIT_OK;
+  } finally {
+    await store.close();
+  }
+}
 
 /** The configuration as it stands now: environment, KEYWARD_CONFIG_FILE, secret files. */
 function currentConfig(io: Io): Config {
@@ -266,7 +343,8 @@ async function serveCommand(args: string[], io: Io): Promise<number> {
   let gateway: Gateway;
   let admin: Admin | null = null;
   try {
-    gateway = await createGateway(config, new FileKeyStore(config.keysFile), log.logger, { listenFd, metrics });
+    const store = config.databaseUrl !== null ? new PgKeyStore(config.databaseUrl) : new FileKeyStore(config.keysFile);
+    gateway = await createGateway(config, store, log.logger, { listenFd, metrics });
     await gateway.listen();
     if (worker) {
       metrics.serveToPrimary();
@@ -341,6 +419,8 @@ export async function run(argv: string[], io: Io): Promise<number> {
         return await serveCommand(rest, io);
       case 'keys':
         return await keysCommand(rest, io);
+      case 'db':
+        return await dbCommand(rest, io);
       case 'demo':
         parse(rest, {}, 'demo');
         return await runDemo(io);

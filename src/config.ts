@@ -41,6 +41,10 @@ export interface Config {
   readonly admin: { readonly host: string; readonly port: number } | null;
   /** Gateway processes (node:cluster); 1 runs in-process. */
   readonly workers: number;
+  /** `postgres://…`: keys in PostgreSQL (design §9) instead of the keys file; null for the file. */
+  readonly databaseUrl: string | null;
+  /** With a shared store: refuse (503) once it has been unreachable this long, ms; 0 serves the last good set forever. */
+  readonly keysMaxStalenessMs: number;
   readonly routes: readonly Route[];
   /** Names of the routes whose credential is configured, for the start-up line. */
   readonly enabledRoutes: readonly string[];
@@ -326,6 +330,11 @@ export function loadConfig(env: Env, readFile: ReadFile, cwd: string): Config {
   const native = nativeRoutes(env, problems);
 
   const keysFile = keysFilePath(env, cwd);
+  const databaseUrl = secret(env, 'KEYWARD_DATABASE_URL', readFile, problems);
+  if (databaseUrl !== null && !/^postgres(ql)?:\/\//.test(databaseUrl)) problems.push('KEYWARD_DATABASE_URL must be a postgres:// URL');
+  const stalenessText = env.KEYWARD_KEYS_MAX_STALENESS ?? '';
+  const keysMaxStalenessMs = stalenessText === '' || stalenessText === '0' ? 0 : parseDuration(stalenessText);
+  if (keysMaxStalenessMs === null) problems.push('KEYWARD_KEYS_MAX_STALENESS must be a duration with a unit (e.g. 5m), or 0 for never');
 
   let workers = 1;
   const workersText = env.KEYWARD_WORKERS ?? '';
@@ -354,6 +363,8 @@ export function loadConfig(env: Env, readFile: ReadFile, cwd: string): Config {
     tls,
     admin,
     workers,
+    databaseUrl,
+    keysMaxStalenessMs: keysMaxStalenessMs ?? 0,
     routes,
     enabledRoutes: routes.filter((r) => r.credential !== null).map((r) => r.name),
   });

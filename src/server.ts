@@ -25,6 +25,8 @@ export interface Readiness {
   readonly draining: boolean;
   /** Active keys in the loaded set; null when none could be loaded yet. */
   readonly keys: number | null;
+  /** A shared store is unreachable and the last good key set is serving. */
+  readonly stale?: boolean;
   readonly reason?: string;
 }
 
@@ -82,10 +84,22 @@ function serverOptions(config: Config): http.ServerOptions {
 export async function createGateway(config: Config, store: KeyStore, logger: Logger, options: GatewayOptions = {}): Promise<Gateway> {
   const metrics = options.metrics ?? new Metrics();
   const loadStarted = performance.now();
-  let keys: KeySet | null = new KeySet(await store.load());
-  const keysLoadMs = Math.round(performance.now() - loadStarted);
-  metrics.keysLoaded(Date.now());
+  let keys: KeySet | null = null;
   let storeUp = true;
+  let downSince = 0;
+  try {
+    keys = new KeySet(await store.load());
+    metrics.keysLoaded(Date.now());
+  } catch (err) {
+    // A shared store may be down while a gateway starts: it answers 503
+    // keystore_unavailable until the watch delivers a set. A keys file that
+    // cannot be read is a start-up failure, as before.
+    if (store.shared !== true) throw err;
+    storeUp = false;
+    downSince = Date.now();
+    logger.error({ err: { type: (err as Error).name, message: (err as Error).message }, keyStore: store.location }, 'key store unreachable; no key set yet');
+  }
+  const keysLoadMs = Math.round(performance.now() - loadStarted);
   metrics.watchKeystore({ keys: () => keys?.states(Date.now()) ?? null, up: () => storeUp });
   let draining = false;
   let runtime = buildRuntime(config);
@@ -101,7 +115,22 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     metrics.keysReloadFailed();
     logger.error({ err: { type: err.name, message: err.message }, keysFile: store.location }, 'keys not reloaded; keeping the previous set');
   };
-  const stopWatch = store.watch(applyKeys, keysError);
+  // Said once per transition, not once per request or per failed check.
+  const storeStatus = (up: boolean, err?: Error): void => {
+    storeUp = up;
+    if (up) logger.info({ keyStore: store.location }, 'key store reachable again');
+    else {
+      downSince = Date.now();
+      logger.warn({ keyStore: store.location, err: err === undefined ? null : { type: err.name, message: err.message } }, 'key store unreachable; serving the last good key set');
+    }
+  };
+  const stopWatch = store.watch(applyKeys, (err) => (store.shared === true ? metrics.keysReloadFailed() : keysError(err)), storeStatus);
+  /** The key set to serve: none while the shared store has been down longer than allowed. */
+  const currentKeys = (): KeySet | null => {
+    if (storeUp || keys === null) return keys;
+    const max = runtime.config.keysMaxStalenessMs;
+    return max > 0 && Date.now() - downSince > max ? null : keys;
+  };
   const lastUse = new LastUse(store, options.lastUseFlushMs ?? 10_000, (err) =>
     logger.warn({ err: { type: err.name, message: err.message } }, 'last-use times not written'),
   );
@@ -114,7 +143,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
 
   const pipeline = createPipeline({
     runtime: () => runtime,
-    keys: () => keys,
+    keys: currentKeys,
     draining: () => draining,
     sweeper,
     metrics,
@@ -218,7 +247,8 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
           clearTimeout(deadline);
           sweeper.stop();
           for (const f of runtime.forwarders.values()) f.close();
-          void lastUse.stop().finally(() => {
+          void lastUse.stop().finally(async () => {
+            await store.close?.().catch(() => undefined);
             logger.info('stopped');
             resolve();
           });
@@ -253,7 +283,8 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     readiness: () => {
       if (draining) return { ready: false, draining, keys: keys?.size ?? null, reason: 'draining' };
       if (keys === null) return { ready: false, draining, keys: null, reason: 'no key set loaded' };
-      return { ready: true, draining, keys: keys.size };
+      if (currentKeys() === null) return { ready: false, draining, keys: keys.size, stale: true, reason: 'key store unreachable for longer than KEYWARD_KEYS_MAX_STALENESS' };
+      return storeUp ? { ready: true, draining, keys: keys.size } : { ready: true, draining, keys: keys.size, stale: true };
     },
     keyCount: () => keys?.size ?? 0,
   };

@@ -21,7 +21,11 @@ export interface KeyStore {
    * Report every change within one second. `onError` gets changes that could
    * not be read; the caller keeps serving its last good set. Returns `stop`.
    */
-  watch(onChange: (records: readonly KeyRecord[]) => void, onError: (err: Error) => void): () => void;
+  watch(onChange: (records: readonly KeyRecord[]) => void, onError: (err: Error) => void, onStatus?: (up: boolean, err?: Error) => void): () => void;
+  /** A store shared by a fleet (PostgreSQL): a gateway may start before it is reachable. */
+  readonly shared?: boolean;
+  /** Release connections (the CLI's exit). */
+  close?(): Promise<void>;
   /** Apply `change` to the current set under the store's lock and persist the result. */
   update<T>(change: (records: readonly KeyRecord[]) => Change<T>, options?: UpdateOptions): Promise<T>;
   /** Record last-use times (key id → ms since the epoch), keeping later times already stored. */

@@ -1,0 +1,224 @@
+// Many gateways, one PostgreSQL (design §9), against a real server.
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { serialiseKeysFile } from '../../src/keys/file-store.ts';
+import { generateToken, tokenDigest } from '../../src/keys/token.ts';
+import { request } from '../support/client.ts';
+import { deadline, eventually } from '../support/deadline.ts';
+import { runCli, startCli } from '../support/cli.ts';
+import { startDatabase } from '../support/postgres.ts';
+import { startUpstream } from '../support/upstream.ts';
+
+const status = async (base: string, token: string): Promise<number> => (await request(`${base}/seo/v3/x`, { headers: { authorization: `Bearer ${token}` } })).status;
+
+function portOf(output: string, msg: string): number {
+  return (JSON.parse(output.split('\n').find((l) => l.includes(`"msg":"${msg}"`)) as string) as { port: number }).port;
+}
+
+test('the keys CLI works the same against PostgreSQL; import is idempotent, export gives digests only', async () => {
+  const db = await startDatabase();
+  const dir = mkdtempSync(join(tmpdir(), 'keyward-pgcli-'));
+  try {
+    const env = { KEYWARD_DATABASE_URL: db.url };
+    const migrated = await runCli(['db', 'migrate'], env);
+    assert.equal(migrated.code, 0, migrated.stderr);
+    const host = new URL(db.url);
+    assert.equal(migrated.stderr.split('\n')[0], `keyward: keys in postgres 127.0.0.1:${host.port}${host.pathname}`);
+    assert.equal(migrated.stderr.includes(host.password), false, 'never the password');
+    const alice = JSON.parse((await runCli(['keys', 'create', '--name', 'alice', '--routes', 'seo', '--json'], env)).stdout) as { id: string; token: string };
+    assert.match(alice.token, /^kw_/);
+    const rotated = await runCli(['keys', 'rotate', 'alice', '--grace', '1h', '--json'], env);
+    assert.equal(rotated.code, 0, rotated.stderr);
+    assert.equal((await runCli(['keys', 'update', 'alice', '--routes', 'all'], env)).code, 0);
+    assert.equal((await runCli(['keys', 'revoke', alice.id], env)).code, 0);
+    assert.match((await runCli(['keys', 'revoke', 'alice'], env)).stdout, /already revoked/);
+    const listed = JSON.parse((await runCli(['keys', 'list', '--json'], env)).stdout) as Array<{ id: string; routes: unknown; revoked: string | null }>;
+    assert.equal(listed.length, 1);
+    assert.equal(listed[0]?.routes, null);
+    assert.notEqual(listed[0]?.revoked, null);
+
+    const file = join(dir, 'keys.json');
+    const token = generateToken();
+    writeFileSync(file, serialiseKeysFile([{ id: 'key_fromfile0001', name: 'bob', digest: `sha256:${tokenDigest(token)}`, created: '2026-01-01T00:00:00.000Z', expires: null, revoked: null }]));
+    assert.match((await runCli(['keys', 'import', file], env)).stdout, /Imported 1 of 1 keys/);
+    assert.match((await runCli(['keys', 'import', file], env)).stdout, /Imported 0 of 1 keys \(1 were already there\)/);
+    const exported = await runCli(['keys', 'export'], env);
+    assert.equal(exported.code, 0);
+    assert.equal(exported.stdout.includes(token), false);
+    assert.equal(exported.stdout.includes(alice.token), false);
+    assert.match(exported.stdout, new RegExp(tokenDigest(token)));
+    // and back into a file store: the same keys
+    const back = join(dir, 'back.json');
+    writeFileSync(back, exported.stdout);
+    const fileList = JSON.parse((await runCli(['keys', 'list', '--json'], { KEYWARD_KEYS_FILE: back })).stdout) as Array<{ name: string }>;
+    assert.deepEqual(fileList.map((k) => k.name).sort(), ['alice', 'bob']);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+    await db.close();
+  }
+});
+
+test('three gateways on one database: a revocation through the CLI is refused by all three within a second (worst of 20)', { timeout: 180_000 }, async () => {
+  const db = await startDatabase();
+  const up = await startUpstream();
+  const env = { KEYWARD_DATABASE_URL: db.url, KEYWARD_PORT: '0', KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p' };
+  assert.equal((await runCli(['db', 'migrate'], env)).code, 0);
+  const gateways = await Promise.all([0, 1, 2].map(() => startCli(['serve'], env, '"msg":"keyward listening"')));
+  try {
+    const bases = gateways.map((g) => `http://127.0.0.1:${portOf(g.output(), 'keyward listening')}`);
+    const worst: number[] = [];
+    const cli: number[] = [];
+    for (let i = 0; i < 20; i++) {
+      const key = JSON.parse((await runCli(['keys', 'create', '--name', `k${i}`, '--json'], env)).stdout) as { token: string };
+      await eventually(async () => (await Promise.all(bases.map((b) => status(b, key.token)))).every((s) => s === 200), 2_000, 'new key everywhere');
+      const commandStart = performance.now();
+      const revoked = await runCli(['keys', 'revoke', `k${i}`], env);
+      assert.equal(revoked.code, 0);
+      const at = performance.now();
+      cli.push(at - commandStart);
+      const times = await Promise.all(
+        bases.map(async (b) => {
+          await eventually(async () => (await status(b, key.token)) === 401, 1_000, 'revocation');
+          return performance.now() - at;
+        }),
+      );
+      worst.push(Math.max(...times));
+    }
+    const max = Math.max(...worst);
+    console.log(`revocation reached all three gateways: worst of 20 ${max.toFixed(0)} ms, median ${[...worst].sort((a, b) => a - b)[10]?.toFixed(0)} ms after the CLI exited (the CLI itself took ${Math.min(...cli).toFixed(0)}–${Math.max(...cli).toFixed(0)} ms, process start included)`);
+    assert.ok(max < 1_000);
+  } finally {
+    for (const g of gateways) g.child.kill('SIGTERM');
+    await Promise.all(gateways.map((g) => deadline(g.done, 10_000, 'exit')));
+    await up.close();
+    await db.close();
+  }
+});
+
+test('a gateway whose database connections are killed picks up a revocation made meanwhile once it reconnects', { timeout: 60_000 }, async () => {
+  const db = await startDatabase();
+  const up = await startUpstream();
+  const env = { KEYWARD_DATABASE_URL: db.url, KEYWARD_PORT: '0', KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p' };
+  const key = JSON.parse((await runCli(['keys', 'create', '--name', 'cut', '--json'], env)).stdout) as { token: string };
+  const gw = await startCli(['serve'], env, '"msg":"keyward listening"');
+  try {
+    const base = `http://127.0.0.1:${portOf(gw.output(), 'keyward listening')}`;
+    assert.equal(await status(base, key.token), 200);
+    // Cut every connection but ours, then revoke while the gateway is not listening.
+    await db.admin`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()`;
+    await db.admin`update keyward_keys set revoked = now(), version = nextval('keyward_keys_version') where name = 'cut'`;
+    const at = Date.now();
+    await eventually(async () => (await status(base, key.token)) === 401, 10_000, 'revocation after reconnect');
+    console.log(`revocation made while disconnected took effect ${Date.now() - at} ms later`);
+    // And it is subscribed again: a key created now is taken up at once.
+    const after = JSON.parse((await runCli(['keys', 'create', '--name', 'after', '--json'], env)).stdout) as { token: string };
+    await eventually(async () => (await status(base, after.token)) === 200, 1_000, 'new key after reconnect');
+  } finally {
+    gw.child.kill('SIGTERM');
+    await deadline(gw.done, 10_000, 'exit');
+    await up.close();
+    await db.close();
+  }
+});
+
+test('database down: the last good set serves (readyz stale, keystore_up 0) until KEYWARD_KEYS_MAX_STALENESS, then 503 keystore_unavailable; back up, fresh again', { timeout: 90_000 }, async () => {
+  const db = await startDatabase();
+  const up = await startUpstream();
+  const env = { KEYWARD_DATABASE_URL: db.url, KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: '0', KEYWARD_KEYS_MAX_STALENESS: '3s', KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p' };
+  const key = JSON.parse((await runCli(['keys', 'create', '--name', 'stale', '--json'], env)).stdout) as { token: string };
+  const gw = await startCli(['serve'], env, '"msg":"admin listening"');
+  try {
+    const base = `http://127.0.0.1:${portOf(gw.output(), 'keyward listening')}`;
+    const admin = `http://127.0.0.1:${portOf(gw.output(), 'admin listening')}`;
+    assert.equal(await status(base, key.token), 200);
+    // Traffic throughout: every request is served, or refused with the stated 503.
+    const seen = new Map<string, number>();
+    let loading = true;
+    const load = (async () => {
+      while (loading) {
+        const r = await request(`${base}/seo/v3/x`, { headers: { authorization: `Bearer ${key.token}` } });
+        const label = r.status === 200 ? '200' : `${r.status} ${(r.json() as { code: string }).code}`;
+        seen.set(label, (seen.get(label) ?? 0) + 1);
+      }
+    })();
+    await db.stop();
+    await eventually(async () => ((await request(`${admin}/readyz`)).json() as { stale?: boolean }).stale === true, 5_000, 'stale');
+    assert.equal((await request(`${admin}/readyz`)).status, 200);
+    assert.equal(await status(base, key.token), 200, 'the last good set still serves');
+    assert.match((await request(`${admin}/metrics`)).body.toString(), /^keyward_keystore_up 0$/m);
+    await eventually(async () => (await request(`${base}/seo/v3/x`, { headers: { authorization: `Bearer ${key.token}` } })).status === 503, 8_000, 'stale beyond the limit');
+    const refused = await request(`${base}/seo/v3/x`, { headers: { authorization: `Bearer ${key.token}` } });
+    assert.deepEqual(refused.json(), { error: 'No key set is available.', code: 'keystore_unavailable' });
+    assert.equal((await request(`${admin}/readyz`)).status, 503);
+    assert.equal(gw.output().split('"msg":"key store unreachable; serving the last good key set"').length - 1, 1, 'said once');
+    await db.start();
+    await eventually(async () => (await status(base, key.token)) === 200, 20_000, 'fresh again');
+    await eventually(async () => /^keyward_keystore_up 1$/m.test((await request(`${admin}/metrics`)).body.toString()), 5_000, 'store up');
+    loading = false;
+    await load;
+    assert.deepEqual([...seen.keys()].sort(), ['200', '503 keystore_unavailable'], 'nothing but served or refused as stated');
+    await eventually(() => gw.output().includes('"msg":"key store reachable again"'), 3_000, 'logged once back');
+  } finally {
+    gw.child.kill('SIGTERM');
+    await deadline(gw.done, 10_000, 'exit');
+    await up.close();
+    await db.close();
+  }
+});
+
+test('a gateway started while the database is down answers 503 keystore_unavailable until it loads a set', { timeout: 60_000 }, async () => {
+  const db = await startDatabase();
+  const up = await startUpstream();
+  const env = { KEYWARD_DATABASE_URL: db.url, KEYWARD_PORT: '0', KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p' };
+  const key = JSON.parse((await runCli(['keys', 'create', '--name', 'late', '--json'], env)).stdout) as { token: string };
+  await db.stop();
+  const gw = await startCli(['serve'], env, '"msg":"keyward listening"');
+  try {
+    const base = `http://127.0.0.1:${portOf(gw.output(), 'keyward listening')}`;
+    const r = await request(`${base}/seo/v3/x`, { headers: { authorization: `Bearer ${key.token}` } });
+    assert.equal(r.status, 503);
+    assert.equal((r.json() as { code: string }).code, 'keystore_unavailable');
+    await db.start();
+    await eventually(async () => (await status(base, key.token)) === 200, 40_000, 'serves once the set is loaded');
+  } finally {
+    gw.child.kill('SIGTERM');
+    await deadline(gw.done, 10_000, 'exit');
+    await up.close();
+    await db.close();
+  }
+});
+
+test('1,000,000 keys: load time and memory of a gateway, and one revocation reaching it', { timeout: 240_000 }, async () => {
+  const db = await startDatabase();
+  const up = await startUpstream();
+  const env = { KEYWARD_DATABASE_URL: db.url, KEYWARD_PORT: '0', KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p', KEYWARD_LOG_LEVEL: 'info' };
+  assert.equal((await runCli(['db', 'migrate'], env)).code, 0);
+  await db.admin`
+    insert into keyward_keys (id, name, digest, created, version)
+    select 'key_' || lpad(to_hex(i), 12, '0'), 'client-' || i, 'sha256:' || encode(sha256(i::text::bytea), 'hex'), now(), nextval('keyward_keys_version')
+    from generate_series(1, 999999) as i`;
+  const key = JSON.parse((await runCli(['keys', 'create', '--name', 'needle', '--json'], env, undefined, 120_000)).stdout) as { token: string };
+  const gw = await startCli(['serve'], env, '"msg":"keyward listening"');
+  try {
+    const line = JSON.parse(gw.output().split('\n').find((l) => l.includes('keyward listening')) as string) as { port: number; keys: number; keysLoadMs: number };
+    assert.equal(line.keys, 1_000_000);
+    const base = `http://127.0.0.1:${line.port}`;
+    assert.equal(await status(base, key.token), 200);
+    const rssMb = Number(/VmRSS:\s+(\d+)/.exec(await import('node:fs').then((fs) => fs.readFileSync(`/proc/${gw.child.pid}/status`, 'utf8')))?.[1]) / 1024;
+    const revoked = await runCli(['keys', 'revoke', 'needle'], env, undefined, 120_000);
+    assert.equal(revoked.code, 0, revoked.stderr);
+    const at = performance.now();
+    await eventually(async () => (await status(base, key.token)) === 401, 5_000, 'revocation with a million keys');
+    const took = performance.now() - at;
+    console.log(`1,000,000 keys from PostgreSQL: loaded in ${line.keysLoadMs} ms, gateway RSS ${rssMb.toFixed(0)} MB, one revocation took effect ${took.toFixed(0)} ms after the CLI exited`);
+    assert.ok(took < 1_000);
+  } finally {
+    gw.child.kill('SIGTERM');
+    await deadline(gw.done, 20_000, 'exit');
+    await up.close();
+    await db.close();
+  }
+});
