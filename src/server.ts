@@ -105,7 +105,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
   let runtime = buildRuntime(config);
 
   const applyKeys = (records: readonly KeyRecord[]): void => {
-    keys = new KeySet(records);
+    keys = keys === null ? new KeySet(records) : keys.next(records);
     storeUp = true;
     metrics.keysLoaded(Date.now());
     logger.info({ keys: keys.size }, 'keys reloaded');

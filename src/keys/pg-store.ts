@@ -68,6 +68,30 @@ export function describeDatabase(url: string): string {
   }
 }
 
+// NOTIFY payloads are limited to 8000 bytes by default.
+const NOTICE_MAX = 7_900;
+
+/**
+ * The notification names what changed: the highest version written and the
+ * ids, or only their number when the ids would not fit. Gateways need only
+ * the version (they fetch the rows above the one they hold); the ids are for
+ * people and tools listening on the channel.
+ */
+export function notice(version: string, ids: readonly string[]): string {
+  const full = JSON.stringify({ version, ids });
+  return full.length <= NOTICE_MAX ? full : JSON.stringify({ version, count: ids.length });
+}
+
+/** The version a notification announces, or null when it names none (then fetch). */
+export function noticeVersion(payload: string): bigint | null {
+  try {
+    const v = (JSON.parse(payload) as { version?: unknown }).version;
+    return typeof v === 'string' && /^\d+$/.test(v) ? BigInt(v) : null;
+  } catch {
+    return null;
+  }
+}
+
 export interface PgStatus {
   (up: boolean, err?: Error): void;
 }
@@ -163,7 +187,15 @@ export class PgKeyStore implements KeyStore {
     let retry: NodeJS.Timeout | null = null;
     const subscribe = (): void => {
       this.#sql
-        .listen(CHANNEL, () => serial(since), () => serial(full)) // onlisten: every (re)subscribe, then a full reload
+        .listen(
+          CHANNEL,
+          (payload) => serial(async () => {
+            // Already held (the periodic check or an earlier notice got there first): nothing to fetch.
+            const announced = noticeVersion(payload);
+            if (announced === null || announced > version) await since();
+          }),
+          () => serial(full),
+        ) // onlisten: every (re)subscribe, then a full reload
         .then((l) => {
           attempt = 0;
           listening = l;
@@ -206,14 +238,17 @@ export class PgKeyStore implements KeyStore {
       const byId = new Map(before.map((r) => [r.id, JSON.stringify(r)]));
       const next = change(before);
       const changed = next.records.filter((r) => byId.get(r.id) !== JSON.stringify(r));
+      let top = '0';
       for (const r of changed) {
-        await tx`
+        const [row] = await tx<Array<{ version: string }>>`
           insert into keyward_keys (id, name, digest, created, expires, revoked, routes, previous, version)
           values (${r.id}, ${r.name}, ${r.digest}, ${r.created}, ${r.expires}, ${r.revoked}, ${r.routes ?? null}, ${tx.json((r.previous ?? []) as never)}, nextval('keyward_keys_version'))
           on conflict (id) do update set name = excluded.name, digest = excluded.digest, expires = excluded.expires,
-            revoked = excluded.revoked, routes = excluded.routes, previous = excluded.previous, version = excluded.version`;
+            revoked = excluded.revoked, routes = excluded.routes, previous = excluded.previous, version = excluded.version
+          returning version::text`;
+        top = row?.version ?? top;
       }
-      if (changed.length > 0) await tx`select pg_notify(${CHANNEL}, ${String(changed.length)})`;
+      if (changed.length > 0) await tx`select pg_notify(${CHANNEL}, ${notice(top, changed.map((r) => r.id))})`;
       return next.result;
     }) as Promise<T>;
   }

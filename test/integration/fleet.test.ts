@@ -1,6 +1,6 @@
 // Many gateways, one PostgreSQL (design §9), against a real server.
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -33,7 +33,16 @@ test('the keys CLI works the same against PostgreSQL; import is idempotent, expo
     const rotated = await runCli(['keys', 'rotate', 'alice', '--grace', '1h', '--json'], env);
     assert.equal(rotated.code, 0, rotated.stderr);
     assert.equal((await runCli(['keys', 'update', 'alice', '--routes', 'all'], env)).code, 0);
+    // Each change is announced on the channel, naming the version written and the key.
+    const notices: string[] = [];
+    const listener = await db.admin.listen('keyward_keys', (payload) => notices.push(payload));
     assert.equal((await runCli(['keys', 'revoke', alice.id], env)).code, 0);
+    await eventually(() => notices.length === 1, 5_000, 'notification');
+    const announced = JSON.parse(notices[0] as string) as { version: string; ids: string[] };
+    assert.deepEqual(announced.ids, [alice.id]);
+    const [{ v }] = (await db.admin`select version::text as v from keyward_keys where id = ${alice.id}`) as unknown as [{ v: string }];
+    assert.equal(announced.version, v);
+    await listener.unlisten();
     assert.match((await runCli(['keys', 'revoke', 'alice'], env)).stdout, /already revoked/);
     const listed = JSON.parse((await runCli(['keys', 'list', '--json'], env)).stdout) as Array<{ id: string; routes: unknown; revoked: string | null }>;
     assert.equal(listed.length, 1);
@@ -207,13 +216,15 @@ test('1,000,000 keys: load time and memory of a gateway, and one revocation reac
     assert.equal(line.keys, 1_000_000);
     const base = `http://127.0.0.1:${line.port}`;
     assert.equal(await status(base, key.token), 200);
-    const rssMb = Number(/VmRSS:\s+(\d+)/.exec(await import('node:fs').then((fs) => fs.readFileSync(`/proc/${gw.child.pid}/status`, 'utf8')))?.[1]) / 1024;
+    const rssMb = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${gw.child.pid}/status`, 'utf8'))?.[1]) / 1024;
+    const cliStart = performance.now();
     const revoked = await runCli(['keys', 'revoke', 'needle'], env, undefined, 120_000);
+    const cliMs = performance.now() - cliStart;
     assert.equal(revoked.code, 0, revoked.stderr);
     const at = performance.now();
     await eventually(async () => (await status(base, key.token)) === 401, 5_000, 'revocation with a million keys');
     const took = performance.now() - at;
-    console.log(`1,000,000 keys from PostgreSQL: loaded in ${line.keysLoadMs} ms, gateway RSS ${rssMb.toFixed(0)} MB, one revocation took effect ${took.toFixed(0)} ms after the CLI exited`);
+    console.log(`1,000,000 keys from PostgreSQL: loaded in ${line.keysLoadMs} ms, gateway RSS ${rssMb.toFixed(0)} MB, one revocation took effect ${took.toFixed(0)} ms after the CLI exited (the CLI took ${cliMs.toFixed(0)} ms)`);
     assert.ok(took < 1_000);
   } finally {
     gw.child.kill('SIGTERM');

@@ -115,3 +115,44 @@ test('KeySet finds every one of thousands of keys and none of the others (probin
   for (let i = 0; i < 3000; i++) assert.equal(set.lookup(generateToken(), 0), null);
   assert.equal(new KeySet([]).lookup(tokens[0] as string, 0), null);
 });
+
+test('KeySet.next: a revocation or scope change shares the digest index; rotation, creation and removal rebuild it; each answers as a fresh set would', () => {
+  const now = Date.parse('2026-06-01T00:00:00Z');
+  const tokens = Array.from({ length: 50 }, () => generateToken());
+  const rec = (t: string, i: number): KeyRecord => ({ id: `key_${i}`, name: `k${i}`, digest: `sha256:${tokenDigest(t)}`, created: '2026-01-01T00:00:00.000Z', expires: null, revoked: null });
+  const records = tokens.map(rec);
+  const first = new KeySet(records, now);
+  // Revoke one, narrow another, expire a third: same digests, same places.
+  const changed = records.slice();
+  changed[3] = { ...(changed[3] as KeyRecord), revoked: '2026-05-01T00:00:00.000Z' };
+  changed[4] = { ...(changed[4] as KeyRecord), routes: ['seo'] };
+  changed[5] = { ...(changed[5] as KeyRecord), expires: '2026-05-01T00:00:00.000Z' };
+  const second = first.next(changed, now);
+  const fresh = new KeySet(changed, now);
+  assert.equal(second.size, 48); // 50, less one revoked and one expired
+  for (const t of tokens) assert.deepEqual(second.lookup(t, now), fresh.lookup(t, now));
+  assert.equal(second.lookup(tokens[3] as string, now)?.refusal, 'revoked');
+  assert.deepEqual(second.lookup(tokens[4] as string, now)?.principal.routes, ['seo']);
+  assert.equal(second.lookup(tokens[5] as string, now)?.refusal, 'expired');
+  assert.equal(first.lookup(tokens[3] as string, now)?.refusal, null, 'the earlier set is untouched');
+  // Rotation with a grace period: the new token opens the key, the old one until its time.
+  const rotatedToken = generateToken();
+  const rotated = changed.slice();
+  rotated[6] = { ...(rotated[6] as KeyRecord), digest: `sha256:${tokenDigest(rotatedToken)}`, previous: [{ digest: (rotated[6] as KeyRecord).digest, until: '2026-06-02T00:00:00.000Z' }] };
+  const third = second.next(rotated, now);
+  assert.equal(third.lookup(rotatedToken, now)?.principal.id, 'key_6');
+  assert.equal(third.lookup(tokens[6] as string, now)?.principal.id, 'key_6');
+  assert.equal(third.lookup(tokens[6] as string, Date.parse('2026-06-03T00:00:00Z')), null);
+  // The grace period's end changed (rotate again with another grace): not the same digests.
+  const regraced = rotated.slice();
+  regraced[6] = { ...(rotated[6] as KeyRecord), previous: [{ digest: (rotated[6] as KeyRecord).digest.replace(/.$/, '0'), until: '2026-06-02T00:00:00.000Z' }] };
+  assert.equal(third.next(regraced, now).lookup(tokens[6] as string, now), null);
+  // A key added, a key removed.
+  const extra = generateToken();
+  const grown = [...rotated, rec(extra, 50)];
+  assert.equal(third.next(grown, now).lookup(extra, now)?.principal.id, 'key_50');
+  const shrunk = rotated.filter((_, i) => i !== 7);
+  const fourth = third.next(shrunk, now);
+  assert.equal(fourth.lookup(tokens[7] as string, now), null);
+  assert.equal(fourth.lookup(tokens[8] as string, now)?.principal.id, 'key_8');
+});
