@@ -60,7 +60,7 @@ do this too, under an advisory lock).
   'keys import': `usage: keyward keys import FILE
 
 Copies the keys of a keys file (digests only) into the configured store;
-keys already there (same id) are left as they are, so importing twice is harmless.
+keys already there (same id or same token) are left as they are, so importing twice is harmless.
 `,
   'keys export': `usage: keyward keys export
 
@@ -259,8 +259,9 @@ async function keysWith(store: KeyStore & { setAside?: string | null }, sub: str
     case 'import': {
       const incoming = parseKeysFile(readText(target as string));
       const added = await store.update((records) => {
-        const have = new Set(records.map((r) => r.id));
-        const fresh = incoming.filter((r) => !have.has(r.id));
+        // Same id, or the same token under another id: already there.
+        const have = new Set(records.flatMap((r) => [r.id, r.digest]));
+        const fresh = incoming.filter((r) => !have.has(r.id) && !have.has(r.digest));
         return { records: [...records, ...fresh], result: fresh.length };
       });
       line(io.stdout, `Imported ${added} of ${incoming.length} keys (${incoming.length - added} were already there).`);
