@@ -10,7 +10,8 @@
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { serialiseKeysFile } from '../src/keys/file-store.ts';
 import type { KeyRecord } from '../src/keys/keyset.ts';
@@ -61,8 +62,12 @@ function keysFile(count: number): string {
 }
 
 const QUIET = 'keyward, no log line or metrics';
+const NO_LOG = 'keyward, no log line';
 /** Systems measured in some scenarios only (the rest would add minutes and say nothing new). */
-const LIMITED: ReadonlyMap<string, readonly string[]> = new Map([[QUIET, ['small']]]);
+const LIMITED: ReadonlyMap<string, readonly string[]> = new Map([
+  [QUIET, ['small']],
+  [NO_LOG, ['small']],
+]);
 const runs = (system: string, scenario: string): boolean => LIMITED.get(system)?.includes(scenario) ?? true;
 
 const median = (xs: number[]): number | null => {
@@ -72,13 +77,37 @@ const median = (xs: number[]): number | null => {
 };
 const fmt = (x: number | null | undefined, digits = 1): string => (x === null || x === undefined || Number.isNaN(x) ? '—' : x.toFixed(digits));
 const log = (text: string): void => void process.stderr.write(`${text}\n`);
+/** One readable progress line per measured run (stderr; the report goes to stdout and to files). */
+function progress(m: Measurement): string {
+  const parts = [`${m.requests.toLocaleString('en')} ok`];
+  if (m.errors > 0) parts.push(`${m.errors} errors (round discarded)`);
+  if (m.rps !== null) parts.push(`${fmt(m.rps, 0)} req/s`);
+  if (m.cpuUsPerReq !== null) parts.push(`${fmt(m.cpuUsPerReq, 0)} µs CPU/req`);
+  if (m.mbps !== null) parts.push(`${fmt(m.mbps, 0)} MB/s`);
+  if (m.p99Ms !== null) parts.push(`p99 ${fmt(m.p99Ms, 2)} ms`);
+  return parts.join(', ');
+}
 
-type Summary = Record<keyof Omit<Measurement, 'requests' | 'errors'>, number | null> & { runs: number; discarded: number };
+type Summary = Record<keyof Omit<Measurement, 'requests' | 'errors'>, number | null> & { runs: number; discarded: number; spread: Partial<Record<keyof Measurement, number>> };
+
+/** Half the range over rounds, as a fraction of the median: how far one round strays. */
+function spreadOf(xs: number[]): number | undefined {
+  const m = median(xs);
+  if (xs.length < 2 || m === null || m === 0) return undefined;
+  return (Math.max(...xs) - Math.min(...xs)) / 2 / m;
+}
+const pct = (x: number | undefined): string => (x === undefined ? '' : ` ±${Math.round(x * 100)}%`);
 
 function summarise(runs: Measurement[]): Summary {
   const clean = runs.filter((r) => r.errors === 0 && r.requests > 0);
-  const pick = (k: keyof Measurement): number | null => median(clean.map((r) => r[k]).filter((v): v is number => typeof v === 'number'));
-  return { rps: pick('rps'), p50Ms: pick('p50Ms'), p99Ms: pick('p99Ms'), cpuUsPerReq: pick('cpuUsPerReq'), mbps: pick('mbps'), peakRssMb: pick('peakRssMb'), runs: clean.length, discarded: runs.length - clean.length };
+  const values = (k: keyof Measurement): number[] => clean.map((r) => r[k]).filter((v): v is number => typeof v === 'number');
+  const pick = (k: keyof Measurement): number | null => median(values(k));
+  const spread: Summary['spread'] = {};
+  for (const k of ['rps', 'p50Ms', 'p99Ms', 'cpuUsPerReq', 'mbps', 'peakRssMb'] as const) {
+    const sp = spreadOf(values(k));
+    if (sp !== undefined) spread[k] = sp;
+  }
+  return { rps: pick('rps'), p50Ms: pick('p50Ms'), p99Ms: pick('p99Ms'), cpuUsPerReq: pick('cpuUsPerReq'), mbps: pick('mbps'), peakRssMb: pick('peakRssMb'), runs: clean.length, discarded: runs.length - clean.length, spread };
 }
 
 async function main(): Promise<void> {
@@ -96,6 +125,7 @@ async function main(): Promise<void> {
     // The same gateway without its request log line (level warn) and without
     // metrics (no admin listener, so nothing is recorded): the difference in
     // CPU per small request is what the line and the metrics cost together.
+    systems.push(await keyward(up.port, secrets, keysFile(10), NO_LOG, { KEYWARD_LOG_LEVEL: 'warn' }));
     systems.push(await keyward(up.port, secrets, keysFile(10), QUIET, { KEYWARD_LOG_LEVEL: 'warn', KEYWARD_ADMIN_PORT: 'off' }));
     for (const v of args.variant ?? []) {
       const [label, settings = ''] = v.split(':');
@@ -125,15 +155,18 @@ async function main(): Promise<void> {
     const results: Record<string, Record<string, Measurement[]>> = {};
     for (const scenario of scenarios) {
       results[scenario.name] = {};
-      const runOptions = options;
-      for (let round = 0; round < rounds; round++) {
+      // A warm-up round first, not recorded: JIT, connection pools and the
+      // allocator settle (a first round ran 402 µs per request where the third ran 280).
+      // Scenarios on fresh processes have nothing to warm.
+      const first = scenario.fresh === true ? 0 : -1;
+      for (let round = first; round < rounds; round++) {
         for (const [i, current] of systems.entries()) {
           if (!runs(current.name, scenario.name)) continue;
           const sys = scenario.fresh === true && current.restart !== undefined ? await current.restart() : current;
           systems[i] = sys;
-          const m = await scenario.run(sys, runOptions);
-          ((results[scenario.name] as Record<string, Measurement[]>)[sys.name] ??= []).push(m);
-          log(`${scenario.name} round ${round + 1} ${sys.name}: ${JSON.stringify(m, (_k, v: unknown) => (typeof v === 'number' ? Math.round(v * 100) / 100 : v))}`);
+          const m = await scenario.run(sys, round < 0 ? { ...options, durationS: Math.max(1, Math.ceil(options.durationS / 2)), uploads: 1 } : options);
+          if (round >= 0) ((results[scenario.name] as Record<string, Measurement[]>)[sys.name] ??= []).push(m);
+          log(`${scenario.name.padEnd(7)} ${round < 0 ? 'warm-up' : `round ${round + 1}/${rounds}`} ${sys.name.padEnd(34)} ${progress(m)}`);
         }
       }
     }
@@ -175,20 +208,36 @@ async function main(): Promise<void> {
   }
 }
 
+/** The ratio round by round (rounds are interleaved, so each pair shares the machine's state): its range. */
+function pairedRange(a: Measurement[] | undefined, b: Measurement[] | undefined, k: 'cpuUsPerReq'): string {
+  const rs = (a ?? []).map((m, i) => (m[k] ?? NaN) / ((b ?? [])[i]?.[k] ?? NaN)).filter((x) => Number.isFinite(x));
+  return rs.length < 2 ? '' : ` (rounds ${fmt(Math.min(...rs), 2)}–${fmt(Math.max(...rs), 2)})`;
+}
+
 function report(results: Record<string, Record<string, Measurement[]>>, keyScale: Record<string, { startupMs: number; loadMs: number; rssMb: number; latency: Measurement[] }>, names: string[], elapsedMs: number): void {
   const lines: string[] = [];
   const summaries: Record<string, Record<string, Summary>> = {};
-  lines.push(`# keyward benchmark${quick ? ' (quick)' : ''}`, '', `Machine: ${machine()}. ${rounds} interleaved rounds, medians of clean runs (runs with any error, timeout or non-2xx are discarded). ${new Date().toISOString().slice(0, 10)}, ${Math.round(elapsedMs / 1000)} s.`, '');
+  lines.push(
+    `# keyward benchmark${quick ? ' (quick)' : ''}`,
+    '',
+    `Machine: ${machine()}. One warm-up round, then ${rounds} interleaved rounds; medians of clean runs (runs with any error, timeout or non-2xx are discarded), ±: half the range over the rounds as a share of the median, so a difference smaller than that is noise. CPU is each system's whole process tree (from per-thread schedstat); "direct" has no process of its own, so no CPU or RSS. ${new Date().toISOString().slice(0, 10)}, ${Math.round(elapsedMs / 1000)} s.`,
+    '',
+  );
   for (const scenario of SCENARIOS) {
     const bySystem = results[scenario.name];
     if (bySystem === undefined) continue;
     summaries[scenario.name] = {};
-    lines.push(`## ${scenario.title}`, '', '| system | req/s | p50 ms | p99 ms | CPU µs/req | MB/s | peak RSS MB | clean runs |', '|---|---:|---:|---:|---:|---:|---:|---:|');
+    // autocannon's histogram holds whole milliseconds: printing decimals would claim a resolution it has not.
+    const ms = scenario.latencyResolutionMs === 1 ? 0 : 3;
+    lines.push(`## ${scenario.title}`, '', `| system | req/s | p50 ms | p99 ms | CPU µs/req | MB/s | peak RSS MB | clean runs |`, '|---|---:|---:|---:|---:|---:|---:|---:|');
     for (const name of names) {
+      if (!runs(name, scenario.name)) continue;
       const s = summarise(bySystem[name] ?? []);
       (summaries[scenario.name] as Record<string, Summary>)[name] = s;
-      lines.push(`| ${name} | ${fmt(s.rps, 0)} | ${fmt(s.p50Ms, 3)} | ${fmt(s.p99Ms, 3)} | ${fmt(s.cpuUsPerReq, 0)} | ${fmt(s.mbps, 1)} | ${fmt(s.peakRssMb, 0)} | ${s.runs}/${s.runs + s.discarded} |`);
+      const sp = s.spread;
+      lines.push(`| ${name} | ${fmt(s.rps, 0)}${pct(sp.rps)} | ${fmt(s.p50Ms, ms)} | ${fmt(s.p99Ms, ms)}${pct(sp.p99Ms)} | ${fmt(s.cpuUsPerReq, 0)}${pct(sp.cpuUsPerReq)} | ${fmt(s.mbps, 1)}${pct(sp.mbps)} | ${fmt(s.peakRssMb, 0)} | ${s.runs}/${s.runs + s.discarded} |`);
     }
+    if (ms === 0) lines.push('', 'Latency from autocannon, whose histogram has a resolution of 1 ms.');
     const k = (summaries[scenario.name] as Record<string, Summary>).keyward;
     const ratios = names
       .filter((n) => n !== 'keyward' && runs(n, scenario.name))
@@ -196,9 +245,10 @@ function report(results: Record<string, Record<string, Measurement[]>>, keyScale
         const o = (summaries[scenario.name] as Record<string, Summary>)[n];
         const parts: string[] = [];
         if (k?.rps && o?.rps) parts.push(`req/s ${fmt(k.rps / o.rps, 2)}×`);
-        if (k?.cpuUsPerReq && o?.cpuUsPerReq) parts.push(`CPU/req ${fmt(k.cpuUsPerReq / o.cpuUsPerReq, 2)}×`);
+        if (k?.cpuUsPerReq && o?.cpuUsPerReq) parts.push(`CPU/req ${fmt(k.cpuUsPerReq / o.cpuUsPerReq, 2)}×${pairedRange(bySystem.keyward, bySystem[n], 'cpuUsPerReq')}`);
         if (k?.mbps && o?.mbps) parts.push(`MB/s ${fmt(k.mbps / o.mbps, 2)}×`);
         if (k?.p50Ms && o?.p50Ms) parts.push(`p50 ${fmt(k.p50Ms / o.p50Ms, 2)}×`);
+        if (k?.p99Ms && o?.p99Ms && scenario.latencyResolutionMs !== 1) parts.push(`p99 ${fmt(k.p99Ms / o.p99Ms, 2)}×`);
         if (k?.peakRssMb && o?.peakRssMb) parts.push(`RSS ${fmt(k.peakRssMb / o.peakRssMb, 2)}×`);
         return parts.length > 0 ? `vs ${n}: ${parts.join(', ')}` : '';
       })
@@ -233,17 +283,23 @@ function report(results: Record<string, Record<string, Measurement[]>>, keyScale
     add(`auth p50 with ${manyKeys.toLocaleString('en')} keys vs 10 keys`, ratio(ks[1]?.p50Ms, ks[0]?.p50Ms), 1.1, '<=');
     add(`${manyKeys.toLocaleString('en')} keys: load time`, (ks[1]?.loadMs ?? NaN) / 1000, 3, '<=', ' s');
   }
-  const withLog = get('small', 'keyward')?.cpuUsPerReq;
-  const withoutLog = get('small', QUIET)?.cpuUsPerReq;
-  if (withLog && withoutLog) {
-    const perRound = (results.small?.keyward ?? []).map((m, i) => (m.cpuUsPerReq ?? NaN) - ((results.small?.[QUIET] ?? [])[i]?.cpuUsPerReq ?? NaN)).filter((x) => Number.isFinite(x));
+  // The log line and the metrics, each by difference against the same gateway without it, round by round.
+  const perRound = (a: string, b: string): number[] =>
+    (results.small?.[a] ?? []).map((m, i) => (m.cpuUsPerReq ?? NaN) - ((results.small?.[b] ?? [])[i]?.cpuUsPerReq ?? NaN)).filter((x) => Number.isFinite(x));
+  const logCost = median(perRound('keyward', NO_LOG));
+  const metricsCost = median(perRound(NO_LOG, QUIET));
+  if (logCost !== null && metricsCost !== null) {
     lines.push(
       '## log line and metrics',
       '',
-      `CPU per small request with the request log line at \`info\` and metrics recorded, minus the same gateway with logging at \`warn\` and no metrics, same run: **${fmt(withLog - withoutLog, 1)} µs** (${fmt(withLog, 0)} vs ${fmt(withoutLog, 0)} µs; per round: ${perRound.map((x) => fmt(x, 0)).join(', ')} µs).`,
+      `CPU per small request, same run, medians of the round-by-round differences: the request log line at \`info\` costs **${fmt(logCost, 1)} µs** (keyward minus "${NO_LOG}"; rounds ${perRound('keyward', NO_LOG).map((x) => fmt(x, 1)).join(', ')}); the metrics **${fmt(metricsCost, 1)} µs** ("${NO_LOG}" minus "${QUIET}"; rounds ${perRound(NO_LOG, QUIET).map((x) => fmt(x, 1)).join(', ')}). Each round's difference is as noisy as the rounds themselves (see ± above): read the median.`,
       '',
     );
+    add('log line cost per small request', logCost, 5, '<=', ' µs');
   }
+  add('CPU per small request vs naive, logging and metrics on', ratio(get('small', 'keyward')?.cpuUsPerReq, get('small', 'naive http-proxy-3')?.cpuUsPerReq), 1.0, '<=');
+  add('p99 latency at 64 connections vs naive', ratio(get('small', 'keyward')?.p99Ms, get('small', 'naive http-proxy-3')?.p99Ms), 1.0, '<=');
+  if (names.includes('nginx')) add('stream MB/s vs nginx (issue 8: not lower than before)', ratio(get('stream', 'keyward')?.mbps, get('stream', 'nginx')?.mbps), 1.3, '>=');
   lines.push('## targets', '', '| target | measured | bound | holds |', '|---|---:|---:|---|');
   for (const [label, value, bound, ok] of targets) lines.push(`| ${label} | ${fmt(value, 2)} | ${bound} | ${ok === null ? 'not measured' : ok ? 'yes' : 'NO'} |`);
   const failed = targets.filter(([, , , ok]) => ok === false).map(([l]) => l);
@@ -257,10 +313,13 @@ function report(results: Record<string, Record<string, Measurement[]>>, keyScale
   const resultsDir = new URL('./results/', import.meta.url);
   writeFileSync(new URL('latest.local.json', resultsDir), json);
   writeFileSync(new URL('latest.local.md', resultsDir), markdown);
+  const written = [new URL('latest.local.md', resultsDir), new URL('latest.local.json', resultsDir)];
   if (args.save === true) {
     writeFileSync(new URL(`baseline${quick ? '-quick' : ''}.json`, resultsDir), json);
     writeFileSync(new URL(`baseline${quick ? '-quick' : ''}.md`, resultsDir), markdown);
+    written.push(new URL(`baseline${quick ? '-quick' : ''}.md`, resultsDir), new URL(`baseline${quick ? '-quick' : ''}.json`, resultsDir));
   }
+  log(`results written to ${written.map((u) => relative(process.cwd(), fileURLToPath(u))).join(', ')}`);
 }
 
 main().catch((err: unknown) => {

@@ -2,7 +2,7 @@
 // "request completed" log line and the metrics, fed from the same fields.
 import type { Exchange } from './exchange.ts';
 import { redactTokens } from './keys/token.ts';
-import type { Logger } from './log.ts';
+import { requestLogger, type Logger } from './log.ts';
 import { NO_ROUTE, type Metrics } from './metrics.ts';
 import { dropParams } from './query.ts';
 
@@ -10,6 +10,7 @@ export type Complete = (ex: Exchange, status: number | null, aborted: boolean) =
 
 /** `credentialParams`: every route's credential query names, scrubbed from paths that matched no route. */
 export function createCompletion(logger: Logger, metrics: Metrics, credentialParams: () => ReadonlySet<string>): Complete {
+  const line = requestLogger(logger);
   function logPathOf(ex: Exchange): string {
     if (ex.logPath !== null) return ex.logPath;
     const q = ex.url.indexOf('?');
@@ -28,7 +29,7 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
       keyId: ex.principal?.id ?? null,
       keyName: ex.principal?.name ?? null,
       route: ex.route?.name ?? null,
-      method: req.method,
+      method: req.method as string,
       path: logPathOf(ex),
       status,
       bytesIn,
@@ -38,9 +39,7 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
       error: ex.failure,
       aborted,
     };
-    if (ex.upstreamFailed) logger.warn(fields, 'request completed');
-    else if (status !== null && status >= 500) logger.error(fields, 'request completed');
-    else logger.info(fields, 'request completed');
+    line(ex.upstreamFailed ? 'warn' : status !== null && status >= 500 ? 'error' : 'info', fields);
 
     const route = ex.route?.index ?? NO_ROUTE;
     if (ex.forwardStart > 0) metrics.inFlight(route, -1);
