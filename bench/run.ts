@@ -7,18 +7,20 @@
 //   npm run bench -- --quick           under two minutes
 //   npm run bench -- --validate-only   correctness of every scenario on every system, no timing (CI)
 //   npm run bench -- --save            also write bench/results/baseline.{json,md}
+//   npm run bench -- --against DIR     also measure the build in DIR (another checkout, built) in the same run
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, relative } from 'node:path';
+import { join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { spawnSync } from 'node:child_process';
 import { serialiseKeysFile } from '../src/keys/file-store.ts';
 import type { KeyRecord } from '../src/keys/keyset.ts';
 import { generateToken, tokenDigest } from '../src/keys/token.ts';
 import { machine, rssBytes } from './proc.ts';
 import { SCENARIOS, type Measurement, type Options } from './scenarios.ts';
-import { direct, keyward, naive, nginx, nginxBinary, startUpstreamProcess, type Secrets, type System } from './systems.ts';
+import { direct, keyward, naive, nginx, nginxBinary, NODE_ARGS, ROOT, startUpstreamProcess, type Secrets, type System } from './systems.ts';
 
 const { values: args } = parseArgs({
   options: {
@@ -30,6 +32,9 @@ const { values: args } = parseArgs({
     // Extra keyward systems with extra environment, measured in the same interleaved run:
     // --variant 'quiet:KEYWARD_LOG_LEVEL=warn' --variant 'two:KEYWARD_WORKERS=2'
     variant: { type: 'string', multiple: true },
+    // Another built checkout of keyward (e.g. a worktree of the previous commit), measured as
+    // "keyward, other build" in the same interleaved run: --against ../keyward-before
+    against: { type: 'string' },
   },
 });
 const quick = args.quick === true;
@@ -132,6 +137,7 @@ async function main(): Promise<void> {
       const env = Object.fromEntries(settings.split(',').filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
       systems.push(await keyward(up.port, secrets, keysFile(10), `keyward ${label}`, env));
     }
+    if (args.against !== undefined) systems.push(await keyward(up.port, secrets, keysFile(10), 'keyward, other build', {}, undefined, resolve(args.against)));
     systems.push(await naive(up.port, secrets));
     const nginxBin = nginxBinary();
     if (nginxBin !== null) systems.push(await nginx(nginxBin, up.port, secrets, dir));
@@ -201,7 +207,15 @@ async function main(): Promise<void> {
       await up2.stop();
     }
 
-    report(results, keyScale, systems.map((s) => s.name), Date.now() - started);
+    // The log line on its own, in a child whose stdout is /dev/null (bench/log-line.ts).
+    let logLine: LogLine | null = null;
+    if (only === undefined || only.includes('small')) {
+      const out = spawnSync(process.execPath, [...NODE_ARGS, join(ROOT, 'bench/log-line.ts'), quick ? '100000' : '400000'], { stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8', timeout: 120_000 });
+      if (out.status === 0) logLine = JSON.parse(out.stderr.trim().split('\n').at(-1) as string) as LogLine;
+      else log(`log line measurement failed: ${out.stderr}`);
+    }
+
+    report(results, keyScale, systems.map((s) => s.name), Date.now() - started, logLine);
   } finally {
     await stopAll();
     rmSync(dir, { recursive: true, force: true });
@@ -214,7 +228,12 @@ function pairedRange(a: Measurement[] | undefined, b: Measurement[] | undefined,
   return rs.length < 2 ? '' : ` (rounds ${fmt(Math.min(...rs), 2)}–${fmt(Math.max(...rs), 2)})`;
 }
 
-function report(results: Record<string, Record<string, Measurement[]>>, keyScale: Record<string, { startupMs: number; loadMs: number; rssMb: number; latency: Measurement[] }>, names: string[], elapsedMs: number): void {
+interface LogLine {
+  templateUs: number;
+  pinoUs: number;
+}
+
+function report(results: Record<string, Record<string, Measurement[]>>, keyScale: Record<string, { startupMs: number; loadMs: number; rssMb: number; latency: Measurement[] }>, names: string[], elapsedMs: number, logLine: LogLine | null): void {
   const lines: string[] = [];
   const summaries: Record<string, Record<string, Summary>> = {};
   lines.push(
@@ -295,8 +314,15 @@ function report(results: Record<string, Record<string, Measurement[]>>, keyScale
       `CPU per small request, same run, medians of the round-by-round differences: the request log line at \`info\` costs **${fmt(logCost, 1)} µs** (keyward minus "${NO_LOG}"; rounds ${perRound('keyward', NO_LOG).map((x) => fmt(x, 1)).join(', ')}); the metrics **${fmt(metricsCost, 1)} µs** ("${NO_LOG}" minus "${QUIET}"; rounds ${perRound(NO_LOG, QUIET).map((x) => fmt(x, 1)).join(', ')}). Each round's difference is as noisy as the rounds themselves (see ± above): read the median.`,
       '',
     );
-    add('log line cost per small request', logCost, 5, '<=', ' µs');
   }
+  if (logLine !== null) {
+    lines.push(
+      `The line on its own (\`bench/log-line.ts\`: the gateway's logger writing the request line to /dev/null, CPU of the whole process, the bare loop subtracted): **${fmt(logLine.templateUs, 2)} µs** per line; pino's generic \`logger.info(fields, msg)\` for the same fields through the same destination: ${fmt(logLine.pinoUs, 2)} µs.`,
+      '',
+    );
+    add('log line cost (on its own)', logLine.templateUs, 5, '<=', ' µs');
+  }
+  if (logCost !== null) add('log line cost per small request (same-run difference)', logCost, 5, '<=', ' µs');
   add('CPU per small request vs naive, logging and metrics on', ratio(get('small', 'keyward')?.cpuUsPerReq, get('small', 'naive http-proxy-3')?.cpuUsPerReq), 1.0, '<=');
   add('p99 latency at 64 connections vs naive', ratio(get('small', 'keyward')?.p99Ms, get('small', 'naive http-proxy-3')?.p99Ms), 1.0, '<=');
   if (names.includes('nginx')) add('stream MB/s vs nginx (issue 8: not lower than before)', ratio(get('stream', 'keyward')?.mbps, get('stream', 'nginx')?.mbps), 1.3, '>=');

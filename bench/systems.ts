@@ -32,8 +32,8 @@ export interface System {
   restart?(): Promise<System>;
 }
 
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const NODE_ARGS = ['--experimental-strip-types', '--disable-warning=ExperimentalWarning'];
+export const ROOT = fileURLToPath(new URL('..', import.meta.url));
+export const NODE_ARGS = ['--experimental-strip-types', '--disable-warning=ExperimentalWarning'];
 
 export function upstreamHeaders(s: Secrets, route: Route): Record<string, string> {
   if (route === 'scraper') return { authorization: `Bearer ${s.scraperToken}` };
@@ -79,9 +79,9 @@ function stopper(child: ChildProcess): () => Promise<void> {
 }
 
 /** keyward exactly as users run it: bin/keyward serve (the wrapper execs Node, so the pid is Node's). */
-function startKeyward(env: Record<string, string>, logFile = '/dev/null'): ChildProcess {
+function startKeyward(env: Record<string, string>, logFile = '/dev/null', root = ROOT): ChildProcess {
   const out = openSync(logFile, 'w');
-  return spawn(join(ROOT, 'bin/keyward'), ['serve'], { env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', out, 'inherit'] });
+  return spawn(join(root, 'bin/keyward'), ['serve'], { env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', out, 'inherit'] });
 }
 
 export async function startUpstreamProcess(s: Secrets, slowMs: number): Promise<{ port: number; pid: number; stop: () => Promise<void> }> {
@@ -131,7 +131,8 @@ function gateway(name: string, base: string, child: ChildProcess, s: Secrets, ag
   };
 }
 
-export async function keyward(upstreamPort: number, s: Secrets, keysFile: string, name = 'keyward', extraEnv: Record<string, string> = {}, logFile?: string): Promise<System & { startupMs: number }> {
+/** `root`: another built checkout of keyward (`--against`), for a same-run A/B of two builds. */
+export async function keyward(upstreamPort: number, s: Secrets, keysFile: string, name = 'keyward', extraEnv: Record<string, string> = {}, logFile?: string, root = ROOT): Promise<System & { startupMs: number }> {
   const port = await freePort();
   const up = `http://127.0.0.1:${upstreamPort}`;
   const started = Date.now();
@@ -151,10 +152,10 @@ export async function keyward(upstreamPort: number, s: Secrets, keysFile: string
     KEYWARD_SEO_PASSWORD: s.seoPassword,
     KEYWARD_SPEECH_KEY: s.speechKey,
     ...extraEnv,
-  }, logFile);
+  }, logFile, root);
   const base = `http://127.0.0.1:${port}`;
   await waitReady(base, 60_000, child);
-  return { ...gateway(name, base, child, s, () => keyward(upstreamPort, s, keysFile, name, extraEnv, logFile)), startupMs: Date.now() - started };
+  return { ...gateway(name, base, child, s, () => keyward(upstreamPort, s, keysFile, name, extraEnv, logFile, root)), startupMs: Date.now() - started };
 }
 
 export async function naive(upstreamPort: number, s: Secrets): Promise<System> {

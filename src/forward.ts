@@ -135,10 +135,32 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
     answer(ex, res, ERRORS.upstreamUnreachable, true);
     return;
   }
+  // The body is relayed by hand rather than with pipe(): the same
+  // backpressure (pause on a full buffer, resume on drain) with two
+  // listeners instead of pipe's eight added and removed per request, and a
+  // body that arrives whole as its Content-Length says goes out with the
+  // head in one end() call.
+  const whole = contentLength(proxyRes);
   proxyRes.on('data', (chunk: Buffer) => {
     ex.bytesOut += chunk.length;
+    if (chunk.length === whole) {
+      res.end(chunk);
+      return;
+    }
+    if (!res.write(chunk)) {
+      proxyRes.pause();
+      res.once('drain', () => proxyRes.resume());
+    }
   });
-  proxyRes.pipe(res);
+  proxyRes.on('end', () => {
+    if (!res.writableEnded) res.end();
+  });
+}
+
+/** The upstream's declared body length, or -1 (none, or not a plain number). */
+function contentLength(res: http.IncomingMessage): number {
+  const v = res.headers['content-length'];
+  return v !== undefined && /^\d{1,15}$/.test(v) ? Number(v) : -1;
 }
 
 function onError(err: ErrorWithCode, req: http.IncomingMessage, res: ServerResponse | Socket): void {
