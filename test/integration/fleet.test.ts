@@ -148,8 +148,11 @@ test('database down: the last good set serves (readyz stale, keystore_up 0) unti
     let loading = true;
     const load = (async () => {
       while (loading) {
-        const r = await request(`${base}/seo/v3/x`, { headers: { authorization: `Bearer ${key.token}` } });
-        const label = r.status === 200 ? '200' : `${r.status} ${(r.json() as { code: string }).code}`;
+        // A network error is counted, not thrown, so that a failure names what was seen.
+        const label = await request(`${base}/seo/v3/x`, { headers: { authorization: `Bearer ${key.token}` } }).then(
+          (r) => (r.status === 200 ? '200' : `${r.status} ${(r.json() as { code: string }).code}`),
+          (err: NodeJS.ErrnoException) => `network error ${err.code ?? err.message} at ${new Date().toISOString()}`,
+        );
         seen.set(label, (seen.get(label) ?? 0) + 1);
       }
     })();
@@ -168,7 +171,7 @@ test('database down: the last good set serves (readyz stale, keystore_up 0) unti
     await eventually(async () => /^keyward_keystore_up 1$/m.test((await request(`${admin}/metrics`)).body.toString()), 5_000, 'store up');
     loading = false;
     await load;
-    assert.deepEqual([...seen.keys()].sort(), ['200', '503 keystore_unavailable'], 'nothing but served or refused as stated');
+    assert.deepEqual([...seen.keys()].sort(), ['200', '503 keystore_unavailable'], `nothing but served or refused as stated: ${JSON.stringify([...seen])}\n${gw.output().split('\n').filter((l) => !l.includes('"request completed"')).join('\n')}`);
     await eventually(() => gw.output().includes('"msg":"key store reachable again"'), 3_000, 'logged once back');
   } finally {
     gw.child.kill('SIGTERM');
