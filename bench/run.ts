@@ -7,11 +7,11 @@
 //   npm run bench -- --quick           under two minutes
 //   npm run bench -- --validate-only   correctness of every scenario on every system, no timing (CI)
 //   npm run bench -- --save            also write bench/results/baseline.{json,md}
-//   npm run bench -- --against DIR     also measure the build in DIR (another checkout, built) in the same run
+//   npm run bench -- --against DIR     also measure the build in DIR (another checkout, built) in the same run; repeatable
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, relative, resolve } from 'node:path';
+import { basename, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { spawnSync } from 'node:child_process';
@@ -34,7 +34,7 @@ const { values: args } = parseArgs({
     variant: { type: 'string', multiple: true },
     // Another built checkout of keyward (e.g. a worktree of the previous commit), measured as
     // "keyward, other build" in the same interleaved run: --against ../keyward-before
-    against: { type: 'string' },
+    against: { type: 'string', multiple: true },
   },
 });
 const quick = args.quick === true;
@@ -137,7 +137,7 @@ async function main(): Promise<void> {
       const env = Object.fromEntries(settings.split(',').filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
       systems.push(await keyward(up.port, secrets, keysFile(10), `keyward ${label}`, env));
     }
-    if (args.against !== undefined) systems.push(await keyward(up.port, secrets, keysFile(10), 'keyward, other build', {}, undefined, resolve(args.against)));
+    for (const other of args.against ?? []) systems.push(await keyward(up.port, secrets, keysFile(10), `keyward, build in ${basename(resolve(other))}`, {}, undefined, resolve(other)));
     systems.push(await naive(up.port, secrets));
     const nginxBin = nginxBinary();
     if (nginxBin !== null) systems.push(await nginx(nginxBin, up.port, secrets, dir));
@@ -325,7 +325,7 @@ function report(results: Record<string, Record<string, Measurement[]>>, keyScale
   if (logCost !== null) add('log line cost per small request (same-run difference)', logCost, 5, '<=', ' µs');
   add('CPU per small request vs naive, logging and metrics on', ratio(get('small', 'keyward')?.cpuUsPerReq, get('small', 'naive http-proxy-3')?.cpuUsPerReq), 1.0, '<=');
   add('p99 latency at 64 connections vs naive', ratio(get('small', 'keyward')?.p99Ms, get('small', 'naive http-proxy-3')?.p99Ms), 1.0, '<=');
-  if (names.includes('nginx')) add('stream MB/s vs nginx (issue 8: not lower than before)', ratio(get('stream', 'keyward')?.mbps, get('stream', 'nginx')?.mbps), 1.3, '>=');
+  if (names.includes('nginx')) add('stream MB/s vs nginx, not lower than before', ratio(get('stream', 'keyward')?.mbps, get('stream', 'nginx')?.mbps), 1.3, '>=');
   lines.push('## targets', '', '| target | measured | bound | holds |', '|---|---:|---:|---|');
   for (const [label, value, bound, ok] of targets) lines.push(`| ${label} | ${fmt(value, 2)} | ${bound} | ${ok === null ? 'not measured' : ok ? 'yes' : 'NO'} |`);
   const failed = targets.filter(([, , , ok]) => ok === false).map(([l]) => l);
