@@ -51,6 +51,10 @@ interface Row {
   version: string;
 }
 
+/** Every key, in creation order: the whole set a load, a resync and a write start from. */
+const allRows = (sql: postgres.Sql | postgres.TransactionSql): Promise<Row[]> =>
+  sql<Row[]>`select id, name, digest, created, expires, revoked, routes, previous, version from keyward_keys order by created, id`;
+
 const iso = (d: Date | null): string | null => (d === null ? null : d.toISOString());
 
 function toRecord(r: Row): KeyRecord {
@@ -129,8 +133,7 @@ export class PgKeyStore implements KeyStore {
 
   async load(): Promise<readonly KeyRecord[]> {
     await this.migrate();
-    const rows = await this.#sql<Row[]>`select id, name, digest, created, expires, revoked, routes, previous, version from keyward_keys order by created, id`;
-    return rows.map(toRecord);
+    return (await allRows(this.#sql)).map(toRecord);
   }
 
   watch(onChange: (records: readonly KeyRecord[]) => void, onError: (err: Error) => void, onStatus?: PgStatus): () => void {
@@ -148,7 +151,7 @@ export class PgKeyStore implements KeyStore {
     };
     const full = async (): Promise<void> => {
       await this.migrate();
-      const rows = await this.#sql<Row[]>`select id, name, digest, created, expires, revoked, routes, previous, version from keyward_keys order by created, id`;
+      const rows = await allRows(this.#sql);
       records = rows.map(toRecord);
       index.clear();
       records.forEach((r, i) => index.set(r.id, i));
@@ -233,7 +236,7 @@ export class PgKeyStore implements KeyStore {
     return this.#sql.begin(async (tx) => {
       // One writer at a time across the fleet and every CLI: the change sees the set it replaces.
       await tx`select pg_advisory_xact_lock(${WRITE_LOCK})`;
-      const rows = await tx<Row[]>`select id, name, digest, created, expires, revoked, routes, previous, version from keyward_keys order by created, id`;
+      const rows = await allRows(tx);
       const before = rows.map(toRecord);
       const byId = new Map(before.map((r) => [r.id, JSON.stringify(r)]));
       const next = change(before);
