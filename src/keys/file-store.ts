@@ -102,13 +102,21 @@ export class FileKeyStore implements KeyStore {
     this.location = path;
   }
 
+  get title(): string {
+    return `keys file ${this.location}`;
+  }
+
   async load(): Promise<readonly KeyRecord[]> {
     let text: string;
     try {
       text = await readFile(this.location, 'utf8');
     } catch (err) {
-      // No file yet is an empty store: the first `keys create` makes it.
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+      // No file yet is an empty store: the first `keys create` makes it. No
+      // folder either is a typo or a missing install step, and says so.
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
+        await this.#checkFolder();
+        return [];
+      }
       throw err;
     }
     return parseKeysFile(text);

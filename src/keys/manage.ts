@@ -88,18 +88,38 @@ export async function revokeKey(store: KeyStore, idOrName: string, now = Date.no
  * token keeps working for `graceMs` only; tokens rotated out earlier whose
  * grace has passed are dropped.
  */
-export async function rotateKey(store: KeyStore, idOrName: string, graceMs: number, now = Date.now(), update: UpdateOptions = {}): Promise<CreatedKey> {
+export async function rotateKey(
+  store: KeyStore,
+  idOrName: string,
+  graceMs: number,
+  now = Date.now(),
+  update: UpdateOptions = {},
+): Promise<CreatedKey & { readonly graceUntil: string | null }> {
   if (graceMs < 0 || graceMs > 366 * 86_400_000) throw new KeyUsageError('--grace must be a duration from 0s to 366d');
   const token = generateToken();
+  // The grace of this rotation only: earlier rotations' tokens keep their own dates.
+  const graceUntil = graceMs > 0 ? new Date(now + graceMs).toISOString() : null;
   const record = await store.update((records) => {
     const target = find(records, idOrName);
     if (target.revoked !== null) throw new KeyUsageError(`key ${target.id} (${target.name}) is revoked; create a new key instead`);
     const still = (target.previous ?? []).filter((p) => Date.parse(p.until) > now);
-    const previous = graceMs > 0 ? [...still, { digest: target.digest, until: new Date(now + graceMs).toISOString() }] : still;
+    const previous = graceMs > 0 ? [...still, { digest: target.digest, until: graceUntil as string }] : still;
     const next: KeyRecord = { ...target, digest: `sha256:${tokenDigest(token)}`, previous };
     return { records: replace(records, target, next), result: next };
   }, update);
-  return { record, token };
+  return { record, token, graceUntil };
+}
+
+/**
+ * Add the keys of another store (digests only). Keys already there, by id or
+ * by token, are left as they are, so importing twice is harmless. Returns how many were added.
+ */
+export async function importKeys(store: KeyStore, incoming: readonly KeyRecord[]): Promise<number> {
+  return store.update((records) => {
+    const have = new Set(records.flatMap((r) => [r.id, r.digest]));
+    const fresh = incoming.filter((r) => !have.has(r.id) && !have.has(r.digest));
+    return { records: [...records, ...fresh], result: fresh.length };
+  });
 }
 
 export interface KeyChanges {

@@ -96,6 +96,27 @@ export function noticeVersion(payload: string): bigint | null {
   }
 }
 
+/** Schema versions before and after `migrate()`; equal when there was nothing to do. */
+export interface Migration {
+  readonly from: number;
+  readonly to: number;
+}
+
+/**
+ * How long to wait before reconnect attempt `retries` (0 for the first):
+ * doubling from 50 ms, capped at one second, each delay drawn uniformly from
+ * its upper half. A gateway therefore notices a database that is back within
+ * a second, and never tries more than twice a second: N gateways make at
+ * most 2N connection attempts per second against a recovering server, spread
+ * over the second rather than in step. (postgres.js's default grows to 20 s,
+ * which left gateways blind for seconds after an outage.)
+ */
+export function reconnectDelayMs(retries: number): number {
+  const cap = Math.min(RECONNECT_MAX_MS, 50 * 2 ** Math.max(0, retries));
+  return cap * (0.5 + Math.random() / 2);
+}
+const RECONNECT_MAX_MS = 1_000;
+
 export interface PgStatus {
   (up: boolean, err?: Error): void;
 }
@@ -103,27 +124,31 @@ export interface PgStatus {
 export class PgKeyStore implements KeyStore {
   readonly location: string;
   readonly shared = true;
+  get title(): string {
+    return `keys in ${this.location}`;
+  }
   readonly #sql: postgres.Sql;
-  #migrated: Promise<void> | null = null;
+  #migrated: Promise<Migration> | null = null;
 
   constructor(url: string) {
     this.location = describeDatabase(url);
-    this.#sql = postgres(url, { max: 4, onnotice: () => undefined, connect_timeout: 5, idle_timeout: 60 });
+    this.#sql = postgres(url, { max: 4, onnotice: () => undefined, connect_timeout: 5, idle_timeout: 60, backoff: (retries: number) => reconnectDelayMs(retries) / 1000 });
   }
 
-  /** Apply pending migrations under an advisory lock (several gateways may start at once). */
-  migrate(): Promise<void> {
+  /** Apply pending migrations under an advisory lock (several gateways may start at once); says which versions it went between. */
+  migrate(): Promise<Migration> {
     this.#migrated ??= this.#sql
       .begin(async (tx) => {
         await tx`select pg_advisory_xact_lock(${MIGRATION_LOCK})`;
         await tx`create table if not exists keyward_schema (version int primary key, applied timestamptz not null default now())`;
         const [row] = await tx<Array<{ v: number | null }>>`select max(version) as v from keyward_schema`;
-        for (let v = (row?.v ?? 0) + 1; v <= MIGRATIONS.length; v++) {
+        const from = row?.v ?? 0;
+        for (let v = from + 1; v <= MIGRATIONS.length; v++) {
           await tx.unsafe(MIGRATIONS[v - 1] as string);
           await tx`insert into keyward_schema (version) values (${v})`;
         }
+        return { from, to: Math.max(from, MIGRATIONS.length) };
       })
-      .then(() => undefined)
       .catch((err: Error) => {
         this.#migrated = null;
         throw err;
@@ -207,8 +232,7 @@ export class PgKeyStore implements KeyStore {
         .catch((err: Error) => {
           status(false, err);
           if (stopped) return;
-          // Back off with jitter: a thousand gateways must not stampede a recovering database.
-          const delay = Math.min(30_000, 250 * 2 ** attempt++) * (0.5 + Math.random());
+          const delay = reconnectDelayMs(attempt++);
           retry = setTimeout(subscribe, delay);
           retry.unref();
         });

@@ -16,6 +16,10 @@ export interface UpdateOptions {
 export interface KeyStore {
   /** Where the keys live, for messages (never a secret). */
   readonly location: string;
+  /** The store as the CLI names it on stderr: `keys file PATH` or `keys in postgres HOST:PORT/DB`. */
+  readonly title?: string;
+  /** Where a forced write moved a store that could not be read (the keys file's `--force`); null otherwise. */
+  readonly setAside?: string | null;
   load(): Promise<readonly KeyRecord[]>;
   /**
    * Report every change within one second. `onError` gets changes that could

@@ -152,7 +152,7 @@ test('options added for hardening and operations: defaults with units, every pro
   assert.equal(c.maxConnections, 10_000);
   assert.equal(c.upstreamCa, null);
   assert.equal(c.tls, null);
-  assert.deepEqual(c.admin, { host: '127.0.0.1', port: 9091 });
+  assert.deepEqual(c.admin, { host: '127.0.0.1', port: 9097 });
   assert.ok(c.routes.every((r) => r.native === null));
   const set = loadConfig({ KEYWARD_IDLE_TIMEOUT: '90s', KEYWARD_MAX_HEADER_SIZE: '32KiB', KEYWARD_MAX_CONNECTIONS: '500', KEYWARD_ADMIN_PORT: 'off', KEYWARD_NATIVE_AUTH: 'speech, seo' }, noFiles, '/');
   assert.equal(set.idleTimeoutMs, 90_000);

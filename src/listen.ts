@@ -1,0 +1,30 @@
+// Binding a listening socket, with errors a user can act on: the option that
+// chose the address is named, so a port already taken says which to change.
+import type { Server } from 'node:net';
+
+/** Listen on `host:port`; a bind failure names `option` (e.g. KEYWARD_PORT) and what to do. */
+export function listenOn(server: Server, port: number, host: string, option: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const onError = (err: NodeJS.ErrnoException): void => reject(bindError(err, option, host, port));
+    server.once('error', onError);
+    server.listen(port, host, () => {
+      server.off('error', onError);
+      resolve();
+    });
+  });
+}
+
+export function bindError(err: NodeJS.ErrnoException, option: string, host: string, port: number): Error {
+  const where = `${host.includes(':') ? `[${host}]` : host}:${port}`;
+  const why =
+    err.code === 'EADDRINUSE'
+      ? `${where} is already in use (another keyward?); set ${option} to a free port`
+      : err.code === 'EACCES'
+        ? `${where} needs privileges this process lacks; set ${option} to a port above 1023`
+        : err.code === 'EADDRNOTAVAIL'
+          ? `${host} is not an address of this machine; check ${option.replace(/PORT$/, 'HOST')}`
+          : `cannot listen on ${where} (${err.code ?? err.message})`;
+  const out = new Error(`${option}: ${why}`) as NodeJS.ErrnoException;
+  if (err.code !== undefined) out.code = err.code;
+  return out;
+}
