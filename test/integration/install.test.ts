@@ -40,8 +40,10 @@ test('npm pack → npm install --omit=dev → keyward serve, with no compiler in
     try {
       await eventually(() => out.includes('"msg":"admin listening"'), 15_000, 'listening');
       const port = (m: string): number => (JSON.parse(out.split('\n').find((l) => l.includes(m)) as string) as { port: number }).port;
+      // Nothing to forward yet: not ready, and the reason says what to set.
       const ready = await request(`http://127.0.0.1:${port('admin listening')}/readyz`);
-      assert.equal(ready.status, 200);
+      assert.equal(ready.status, 503);
+      assert.match((ready.json() as { reason: string }).reason, /^no route is configured: set the upstream secrets \(KEYWARD_SCRAPER_TOKEN/);
       // The route has no credential in this bare install: the gateway says so, after checking the token.
       const r = await request(`http://127.0.0.1:${port('keyward listening')}/seo/v3/x`, { headers: { authorization: `Bearer ${key.token}` } });
       assert.equal(r.status, 503);

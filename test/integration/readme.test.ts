@@ -1,0 +1,135 @@
+// The README's command blocks, followed as written in a clean temporary
+// folder: "Running it", the fleet walkthrough ("Try it on one machine") and
+// "Install as a service" as far as a machine without systemd allows. A
+// README whose commands stop working fails here, not on a new user's desk.
+import assert from 'node:assert/strict';
+import { execFile, spawn } from 'node:child_process';
+import { chmodSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { request } from '../support/client.ts';
+import { childEnv, collect } from '../support/cli.ts';
+import { deadline, eventually } from '../support/deadline.ts';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const README = readFileSync(join(ROOT, 'README.md'), 'utf8');
+const exec = promisify(execFile);
+
+/** The first ```sh block after the heading `title` (any level). */
+function block(title: string): string {
+  const at = README.search(new RegExp(`^#+ ${title.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`, 'm'));
+  assert.ok(at >= 0, `README has a section ${title}`);
+  const m = /```sh\n([\s\S]*?)```/.exec(README.slice(at));
+  assert.ok(m !== null, `${title} has a sh block`);
+  return m[1] as string;
+}
+
+/** A folder where `bin/keyward` is this checkout's, as it is for a user in a checkout. */
+function workspace(prefix: string): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  // As root, dev-db's PostgreSQL runs as another user, who must be able to enter the folder.
+  chmodSync(dir, 0o755);
+  symlinkSync(join(ROOT, 'bin'), join(dir, 'bin'));
+  return dir;
+}
+
+function startScript(script: string, cwd: string, env: Record<string, string>) {
+  writeFileSync(join(cwd, 'steps.sh'), script);
+  const child = spawn('bash', ['-e', 'steps.sh'], { cwd, env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  return { child, done: collect(child) };
+}
+
+test('README "Running it" works as pasted: a key, then a gateway that is ready', { timeout: 60_000 }, async () => {
+  const dir = workspace('keyward-readme-run-');
+  // Ports 0: this suite runs files in parallel; the commands themselves are the README's.
+  const run = startScript(block('Running it'), dir, { KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: '0' });
+  try {
+    let out = '';
+    run.child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    await deadline(
+      (async () => {
+        await eventually(() => out.includes('"msg":"admin listening"'), 30_000, 'listening');
+      })(),
+      35_000,
+      'gateway up',
+    );
+    const token = /kw_[0-9A-Za-z]+/.exec(out)?.[0];
+    assert.ok(token !== undefined, 'the token was printed');
+    const port = (m: string): number => (JSON.parse(out.split('\n').find((l) => l.includes(m)) as string) as { port: number }).port;
+    const ready = await request(`http://127.0.0.1:${port('admin listening')}/readyz`);
+    assert.equal(ready.status, 200, ready.body.toString());
+    assert.match(out, /"routes":\["speech"\]/);
+    const refused = await request(`http://127.0.0.1:${port('keyward listening')}/speech/v1/voices`);
+    assert.equal(refused.status, 401);
+  } finally {
+    process.kill(-(run.child.pid as number), 'SIGTERM');
+    await deadline(run.done, 15_000, 'stopped');
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('README fleet walkthrough works as pasted: two gateways see one revocation; the database stops and starts under them', { timeout: 120_000 }, async () => {
+  const dir = workspace('keyward-readme-fleet-');
+  const run = startScript(block('Try it on one machine'), dir, {});
+  try {
+    const result = await deadline(run.done, 100_000, 'walkthrough');
+    const lines = result.stdout.split('\n').filter((l) => l.startsWith('{'));
+    assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
+    const codes = lines.map((l) => (JSON.parse(l) as { code?: string; stale?: boolean; ready?: boolean }));
+    assert.deepEqual(codes.slice(0, 4).map((c) => c.code), ['route_not_configured', 'route_not_configured', 'unauthorized', 'unauthorized'], result.stdout);
+    assert.equal(codes[4]?.stale, true, 'stale while the database is down');
+    assert.equal(codes[5]?.stale, undefined, 'fresh once it is back');
+  } finally {
+    try {
+      process.kill(-(run.child.pid as number), 'SIGTERM');
+    } catch {
+      // already gone
+    }
+    await deadline(run.done, 15_000, 'stopped');
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+/**
+ * The install section, run with every absolute path under a temporary
+ * prefix. Left out, as a container without systemd or root allows: useradd,
+ * sudo, systemctl, journalctl and the final curls (a running service). The
+ * artifact is built in a copy of this checkout, as step 1 says.
+ */
+test('README "Install as a service" works as pasted: pack, install --omit=dev, --help, units verified as installed', { timeout: 300_000 }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'keyward-readme-install-'));
+  try {
+    const checkout = join(dir, 'checkout');
+    const { stdout: files } = await exec('git', ['ls-files', '-z'], { cwd: ROOT });
+    for (const f of files.split('\0').filter((x) => x !== '')) {
+      mkdirSync(join(checkout, f, '..'), { recursive: true });
+      cpSync(join(ROOT, f), join(checkout, f));
+    }
+    const prefix = join(dir, 'root');
+    const skip = /^(useradd|sudo|systemctl|journalctl|curl)\b/;
+    const out: string[] = [];
+    let continued = false;
+    for (const raw of block('Install as a service').split('\n')) {
+      const skipped: boolean = continued || skip.test(raw);
+      continued = skipped && raw.endsWith('\\');
+      if (skipped || raw.startsWith('#') || raw.trim() === '') continue;
+      // Absolute paths land under the prefix; the unit's ExecStart is pointed there too, as systemd-analyze checks it exists.
+      let line = raw.replace(/(^|[\s>=])\/(opt|etc|tmp|var)(?=[/\s]|$)/g, `$1${prefix}/$2`);
+      if (line.startsWith('systemd-analyze verify')) {
+        line = `sed -i 's#^ExecStart=/opt/#ExecStart=${prefix}/opt/#' ${prefix}/etc/systemd/system/keyward.service && ${line}`;
+      }
+      out.push(line);
+    }
+    const script = [`mkdir -p ${prefix}/tmp ${prefix}/etc/systemd/system`, `cd ${checkout}`, ...out].join('\n');
+    writeFileSync(join(dir, 'install.sh'), script);
+    const r = await exec('bash', ['-e', join(dir, 'install.sh')], { cwd: checkout, env: { ...childEnv({}), NODE_OPTIONS: '', KEYWARD_FROM_SOURCE: '', npm_config_prefer_offline: 'true' }, timeout: 280_000, maxBuffer: 64 * 1024 * 1024 });
+    assert.match(r.stdout, /usage: keyward <command>/, 'keyward --help ran from the install');
+    assert.equal(readFileSync(join(prefix, 'etc/keyward/keyward.env'), 'utf8'), 'KEYWARD_LOG_LEVEL=info\n');
+    assert.match(readFileSync(join(prefix, 'etc/systemd/system/keyward.socket'), 'utf8'), /ListenStream=/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
