@@ -8,15 +8,29 @@ import { dropParams } from './query.ts';
 
 export type Complete = (ex: Exchange, status: number | null, aborted: boolean) => void;
 
+/**
+ * Longest path written to a log line, in characters. A client chooses its
+ * path: uncut, a 16 KiB path made a 16 KiB line, and an unauthenticated
+ * flood ~127 MB/s of log from one client. Cut, with the original length
+ * kept in the text, a line stays a few hundred bytes.
+ */
+export const LOG_PATH_MAX = 200;
+
+/** `path`, or its first LOG_PATH_MAX characters and its length: `/seo/aaaa…[16384 chars]`. */
+export function boundedPath(path: string): string {
+  return path.length <= LOG_PATH_MAX ? path : `${path.slice(0, LOG_PATH_MAX)}…[${path.length} chars]`;
+}
+
 /** `credentialParams`: every route's credential query names, scrubbed from paths that matched no route. */
 export function createCompletion(logger: Logger, metrics: Metrics, credentialParams: () => ReadonlySet<string>): Complete {
   const line = requestLogger(logger);
   function logPathOf(ex: Exchange): string {
-    if (ex.logPath !== null) return ex.logPath;
+    if (ex.logPath !== null) return boundedPath(ex.logPath);
     const q = ex.url.indexOf('?');
-    if (q < 0) return redactTokens(ex.url);
+    if (q < 0) return boundedPath(redactTokens(ex.url));
     const query = dropParams(ex.url.slice(q + 1), credentialParams());
-    return redactTokens(query === '' ? ex.url.slice(0, q) : `${ex.url.slice(0, q)}?${query}`);
+    // Redacted before it is cut: a cut must not leave half a token unrecognised.
+    return boundedPath(redactTokens(query === '' ? ex.url.slice(0, q) : `${ex.url.slice(0, q)}?${query}`));
   }
 
   return (ex, status, aborted) => {

@@ -13,6 +13,7 @@ export type ErrorCode =
   | 'not_found'
   | 'request_timeout'
   | 'payload_too_large'
+  | 'expectation_failed'
   | 'headers_too_large'
   | 'upstream_unreachable'
   | 'route_not_configured'
@@ -29,6 +30,7 @@ interface Entry {
 const entries = {
   malformed: { status: 400, code: 'bad_request', message: 'Malformed request.' },
   tokenInUrl: { status: 400, code: 'bad_request', message: 'A client token must not appear in the URL.' },
+  badPathEscape: { status: 400, code: 'bad_request', message: 'The path holds an encoded control character, a %u escape or overlong UTF-8.' },
   unauthorized: { status: 401, code: 'unauthorized', message: 'Unauthorized.' },
   forbidden: { status: 403, code: 'forbidden', message: 'This key may not use this route.' },
   noRoute: { status: 404, code: 'not_found', message: 'No route for this path.' },
@@ -38,6 +40,8 @@ const entries = {
   webSocket: { status: 404, code: 'not_found', message: 'WebSocket upgrades are not proxied.' },
   requestTimeout: { status: 408, code: 'request_timeout', message: 'The request body stalled.' },
   payloadTooLarge: { status: 413, code: 'payload_too_large', message: 'Request body exceeds the configured limit.' },
+  // RFC 9110 §10.1.1: 100-continue is the only expectation defined; anything else may be refused with 417.
+  expectationFailed: { status: 417, code: 'expectation_failed', message: 'Only Expect: 100-continue is supported.' },
   headersTooLarge: { status: 431, code: 'headers_too_large', message: 'Request headers exceed the configured limit.' },
   upstreamUnreachable: { status: 502, code: 'upstream_unreachable', message: 'Upstream unreachable.' },
   routeNotConfigured: { status: 503, code: 'route_not_configured', message: 'This route has no upstream credential configured.' },

@@ -18,11 +18,11 @@ export function bindError(err: NodeJS.ErrnoException, option: string, host: stri
   const where = `${host.includes(':') ? `[${host}]` : host}:${port}`;
   const why =
     err.code === 'EADDRINUSE'
-      ? `${where} is already in use (another keyward?); set ${option} to a free port`
+      ? `${where} is already in use (EADDRINUSE: another keyward?); set ${option} to a free port`
       : err.code === 'EACCES'
-        ? `${where} needs privileges this process lacks; set ${option} to a port above 1023`
+        ? `${where} needs privileges this process lacks (EACCES); set ${option} to a port above 1023`
         : err.code === 'EADDRNOTAVAIL'
-          ? `${host} is not an address of this machine; check ${option.replace(/PORT$/, 'HOST')}`
+          ? `${host} is not an address of this machine (EADDRNOTAVAIL); check ${option.replace(/PORT$/, 'HOST')}`
           : `cannot listen on ${where} (${err.code ?? err.message})`;
   const out = new Error(`${option}: ${why}`) as NodeJS.ErrnoException;
   if (err.code !== undefined) out.code = err.code;

@@ -40,9 +40,15 @@ export interface PipelineDeps {
   readonly complete: Complete;
 }
 
+export type Expect = 'none' | 'continue' | 'other';
+
 export interface Pipeline {
-  /** `expectContinue`: the client waits for `100 Continue` before sending its body. */
-  handle(req: GatewayRequest, res: ServerResponse, expectContinue: boolean): void;
+  /**
+   * `expect`: `continue` when the client waits for `100 Continue` before
+   * sending its body; `other` for any other expectation (refused with 417
+   * once the client is authenticated); `none` otherwise.
+   */
+  handle(req: GatewayRequest, res: ServerResponse, expect: Expect): void;
   /** Requests Node hands over without a response object: upgrades and CONNECT. */
   refuseRaw(req: GatewayRequest, socket: Duplex, err: GatewayError): void;
 }
@@ -101,7 +107,7 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
     if (ex.res !== null) answer(ex, ex.res, ERRORS.payloadTooLarge, true);
   }
 
-  function handle(req: GatewayRequest, res: ServerResponse, expectContinue: boolean): void {
+  function handle(req: GatewayRequest, res: ServerResponse, expect: Expect): void {
     const url = req.url as string;
     const ex = new Exchange(`${boot}-${(++counter).toString(36)}`, req, url);
     ex.res = res;
@@ -125,6 +131,7 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
       return refuse(ex, req, res, ERRORS.unauthorized);
     }
     const principal = ex.principal as NonNullable<Exchange['principal']>;
+    if (expect === 'other') return refuse(ex, req, res, ERRORS.expectationFailed);
 
     const match = matchRoute(rt.table, req.method as string, url);
     if (match.error !== null) return refuse(ex, req, res, match.error);
@@ -152,7 +159,7 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
     // http-proxy-3 copies req.headers into the upstream request, whatever their declared type.
     req.headers = upstreamRequestHeaders(req.headers, route, route.credential as readonly [string, string]) as typeof req.headers;
 
-    if (expectContinue) res.writeContinue();
+    if (expect === 'continue') res.writeContinue();
     metrics.inFlight(route.index, 1);
     deps.sweeper.track(ex);
     (rt.forwarders.get(route.name) as Forwarder).forward(req, res, ex);

@@ -111,6 +111,7 @@ const miss = (error: GatewayError): Match => ({ route: null, path: null, query: 
 const NO_ROUTE = miss(ERRORS.noRoute);
 const METHOD_NOT_ALLOWED = miss(ERRORS.methodNotAllowed);
 const DOT_SEGMENT = miss(ERRORS.dotSegment);
+const BAD_ESCAPE = miss(ERRORS.badPathEscape);
 
 /** The route a target's first segment names, whatever the rest (for native credentials, read before routing). */
 export function routeByPrefix(table: RouteTable, url: string): Route | undefined {
@@ -136,6 +137,7 @@ export function matchRoute(table: RouteTable, method: string, url: string): Matc
   if (path.length <= 1) return NO_ROUTE; // empty {path}: `/scraper/`
   if (!route.methods.has(method)) return METHOD_NOT_ALLOWED;
   if (hasDotSegment(path)) return DOT_SEGMENT;
+  if (hasForbiddenEscape(path)) return BAD_ESCAPE;
   return { route, path, query: q < 0 ? null : url.slice(q + 1), error: null };
 }
 
@@ -149,4 +151,22 @@ const DOT_SEGMENT_RE = /(?:^|\/|\\|%2f|%5c)(?:\.|%2e){1,2}(?=$|\/|\\|%2f|%5c|;|%
 export function hasDotSegment(path: string): boolean {
   if (path.indexOf('.') < 0 && path.indexOf('%') < 0) return false;
   return DOT_SEGMENT_RE.test(path);
+}
+
+// Escapes no URI path an upstream should see (README, security model), each
+// a way that stacks disagree about what a path means:
+// - `%00`-`%1F` and `%7F`: control characters (RFC 3986 §2.1 lets them be
+//   encoded, but a NUL or CR/LF truncates or splits a path in C-based and
+//   logging stacks);
+// - `%uXXXX`: IIS's non-standard escape, which it decodes and nobody else does;
+// - overlong UTF-8 (`%C0`/`%C1` leads, `%E0%80`-`%E0%9F`, `%F0%80`-`%F0%8F`):
+//   invalid per RFC 3629 §3, and decoded as `.` or `/` by lenient decoders
+//   (`%c0%ae%c0%ae` is `..`);
+// - a one- or two-dot segment followed by encoded blanks (`..%20`): Windows
+//   drops trailing blanks from names, turning it into `..`.
+const FORBIDDEN_ESCAPE_RE = /%(?:[01][0-9a-f]|7f|u[0-9a-f]{4}|c[01]|e0%[89][0-9a-f]|f0%8[0-9a-f])|(?:^|\/|\\|%2f|%5c)(?:\.|%2e){1,2}(?:%20|%09|%0b|%0c)+(?=$|\/|\\|%2f|%5c|;|%3b)/i;
+
+/** True when the path holds an escape that is refused with 400 (see above). */
+export function hasForbiddenEscape(path: string): boolean {
+  return path.indexOf('%') >= 0 && FORBIDDEN_ESCAPE_RE.test(path);
 }

@@ -187,10 +187,14 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
   // Beyond this many open connections Node closes new ones at once; the ones open are served.
   server.maxConnections = config.maxConnections;
 
-  server.on('request', (req: GatewayRequest, res: ServerResponse) => pipeline.handle(req, res, false));
+  server.on('request', (req: GatewayRequest, res: ServerResponse) => pipeline.handle(req, res, 'none'));
   // Answer `100 Continue` only once the request passed authentication and
   // routing: a refused upload is refused before the client sends its body.
-  server.on('checkContinue', (req: GatewayRequest, res: ServerResponse) => pipeline.handle(req, res, true));
+  server.on('checkContinue', (req: GatewayRequest, res: ServerResponse) => pipeline.handle(req, res, 'continue'));
+  // Any other expectation: without a listener Node answers a bare 417 itself,
+  // before authentication, unlogged and uncounted. Through the pipeline it is
+  // 401 without a valid token and 417 JSON with one, logged like any refusal.
+  server.on('checkExpectation', (req: GatewayRequest, res: ServerResponse) => pipeline.handle(req, res, 'other'));
   // WebSockets are never proxied (design §1); nor is any other protocol switch.
   server.on('upgrade', (req: GatewayRequest, socket: Duplex) => pipeline.refuseRaw(req, socket, ERRORS.webSocket));
   server.on('connect', (req: GatewayRequest, socket: Duplex) => pipeline.refuseRaw(req, socket, ERRORS.noRoute));

@@ -85,6 +85,22 @@ export function serialiseKeysFile(records: readonly KeyRecord[]): string {
   return `{"version":${FORMAT_VERSION},"keys":[${lines.length > 0 ? `\n${lines.join(',\n')}\n` : ''}]}\n`;
 }
 
+/**
+ * The text of `path` if it is a regular file. Opened without blocking and
+ * checked with fstat before reading: a FIFO (or a device) put in the keys
+ * file's place would otherwise hang the open in a thread-pool thread for
+ * ever, freezing reloads and keeping the process from exiting.
+ */
+async function readRegularFile(path: string): Promise<string> {
+  const fh = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  try {
+    if (!(await fh.stat()).isFile()) throw new KeysFileError(`${path} is not a regular file; replace it with a keys file`);
+    return await fh.readFile('utf8');
+  } finally {
+    await fh.close();
+  }
+}
+
 async function signature(path: string): Promise<string> {
   try {
     const s = await stat(path, { bigint: true });
@@ -109,7 +125,7 @@ export class FileKeyStore implements KeyStore {
   async load(): Promise<readonly KeyRecord[]> {
     let text: string;
     try {
-      text = await readFile(this.location, 'utf8');
+      text = await readRegularFile(this.location);
     } catch (err) {
       // No file yet is an empty store: the first `keys create` makes it. No
       // folder either is a typo or a missing install step, and says so.
@@ -205,7 +221,7 @@ export class FileKeyStore implements KeyStore {
 
   async lastUse(): Promise<ReadonlyMap<string, string>> {
     try {
-      const doc = JSON.parse(await readFile(this.#usePath, 'utf8')) as unknown;
+      const doc = JSON.parse(await readRegularFile(this.#usePath)) as unknown;
       if (typeof doc !== 'object' || doc === null) return new Map();
       return new Map(Object.entries(doc as Record<string, unknown>).filter((e): e is [string, string] => isDate(e[1])));
     } catch {

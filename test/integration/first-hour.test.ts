@@ -153,10 +153,10 @@ test('a port in use names the option that chose it: KEYWARD_PORT, KEYWARD_ADMIN_
     const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json') };
     const pub = await runCli(['serve'], { ...env, KEYWARD_PORT: taken });
     assert.equal(pub.code, 1);
-    assert.match(pub.stderr, new RegExp(`KEYWARD_PORT: 127\\.0\\.0\\.1:${taken} is already in use \\(another keyward\\?\\); set KEYWARD_PORT to a free port`));
+    assert.match(pub.stderr, new RegExp(`KEYWARD_PORT: 127\\.0\\.0\\.1:${taken} is already in use \\(EADDRINUSE: another keyward\\?\\); set KEYWARD_PORT to a free port`));
     const admin = await runCli(['serve'], { ...env, KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: taken });
     assert.equal(admin.code, 1);
-    assert.match(admin.stderr, new RegExp(`KEYWARD_ADMIN_PORT: 127\\.0\\.0\\.1:${taken} is already in use \\(another keyward\\?\\); set KEYWARD_ADMIN_PORT to a free port`));
+    assert.match(admin.stderr, new RegExp(`KEYWARD_ADMIN_PORT: 127\\.0\\.0\\.1:${taken} is already in use \\(EADDRINUSE: another keyward\\?\\); set KEYWARD_ADMIN_PORT to a free port`));
     const demo = await runCli(['demo'], { KEYWARD_PORT: taken });
     assert.equal(demo.code, 1);
     assert.match(demo.stderr, /KEYWARD_PORT: .* is already in use/);

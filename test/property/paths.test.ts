@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
 import { loadConfig } from '../../src/config.ts';
-import { hasDotSegment, matchRoute, routeTable } from '../../src/routes.ts';
+import { hasDotSegment, hasForbiddenEscape, matchRoute, routeTable } from '../../src/routes.ts';
 import { raw } from '../support/client.ts';
 import { startGateway } from '../support/gateway.ts';
 import { startUpstream } from '../support/upstream.ts';
@@ -55,7 +55,8 @@ test('every accepted path reaches the upstream byte for byte (over the wire)', a
   try {
     await fc.assert(
       fc.asyncProperty(pathOf(fc.array(plain, { minLength: 1, maxLength: 5 })), fc.option(plain, { nil: undefined }), async (path, query) => {
-        fc.pre(!oracleHasDotSegment(path));
+        // Refused paths are the routing tests' business; an accepted one must arrive intact.
+        fc.pre(!oracleHasDotSegment(path) && !hasForbiddenEscape(path));
         const target = `/speech${path}${query === undefined ? '' : `?${query}`}`;
         const before = up.requests.length;
         const out = await raw(gw.port, `GET ${target} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${gw.token}\r\nconnection: close\r\n\r\n`);
