@@ -3,7 +3,7 @@
 // forwarded. The first one that objects answers the request.
 import type { IncomingHttpHeaders } from 'node:http';
 import { ERRORS, type GatewayError } from './errors.ts';
-import { METHOD_OVERRIDE_HEADERS } from './headers.ts';
+import { hasMethodOverride } from './headers.ts';
 import { inScope, type Principal } from './keys/keyset.ts';
 import { containsTokenLike } from './keys/token.ts';
 import { hasParam } from './query.ts';
@@ -35,8 +35,7 @@ const tokenInUrl: Guard = (g) => (containsTokenLike(g.path) || containsTokenLike
 /** Method overrides would side-step the route's method list (design §1): refused, not stripped. */
 const methodOverride: Guard = (g) => {
   if (g.query !== null && hasParam(g.query, g.route.overrideQuery)) return ERRORS.methodOverride;
-  for (const h of METHOD_OVERRIDE_HEADERS) if (g.headers[h] !== undefined) return ERRORS.methodOverride;
-  return null;
+  return hasMethodOverride(g.headers) ? ERRORS.methodOverride : null;
 };
 
 const scope: Guard = (g) => (inScope(g.principal, g.route.name) ? null : ERRORS.forbidden);

@@ -27,6 +27,26 @@ const ALWAYS_STRIPPED: readonly string[] = ['authorization', 'expect', 'host'];
 /** Method-override headers that upstream frameworks honour (RFC-less convention, e.g. Google, Rails, Express). */
 export const METHOD_OVERRIDE_HEADERS: readonly string[] = ['x-http-method-override', 'x-http-method', 'x-method-override'];
 
+/**
+ * A header name in the one form the gateway compares: lower case (Node
+ * already gives it so) with `_` read as `-`. CGI, Rack and some Java servers
+ * map both to the same variable (`HTTP_X_HTTP_METHOD_OVERRIDE`), so
+ * `X_HTTP_Method_Override` or `xi_api_key` is the real header to them; nginx
+ * drops underscore names by default for this reason. Names without `_` (all
+ * but a rare few) are returned as they are, at no cost.
+ */
+export function headerKey(name: string): string {
+  return name.indexOf('_') < 0 ? name : name.replaceAll('_', '-');
+}
+
+const OVERRIDES: ReadonlySet<string> = new Set(METHOD_OVERRIDE_HEADERS);
+
+/** True when the headers carry a method override in any spelling. */
+export function hasMethodOverride(headers: IncomingHttpHeaders): boolean {
+  for (const name in headers) if (OVERRIDES.has(headerKey(name))) return true;
+  return false;
+}
+
 export function requestStripSet(extra: readonly string[], credentialHeader: string | null): ReadonlySet<string> {
   const names = new Set<string>([...ALWAYS_STRIPPED, ...extra.map((h) => h.toLowerCase())]);
   if (credentialHeader !== null) names.add(credentialHeader.toLowerCase());
@@ -39,7 +59,7 @@ function connectionNamed(value: string | string[] | undefined): Set<string> | nu
   const text = Array.isArray(value) ? value.join(',') : value;
   let named: Set<string> | null = null;
   for (const part of text.split(',')) {
-    const name = part.trim().toLowerCase();
+    const name = headerKey(part.trim().toLowerCase());
     if (name.length > 0 && name !== 'close' && name !== 'keep-alive') (named ??= new Set()).add(name);
   }
   return named;
@@ -71,7 +91,10 @@ export function upstreamRequestHeaders(
   const named = connectionNamed(incoming.connection);
   const strip = route.stripHeaders;
   for (const name in incoming) {
-    if (HOP_BY_HOP.has(name) || strip.has(name) || (named !== null && named.has(name))) continue;
+    const key = headerKey(name);
+    if (HOP_BY_HOP.has(key) || strip.has(key) || (named !== null && named.has(key))) continue;
+    // `content_length` beside the real Content-Length is a second length to an upstream that folds `_`.
+    if (key !== name && key === 'content-length') continue;
     const value = incoming[name];
     if (value === undefined || carriesToken(value) || containsTokenLike(name)) continue;
     out[name] = value;

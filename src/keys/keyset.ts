@@ -76,7 +76,10 @@ function buildTable(records: readonly KeyRecord[]): Table {
   while (capacity < entries * 2) capacity *= 2;
   const t: Table = { digests: Buffer.alloc(entries * 32), slots: new Int32Array(capacity), entryRecord: new Int32Array(entries), entryUntil: new Float64Array(entries), mask: capacity - 1 };
   let n = 0;
-  const add = (digest: string, record: number, until: number): void => {
+  const add = (digest: unknown, record: number, until: number): void => {
+    // A row written behind keyward's back may lack a digest: it opens nothing,
+    // and must not take the rest of the set down with it.
+    if (typeof digest !== 'string') return;
     const at = n * 32;
     // `sha256:` + 64 hex digits (checked by the file parser); hex that is
     // not hex stops the write short, leaving bytes no real digest matches.
@@ -91,9 +94,19 @@ function buildTable(records: readonly KeyRecord[]): Table {
   for (let i = 0; i < records.length; i++) {
     const r = records[i] as KeyRecord;
     add(r.digest, i, Infinity);
-    if (r.previous !== undefined) for (const p of r.previous) add(p.digest, i, Date.parse(p.until));
+    if (Array.isArray(r.previous)) for (const p of r.previous) add(p?.digest, i, graceEnd(p?.until));
   }
   return t;
+}
+
+/**
+ * When a rotated-out token stops, ms. A grace date that is not a date (a
+ * number, "never", null, "") ends the grace at once: failing open would keep
+ * an old token valid for ever.
+ */
+export function graceEnd(until: unknown): number {
+  const ms = typeof until === 'string' ? Date.parse(until) : Number.NaN;
+  return Number.isNaN(ms) ? -Infinity : ms;
 }
 
 /** Same digests (current and previous, with their times) at the same position. */

@@ -156,3 +156,20 @@ test('KeySet.next: a revocation or scope change shares the digest index; rotatio
   assert.equal(fourth.lookup(tokens[7] as string, now), null);
   assert.equal(fourth.lookup(tokens[8] as string, now)?.principal.id, 'key_8');
 });
+
+test('a grace date that is not a date ends the grace (fail closed); a grace entry without a digest opens nothing and breaks nothing', () => {
+  const [current, old, other] = [generateToken(), generateToken(), generateToken()];
+  const now = Date.parse('2026-06-01T00:00:00Z');
+  for (const until of [12345, 'never', null, '', undefined]) {
+    const set = new KeySet(
+      [
+        record(current, { previous: [{ digest: `sha256:${tokenDigest(old)}`, until } as never, { until: '2099-01-01T00:00:00Z' } as never] }),
+        record(other, { id: 'key_other' }),
+      ],
+      now,
+    );
+    assert.equal(set.lookup(old, now), null, `until ${JSON.stringify(until)}: the old token opens nothing`);
+    assert.equal(set.lookup(current, now)?.refusal, null, 'the current token still works');
+    assert.equal(set.lookup(other, now)?.refusal, null, 'the rest of the set is intact');
+  }
+});
