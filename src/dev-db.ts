@@ -17,7 +17,8 @@ interface DevDbState {
 
 const DATABASE = 'keyward';
 
-async function freePort(): Promise<number> {
+/** A port free now on loopback, for a server that must be told its port before it binds (PostgreSQL). */
+export async function freePort(): Promise<number> {
   const s = net.createServer();
   await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
   const port = (s.address() as AddressInfo).port;
