@@ -91,6 +91,8 @@ class Histogram {
 export interface KeystoreView {
   keys(): { active: number; revoked: number; expired: number } | null;
   up(): boolean;
+  /** Stored rows skipped because they fail the record check. */
+  invalid(): number;
 }
 
 export class Metrics {
@@ -180,6 +182,11 @@ export class Metrics {
       }, 'max') as never,
     );
     r.registerMetric(scraped('keyward_keystore_up', '1 while the key store can be read.', 'gauge', () => [{ labels: {}, value: this.#keystore?.up() === true ? 1 : 0 }], 'min') as never);
+    r.registerMetric(
+      scraped('keyward_keystore_invalid_rows', 'Stored keys skipped because they fail the record check (each logged once, by id).', 'gauge', () => [
+        { labels: {}, value: this.#keystore?.invalid() ?? 0 },
+      ], 'max') as never,
+    );
     r.registerMetric(
       scraped('keyward_keystore_reload_errors_total', 'Key store reloads that failed (the last good set kept serving).', 'counter', () => [
         { labels: {}, value: this.#reloadErrors },

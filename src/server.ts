@@ -131,7 +131,8 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     logger.error({ err, keyStore: store.location }, 'key store unreachable; no key set yet');
   }
   const keysLoadMs = Math.round(performance.now() - loadStarted);
-  metrics.watchKeystore({ keys: () => keys?.states(Date.now()) ?? null, up: () => storeUp });
+  let invalidRows: ReadonlyMap<string, string> = new Map();
+  metrics.watchKeystore({ keys: () => keys?.states(Date.now()) ?? null, up: () => storeUp, invalid: () => invalidRows.size });
   let draining = false;
   let runtime = buildRuntime(config);
 
@@ -155,7 +156,12 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
       logger.warn({ keyStore: store.location, err: err ?? null }, 'key store unreachable; serving the last good key set');
     }
   };
-  const stopWatch = store.watch(applyKeys, (err) => (store.shared === true ? metrics.keysReloadFailed() : keysError(err)), storeStatus);
+  // Each skipped row is logged once, when it first fails the check (by id, never its digest).
+  const invalidStatus = (invalid: ReadonlyMap<string, string>): void => {
+    for (const [id, problem] of invalid) if (!invalidRows.has(id)) logger.warn({ keyStore: store.location, id, problem }, 'stored key skipped: it fails the record check and opens nothing');
+    invalidRows = invalid;
+  };
+  const stopWatch = store.watch(applyKeys, (err) => (store.shared === true ? metrics.keysReloadFailed() : keysError(err)), storeStatus, invalidStatus);
   /** The key set to serve: none while the shared store has been down longer than allowed. */
   const currentKeys = (): KeySet | null => {
     if (storeUp || keys === null) return keys;

@@ -11,6 +11,7 @@ import { open, readFile, rename, stat, unlink } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { KeyRecord } from './keyset.ts';
+import { isDate, recordProblem } from './record.ts';
 import type { Change, KeyStore, UpdateOptions } from './store.ts';
 
 const FORMAT_VERSION = 1;
@@ -27,20 +28,13 @@ export class KeysFileCorrupt extends KeysFileError {
   override name = 'KeysFileCorrupt';
 }
 
-const isString = (v: unknown): v is string => typeof v === 'string';
-const isDate = (v: unknown): v is string => isString(v) && !Number.isNaN(Date.parse(v));
-// `created` is informational and present on every key: a shape check keeps a
-// million-key file loading in well under a second (Date.parse would double it).
-const ISO_INSTANT = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})$/;
-
 /**
- * Parse and check a keys file; throws KeysFileError naming the first problem.
+ * Parse and check a keys file; throws KeysFileCorrupt naming the first
+ * problem. The file is written whole by keyward, so one bad entry means a
+ * damaged file: it is refused whole and the last good set keeps serving.
  * The records returned are the parsed objects themselves (checked, not
  * copied), so a large file is held in memory once.
  */
-// The message is built only on failure: nothing per key is allocated on the way.
-const bad = (i: number, what: string): KeysFileError => new KeysFileCorrupt(`keys[${i}]${what}`);
-
 export function parseKeysFile(text: string): KeyRecord[] {
   let doc: unknown;
   try {
@@ -54,27 +48,10 @@ export function parseKeysFile(text: string): KeyRecord[] {
   }
   const keys = (doc as { keys?: unknown }).keys;
   if (!Array.isArray(keys)) throw new KeysFileCorrupt('expected "keys" to be an array');
-  // Checks are shapes only: this runs on every reload of files with a million
-  // keys. A digest that is not hex can never match a lookup; unique ids are
-  // enforced where keys are written (update), not on every read.
   for (let i = 0; i < keys.length; i++) {
-    const k = keys[i] as Record<string, unknown>;
-    if (typeof k !== 'object' || k === null) throw bad(i, ` is not an object`);
-    if (!isString(k.id) || k.id.length === 0) throw bad(i, `.id must be a non-empty string`);
-    if (!isString(k.name)) throw bad(i, `.name must be a string`);
-    if (!isString(k.digest) || k.digest.length !== 71 || !k.digest.startsWith('sha256:')) throw bad(i, `.digest must be "sha256:" and 64 hex digits`);
-    if (!isString(k.created) || !ISO_INSTANT.test(k.created)) throw bad(i, `.created must be a date`);
-    if (k.expires !== null && !isDate(k.expires)) throw bad(i, `.expires must be a date or null`);
-    if (k.revoked !== null && !isDate(k.revoked)) throw bad(i, `.revoked must be a date or null`);
-    if (k.routes !== undefined && k.routes !== null && !(Array.isArray(k.routes) && k.routes.every(isString))) throw bad(i, `.routes must be a list of route names or null`);
-    if (k.previous !== undefined) {
-      if (!Array.isArray(k.previous)) throw bad(i, `.previous must be a list`);
-      for (const p of k.previous as Array<Record<string, unknown>>) {
-        if (typeof p !== 'object' || p === null || !isString(p.digest) || p.digest.length !== 71 || !p.digest.startsWith('sha256:') || !isDate(p.until)) {
-          throw bad(i, `.previous entries must have a digest and an "until" date`);
-        }
-      }
-    }
+    const problem = recordProblem(keys[i]);
+    // The message is built only on failure: nothing per key is allocated on the way.
+    if (problem !== null) throw new KeysFileCorrupt(`keys[${i}]${problem}`);
   }
   return keys as KeyRecord[];
 }

@@ -23,9 +23,12 @@ export interface KeyStore {
   load(): Promise<readonly KeyRecord[]>;
   /**
    * Report every change within one second. `onError` gets changes that could
-   * not be read; the caller keeps serving its last good set. Returns `stop`.
+   * not be read; the caller keeps serving its last good set. `onChange` may
+   * throw: the change is then not in force, the store reports itself down
+   * and tries again. `onInvalid` gets the rows skipped because they fail the
+   * record check (id → problem), whenever that list changes. Returns `stop`.
    */
-  watch(onChange: (records: readonly KeyRecord[]) => void, onError: (err: Error) => void, onStatus?: (up: boolean, err?: Error) => void): () => void;
+  watch(onChange: (records: readonly KeyRecord[]) => void, onError: (err: Error) => void, onStatus?: (up: boolean, err?: Error) => void, onInvalid?: (invalid: ReadonlyMap<string, string>) => void): () => void;
   /** A store shared by a fleet (PostgreSQL): a gateway may start before it is reachable. */
   readonly shared?: boolean;
   /** Release connections (the CLI's exit). */

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { serialiseKeysFile } from '../../src/keys/file-store.ts';
 import { generateToken, tokenDigest } from '../../src/keys/token.ts';
+import { MIGRATIONS } from '../../src/keys/pg-store.ts';
 import { request } from '../support/client.ts';
 import { deadline, eventually } from '../support/deadline.ts';
 import { runCli, startCli } from '../support/cli.ts';
@@ -28,8 +29,8 @@ test('the keys CLI works the same against PostgreSQL; import is idempotent, expo
     const host = new URL(db.url);
     assert.equal(migrated.stderr.split('\n')[0], `keyward: keys in postgres 127.0.0.1:${host.port}${host.pathname}`);
     assert.equal(migrated.stderr.includes(host.password), false, 'never the password');
-    assert.equal(migrated.stdout, "Created keyward's tables (schema version 1).\n");
-    assert.equal((await runCli(['db', 'migrate'], env)).stdout, 'Database schema already at version 1; nothing to do.\n');
+    assert.equal(migrated.stdout, `Created keyward's tables (schema version ${MIGRATIONS.length}).\n`);
+    assert.equal((await runCli(['db', 'migrate'], env)).stdout, `Database schema already at version ${MIGRATIONS.length}; nothing to do.\n`);
     const alice = JSON.parse((await runCli(['keys', 'create', '--name', 'alice', '--routes', 'seo', '--json'], env)).stdout) as { id: string; token: string };
     assert.match(alice.token, /^kw_/);
     const rotated = await runCli(['keys', 'rotate', 'alice', '--grace', '1h', '--json'], env);

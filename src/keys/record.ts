@@ -1,0 +1,58 @@
+// One check for a stored key, wherever it is read from: the keys file and
+// the PostgreSQL table alike. A record that fails it never opens anything.
+// What a failure means differs by store (docs/keys.md): a keys file is
+// written whole by keyward, so a bad entry means a damaged file and the file
+// is refused whole; a table row can be written by anyone with SQL, so a bad
+// row is skipped alone and the rest of the set serves.
+import type { KeyRecord } from './keyset.ts';
+
+const isString = (v: unknown): v is string => typeof v === 'string';
+export const isDate = (v: unknown): v is string => isString(v) && !Number.isNaN(Date.parse(v));
+// Shape only: a digest that is not hex can never match a lookup.
+const isDigest = (v: unknown): v is string => isString(v) && v.length === 71 && v.startsWith('sha256:');
+// `created` is informational and present on every key: a shape check keeps a
+// million-key file loading in well under a second (Date.parse would double it).
+const ISO_INSTANT = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})$/;
+
+/**
+ * What is wrong with `k` as a stored key, as the tail of a message
+ * (`.digest must be …`), or null when it is a valid record. Shapes only: this
+ * runs on every reload of a million keys. Unique ids are enforced where keys
+ * are written, not here.
+ */
+export function recordProblem(k: unknown): string | null {
+  if (typeof k !== 'object' || k === null) return ' is not an object';
+  const r = k as Record<string, unknown>;
+  if (!isString(r.id) || r.id.length === 0) return '.id must be a non-empty string';
+  if (!isString(r.name)) return '.name must be a string';
+  if (!isDigest(r.digest)) return '.digest must be "sha256:" and 64 hex digits';
+  if (!isString(r.created) || !ISO_INSTANT.test(r.created)) return '.created must be a date';
+  if (r.expires !== null && !isDate(r.expires)) return '.expires must be a date or null';
+  if (r.revoked !== null && !isDate(r.revoked)) return '.revoked must be a date or null';
+  if (r.routes !== undefined && r.routes !== null && !(Array.isArray(r.routes) && r.routes.every(isString))) return '.routes must be a list of route names or null';
+  if (r.previous !== undefined) {
+    if (!Array.isArray(r.previous)) return '.previous must be a list';
+    for (const p of r.previous as unknown[]) {
+      // A grace date that is not a date would otherwise keep an old token valid for ever.
+      if (typeof p !== 'object' || p === null || !isDigest((p as Record<string, unknown>).digest) || !isDate((p as Record<string, unknown>).until)) {
+        return '.previous entries must have a digest and an "until" date';
+      }
+    }
+  }
+  return null;
+}
+
+/** `records` split into the valid ones and the problems of the others, by id (or position when the id is unusable). */
+export function validRecords(records: readonly unknown[]): { valid: KeyRecord[]; invalid: Map<string, string> } {
+  const valid: KeyRecord[] = [];
+  const invalid = new Map<string, string>();
+  for (let i = 0; i < records.length; i++) {
+    const problem = recordProblem(records[i]);
+    if (problem === null) valid.push(records[i] as KeyRecord);
+    else {
+      const id = (records[i] as { id?: unknown } | null)?.id;
+      invalid.set(typeof id === 'string' && id !== '' ? id : `#${i}`, problem);
+    }
+  }
+  return { valid, invalid };
+}
