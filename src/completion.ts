@@ -56,6 +56,12 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
     line(ex.upstreamFailed ? 'warn' : status !== null && status >= 500 ? 'error' : 'info', fields);
 
     const route = ex.route?.index ?? NO_ROUTE;
+    if (ex.masked !== null) {
+      // Which secret by route and form; never its value.
+      const secrets = ex.masked.map((f) => `${f.route} ${f.form}`);
+      logger.warn({ reqId: ex.id, route: fields.route, path: fields.path, secrets, cut: ex.failure === 'secret_in_compressed_body' }, 'upstream secret found in a response and kept from the client');
+      for (const s of secrets) metrics.egressMasked(route, s);
+    }
     if (ex.forwardStart > 0) metrics.inFlight(route, -1);
     if (ex.upstreamFailed) metrics.upstreamError(route, ex.failure ?? 'error');
     metrics.request(route, req.method as string, status ?? 0, durationMs / 1000, ex.ttfbMs / 1000, bytesIn ?? 0, ex.bytesOut);

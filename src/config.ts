@@ -31,6 +31,12 @@ export interface Config {
   readonly idleTimeoutMs: number;
   /** Largest request head (request line and headers), bytes; larger ones get 431. */
   readonly maxHeaderBytes: number;
+  /** Largest upstream response head relayed, bytes; a larger one is a 502. */
+  readonly upstreamMaxHeaderBytes: number;
+  /** How long an idle pooled upstream connection is kept (shorter when the upstream's Keep-Alive says so), ms. */
+  readonly upstreamIdleMs: number;
+  /** Scan responses for upstream secrets and mask them (egress.ts); off only to measure its cost. */
+  readonly egressFilter: boolean;
   /** Open client connections; new ones beyond it are closed at once. */
   readonly maxConnections: number;
   /** Extra PEM CA bundle trusted for upstream TLS, besides the system's roots. */
@@ -67,9 +73,14 @@ const TIMED = [
   ['KEYWARD_KEEPALIVE_TIMEOUT', '5s', 'keepAliveTimeoutMs'],
   ['KEYWARD_DRAIN_TIMEOUT', '30s', 'drainTimeoutMs'],
   ['KEYWARD_IDLE_TIMEOUT', '5m', 'idleTimeoutMs'],
+  // Below the idle timeouts of common upstream load balancers (5 s and up),
+  // so a pooled connection is dropped by us before the upstream closes it.
+  ['KEYWARD_UPSTREAM_IDLE', '4s', 'upstreamIdleMs'],
 ] as const;
 const MAX_BODY_DEFAULT = '2GiB';
 const MAX_HEADER_DEFAULT = '16KiB';
+// Upstreams send more than clients do (many Set-Cookie, long CSP or Link headers).
+const UPSTREAM_MAX_HEADER_DEFAULT = '64KiB';
 const LEVELS = new Set(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']);
 
 export type ReadFile = (path: string) => string;
@@ -167,6 +178,7 @@ function route(env: Env, spec: UpstreamSpec, readFile: ReadFile, native: Readonl
     target: where.target,
     basePath: where.basePath,
     credential,
+    secretForms: credential === null ? [] : spec.secretForms(secrets as string[]),
     native: native.has(spec.name) ? spec.native : null,
     dropQuery: new Set(spec.dropQuery.map((q) => q.toLowerCase())),
     overrideQuery: new Set(spec.overrideQuery.map((q) => q.toLowerCase())),
@@ -324,6 +336,15 @@ export function loadConfig(env: Env, readFile: ReadFile, cwd: string): Config {
     problems.push('KEYWARD_MAX_HEADER_SIZE must be a size from 1KiB to 1GiB (e.g. 16KiB)');
   }
 
+  const upstreamHeaderText = env.KEYWARD_UPSTREAM_MAX_HEADER_SIZE !== undefined && env.KEYWARD_UPSTREAM_MAX_HEADER_SIZE !== '' ? env.KEYWARD_UPSTREAM_MAX_HEADER_SIZE : UPSTREAM_MAX_HEADER_DEFAULT;
+  const upstreamMaxHeaderBytes = parseSize(upstreamHeaderText);
+  if (upstreamMaxHeaderBytes === null || upstreamMaxHeaderBytes < 1024 || upstreamMaxHeaderBytes > 1024 ** 3) {
+    problems.push('KEYWARD_UPSTREAM_MAX_HEADER_SIZE must be a size from 1KiB to 1GiB (e.g. 64KiB)');
+  }
+
+  const egressText = env.KEYWARD_EGRESS_FILTER ?? '';
+  if (egressText !== '' && egressText !== 'on' && egressText !== 'off') problems.push('KEYWARD_EGRESS_FILTER must be on or off');
+
   let maxConnections = 10_000;
   const maxConnText = env.KEYWARD_MAX_CONNECTIONS ?? '';
   if (/^[1-9]\d{0,6}$/.test(maxConnText)) maxConnections = Number(maxConnText);
@@ -366,6 +387,9 @@ export function loadConfig(env: Env, readFile: ReadFile, cwd: string): Config {
     maxBodyBytes: maxBodyBytes as number,
     idleTimeoutMs: times.idleTimeoutMs as number,
     maxHeaderBytes: maxHeaderBytes as number,
+    upstreamMaxHeaderBytes: upstreamMaxHeaderBytes as number,
+    upstreamIdleMs: times.upstreamIdleMs as number,
+    egressFilter: egressText !== 'off',
     maxConnections,
     upstreamCa,
     tls,

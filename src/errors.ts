@@ -44,6 +44,7 @@ const entries = {
   expectationFailed: { status: 417, code: 'expectation_failed', message: 'Only Expect: 100-continue is supported.' },
   headersTooLarge: { status: 431, code: 'headers_too_large', message: 'Request headers exceed the configured limit.' },
   upstreamUnreachable: { status: 502, code: 'upstream_unreachable', message: 'Upstream unreachable.' },
+  upstreamUnscannable: { status: 502, code: 'upstream_unreachable', message: 'The upstream answered in a content coding the gateway cannot inspect.' },
   routeNotConfigured: { status: 503, code: 'route_not_configured', message: 'This route has no upstream credential configured.' },
   shuttingDown: { status: 503, code: 'shutting_down', message: 'The gateway is shutting down.' },
   keystoreUnavailable: { status: 503, code: 'keystore_unavailable', message: 'No key set is available.' },

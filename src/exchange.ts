@@ -4,6 +4,7 @@
 // V8's object shape stable on the hot path.
 import { IncomingMessage, type ClientRequest, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
+import type { SecretForm } from './egress.ts';
 import type { Principal } from './keys/keyset.ts';
 import type { Route } from './routes.ts';
 
@@ -39,6 +40,12 @@ export class Exchange {
   settled = false;
   /** The client response closed (normally or not). */
   closed = false;
+  /** The upstream's response has no body (204, 304, HEAD): bytes after its head are not relayed. */
+  bodiless = false;
+  /** Sent again after a reused upstream connection failed (forward.ts); never twice. */
+  retried = false;
+  /** Upstream secrets found (and masked) in this response, for the log line and metrics. */
+  masked: readonly SecretForm[] | null = null;
 
   /** The request target as the client sent it. */
   readonly url: string;

@@ -26,9 +26,11 @@ import type { Socket } from 'node:net';
 import { rootCertificates } from 'node:tls';
 import type { Duplex } from 'node:stream';
 import { ProxyServer } from 'http-proxy-3';
+import { maskHeaders, secretForms, type SecretForm } from './egress.ts';
 import { answer, ERRORS, upstreamFailure } from './errors.ts';
 import type { Exchange, GatewayRequest } from './exchange.ts';
 import { downstreamResponseHeaders } from './headers.ts';
+import { decodersFor, relayCompressed, relayPlain } from './relay.ts';
 import type { Route } from './routes.ts';
 import type { Expiry } from './timers.ts';
 
@@ -36,6 +38,11 @@ export interface ForwardOptions {
   readonly connectTimeoutMs: number;
   /** Extra PEM CAs for upstream TLS, added to the system's roots. */
   readonly upstreamCa: string | null;
+  readonly upstreamIdleMs: number;
+  readonly upstreamMaxHeaderBytes: number;
+  readonly egressFilter: boolean;
+  /** Every route: the secrets of all of them are kept out of every response. */
+  readonly routes: readonly Route[];
 }
 
 type ErrorWithCode = Error & { code?: string };
@@ -100,7 +107,10 @@ function unexpectedSwitch(ex: Exchange, res: ServerResponse): void {
   answer(ex, res, ERRORS.upstreamUnreachable, !ex.req.complete);
 }
 
-function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, res: ServerResponse): void {
+/** Statuses and methods whose response has no body (RFC 9110 §6.4.1): stray bytes after the head are not theirs. */
+const bodiless = (status: number, method: string | undefined): boolean => status === 204 || status === 304 || method === 'HEAD';
+
+function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, res: ServerResponse, forms: readonly SecretForm[]): void {
   const ex = (req as GatewayRequest).exchange as Exchange;
   ex.ttfbMs = performance.now() - ex.forwardStart;
   if (ex.settled || ex.closed || res.headersSent) {
@@ -113,18 +123,31 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
     unexpectedSwitch(ex, res);
     return;
   }
+  const decoders = forms.length === 0 ? [] : decodersFor(proxyRes.headers['content-encoding']);
+  if (decoders === null) {
+    // A coding the filter cannot read could carry a secret past it.
+    ex.upstreamFailed = true;
+    ex.failure = 'unscannable_encoding';
+    proxyRes.destroy();
+    answer(ex, res, ERRORS.upstreamUnscannable, true);
+    return;
+  }
+  ex.bodiless = bodiless(proxyRes.statusCode as number, req.method);
   // An upstream that dies mid-body: the status is already out, so the only
   // honest signal left is to close the client's connection at once.
   proxyRes.on('error', () => undefined);
   proxyRes.once('close', () => {
-    if (!proxyRes.complete && !ex.closed) {
+    if (!proxyRes.complete && !ex.closed && !ex.bodiless) {
       ex.upstreamFailed = true;
       ex.failure ??= 'upstream_aborted';
       res.destroy();
     }
   });
+  const headers = downstreamResponseHeaders(proxyRes.rawHeaders);
+  const inHeaders = maskHeaders(forms, headers);
+  if (inHeaders !== null) ex.masked = inHeaders;
   try {
-    res.writeHead(proxyRes.statusCode as number, proxyRes.statusMessage, downstreamResponseHeaders(proxyRes.rawHeaders));
+    res.writeHead(proxyRes.statusCode as number, proxyRes.statusMessage, headers);
   } catch {
     // A reason phrase or header Node refuses to write (control characters
     // from the upstream). sendError writes its own reason phrase: the bad one
@@ -135,35 +158,42 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
     answer(ex, res, ERRORS.upstreamUnreachable, true);
     return;
   }
-  // The body is relayed by hand rather than with pipe(): the same
-  // backpressure (pause on a full buffer, resume on drain) with two
-  // listeners instead of pipe's eight added and removed per request, and a
-  // body that arrives whole as its Content-Length says goes out with the
-  // head in one end() call.
-  const whole = contentLength(proxyRes);
-  proxyRes.on('data', (chunk: Buffer) => {
-    ex.bytesOut += chunk.length;
-    if (chunk.length === whole) {
-      res.end(chunk);
-      return;
-    }
-    if (!res.write(chunk)) {
-      proxyRes.pause();
-      res.once('drain', () => proxyRes.resume());
-    }
-  });
-  proxyRes.on('end', () => {
-    if (!res.writableEnded) res.end();
-  });
+  if (decoders.length === 0) relayPlain(proxyRes, res, ex, forms, onSecret);
+  else relayCompressed(proxyRes, res, ex, forms, decoders, onSecret);
 }
 
-/** The upstream's declared body length, or -1 (none, or not a plain number). */
-function contentLength(res: http.IncomingMessage): number {
-  const v = res.headers['content-length'];
-  return v !== undefined && /^\d{1,15}$/.test(v) ? Number(v) : -1;
+/** Secrets found in a body: masked (plain), or the response cut (compressed). */
+function onSecret(ex: Exchange, found: readonly SecretForm[], cut: boolean): void {
+  ex.masked = ex.masked === null ? found : [...new Set([...ex.masked, ...found])];
+  if (cut) {
+    ex.upstreamFailed = true;
+    ex.failure = 'secret_in_compressed_body';
+  }
 }
 
-function onError(err: ErrorWithCode, req: http.IncomingMessage, res: ServerResponse | Socket): void {
+/** Failures of a reused pooled connection that mean "closed while idle", not "the upstream broke". */
+const STALE_CONNECTION = new Set(['ECONNRESET', 'EPIPE', 'ECONNABORTED']);
+
+/**
+ * A GET or HEAD without a body whose reused connection failed before any
+ * response byte: the upstream closed it while it sat in the pool, and never
+ * saw the request. Safe to send once more on a fresh connection. Never a
+ * request with a body (these upstreams bill per call) and never twice.
+ */
+function retriable(err: ErrorWithCode, ex: Exchange): boolean {
+  const req = ex.req;
+  return (
+    !ex.retried &&
+    ex.ttfbMs < 0 &&
+    ex.proxyReq?.reusedSocket === true &&
+    STALE_CONNECTION.has(err.code ?? '') &&
+    (req.method === 'GET' || req.method === 'HEAD') &&
+    req.headers['transfer-encoding'] === undefined &&
+    (req.headers['content-length'] === undefined || req.headers['content-length'] === '0')
+  );
+}
+
+function onError(err: ErrorWithCode, req: http.IncomingMessage, res: ServerResponse | Socket, retry: (ex: Exchange) => void): void {
   const ex = (req as GatewayRequest).exchange as Exchange;
   // A fully read request is auto-destroyed, so `req.destroyed` says nothing
   // about the client; its socket does.
@@ -172,6 +202,17 @@ function onError(err: ErrorWithCode, req: http.IncomingMessage, res: ServerRespo
     return;
   }
   const response = res as ServerResponse;
+  if (ex.bodiless && response.headersSent) {
+    // 204, 304 or HEAD, relayed whole; what failed was the bytes after it,
+    // which Node's parser took for a next response. The connection is gone
+    // (never pooled again); the client's answer is complete.
+    if (!response.writableEnded) response.end();
+    return;
+  }
+  if (retriable(err, ex)) {
+    retry(ex);
+    return;
+  }
   ex.upstreamFailed = true;
   ex.failure = err.code ?? 'error';
   if (response.headersSent) {
@@ -202,6 +243,8 @@ interface AgentInternals {
 function singleOrigin(Base: AgentClass): AgentClass {
   return class SingleOriginAgent extends Base {
     #name: string | null = null;
+    /** Largest upstream response head, bytes (KEYWARD_UPSTREAM_MAX_HEADER_SIZE). */
+    maxHeaderSize = 0;
 
     override getName(options?: http.ClientRequestArgs): string {
       this.#name ??= (Base.prototype as unknown as AgentInternals).getName.call(this, options);
@@ -209,6 +252,11 @@ function singleOrigin(Base: AgentClass): AgentClass {
     }
 
     addRequest(req: http.ClientRequest, options: http.ClientRequestArgs): void {
+      // Read by Node when it sets up the response parser, after this call.
+      // The head is bounded in bytes; a count limit (Node's default: 2000
+      // lines) would silently drop headers of a head within that bound.
+      (req as unknown as { maxHeaderSize: number }).maxHeaderSize = this.maxHeaderSize;
+      req.maxHeadersCount = 0;
       const self = this as unknown as AgentInternals;
       const name = this.#name;
       const free = name === null ? undefined : self.freeSockets[name];
@@ -234,11 +282,16 @@ const HttpsAgent = singleOrigin(https.Agent);
 export class Forwarder {
   readonly #proxy: ProxyServer;
   readonly #agent: http.Agent;
+  readonly #onError: (err: ErrorWithCode, req: http.IncomingMessage, res: ServerResponse | Socket) => void;
 
   constructor(route: Route, options: ForwardOptions) {
     const agentOptions: https.AgentOptions = {
       keepAlive: true,
       keepAliveMsecs: 1_000,
+      // A pooled connection idle this long is closed by us; Node shortens it
+      // to the upstream's `Keep-Alive: timeout=N` hint less a second when
+      // that is shorter, and does not pool at all for a hint of 1 s or less.
+      timeout: options.upstreamIdleMs,
       maxSockets: Infinity,
       maxFreeSockets: 256,
       // Reuse the most recently used socket: it is the least likely to have
@@ -249,6 +302,8 @@ export class Forwarder {
       maxCachedSessions: 100,
     };
     this.#agent = route.target.protocol === 'https:' ? new HttpsAgent(agentOptions) : new HttpAgent(agentOptions);
+    (this.#agent as unknown as { maxHeaderSize: number }).maxHeaderSize = options.upstreamMaxHeaderBytes;
+    const forms = options.egressFilter ? secretForms(options.routes).forms : [];
     this.#proxy = new ProxyServer({
       target: route.target,
       agent: this.#agent,
@@ -269,16 +324,29 @@ export class Forwarder {
     const internals = this.#proxy as unknown as { webPasses: Array<{ name: string }> };
     internals.webPasses = internals.webPasses.filter((pass) => pass.name !== 'deleteLength');
     this.#proxy.on('proxyReq', onProxyReq);
-    this.#proxy.on('proxyRes', onProxyRes);
+    this.#proxy.on('proxyRes', (proxyRes, req, res) => onProxyRes(proxyRes, req, res, forms));
+    const retry = (ex: Exchange): void => {
+      // The other idle connections are at least as old: drop them too, so the retry opens a fresh one.
+      this.#dropIdle();
+      ex.retried = true;
+      ex.proxyReq = null;
+      this.forward(ex.req, ex.res as ServerResponse, ex);
+    };
+    this.#onError = (err, req, res) => onError(err, req, res, retry);
     // Every call passes its own callback, so this never fires; it is here so
     // that a library change can never turn an upstream failure into a crash.
-    this.#proxy.on('error', (err, req, res) => onError(err, req, res));
+    this.#proxy.on('error', (err, req, res) => this.#onError(err, req, res));
   }
 
   /** Send the (already rewritten) request upstream and stream the answer back. */
   forward(req: GatewayRequest, res: ServerResponse, ex: Exchange): void {
     ex.forwardStart = performance.now();
-    this.#proxy.web(req, res, onError);
+    this.#proxy.web(req, res, this.#onError);
+  }
+
+  #dropIdle(): void {
+    const free = (this.#agent as unknown as AgentInternals).freeSockets;
+    for (const name in free) for (const socket of free[name] ?? []) socket.destroy();
   }
 
   /**
@@ -288,8 +356,7 @@ export class Forwarder {
    */
   retire(): void {
     (this.#agent as unknown as { keepAlive: boolean }).keepAlive = false;
-    const free = (this.#agent as unknown as AgentInternals).freeSockets;
-    for (const name in free) for (const socket of free[name] ?? []) socket.destroy();
+    this.#dropIdle();
   }
 
   close(): void {

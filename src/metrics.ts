@@ -106,6 +106,7 @@ export class Metrics {
   readonly #limited = new Float64Array(ROUTE_NAMES.length * LIMIT_REASONS.length);
   /** Upstream failures are rare: a map keyed by route index and reason is enough. */
   readonly #upstreamErrors = new Map<string, number>();
+  readonly #masked = new Map<string, number>();
   #reloadErrors = 0;
   #lastReload = 0;
   #keystore: KeystoreView | null = null;
@@ -142,6 +143,14 @@ export class Metrics {
         [...this.#upstreamErrors].map(([key, value]) => {
           const [rt, reason] = key.split('\0') as [string, string];
           return { labels: { route: rt, reason }, value };
+        }),
+      ) as never,
+    );
+    r.registerMetric(
+      scraped('keyward_egress_masked_total', 'Responses in which an upstream secret was found and masked (or the response cut), by route and secret (route and form, never the value).', 'counter', () =>
+        [...this.#masked].map(([key, value]) => {
+          const [rt, secret] = key.split('\0') as [string, string];
+          return { labels: { route: rt, secret }, value };
         }),
       ) as never,
     );
@@ -224,6 +233,12 @@ export class Metrics {
   upstreamError(route: number, reason: string): void {
     const key = `${ROUTE_NAMES[route]}\0${reason}`;
     this.#upstreamErrors.set(key, (this.#upstreamErrors.get(key) ?? 0) + 1);
+  }
+
+  /** A response from `route` held `secret` (`seo password`, …). */
+  egressMasked(route: number, secret: string): void {
+    const key = `${ROUTE_NAMES[route]}\0${secret}`;
+    this.#masked.set(key, (this.#masked.get(key) ?? 0) + 1);
   }
 
   authFailure(reason: AuthFailure): void {

@@ -23,6 +23,8 @@ export interface UpstreamSpec {
   readonly secretEnvs: readonly string[];
   /** The header the upstream authenticates with, built from the secrets. */
   readonly credential: (secrets: readonly string[]) => readonly [name: string, value: string];
+  /** Every form a secret could take in a response, for the egress filter (egress.ts). */
+  readonly secretForms: (secrets: readonly string[]) => ReadonlyArray<{ readonly form: string; readonly value: string }>;
   /** Query parameters that carry credentials upstream; removed from every request. */
   readonly dropQuery: readonly string[];
   /** Query parameters the upstream honours as a method override; such requests are refused. */
@@ -41,6 +43,7 @@ export const UPSTREAMS: readonly UpstreamSpec[] = [
     methods: ['POST'],
     secretEnvs: ['KEYWARD_SCRAPER_TOKEN'],
     credential: ([token]) => ['authorization', `Bearer ${token}`],
+    secretForms: ([token]) => [{ form: 'token', value: token ?? '' }],
     // The platform reads its API token from `?token=` as well as the header.
     dropQuery: ['token'],
     // The platform turns `POST ...?method=DELETE` into a DELETE.
@@ -55,6 +58,11 @@ export const UPSTREAMS: readonly UpstreamSpec[] = [
     methods: ['GET', 'POST'],
     secretEnvs: ['KEYWARD_SEO_LOGIN', 'KEYWARD_SEO_PASSWORD'],
     credential: ([login, password]) => ['authorization', `Basic ${Buffer.from(`${login}:${password}`).toString('base64')}`],
+    // The Basic credential as sent, and the password alone (an upstream may echo either).
+    secretForms: ([login, password]) => [
+      { form: 'basic', value: Buffer.from(`${login}:${password}`).toString('base64') },
+      { form: 'password', value: password ?? '' },
+    ],
     dropQuery: [],
     overrideQuery: [],
     stripHeaders: [],
@@ -68,6 +76,7 @@ export const UPSTREAMS: readonly UpstreamSpec[] = [
     methods: ['GET', 'POST', 'PATCH', 'DELETE'],
     secretEnvs: ['KEYWARD_SPEECH_KEY'],
     credential: ([key]) => ['xi-api-key', key ?? ''],
+    secretForms: ([key]) => [{ form: 'key', value: key ?? '' }],
     // The voice API also accepts its key as `?xi-api-key=`.
     dropQuery: ['xi-api-key'],
     overrideQuery: [],
@@ -89,6 +98,8 @@ export interface Route {
   readonly basePath: string;
   /** `null` when a secret is missing: the route answers 503 route_not_configured. */
   readonly credential: readonly [name: string, value: string] | null;
+  /** The forms of this route's secrets the egress filter masks; empty when not configured. */
+  readonly secretForms: ReadonlyArray<{ readonly form: string; readonly value: string }>;
   /** Set when KEYWARD_NATIVE_AUTH lists the route: where else the client token may come from. */
   readonly native: NativeCredential | null;
   readonly dropQuery: ReadonlySet<string>;

@@ -132,8 +132,8 @@ interface Row {
 const COLUMNS = 'id, name, digest, created, expires, revoked, routes, previous, version';
 
 /** Every key, in creation order: the whole set a load, a resync and a write start from. */
-const allRows = (sql: postgres.Sql | postgres.TransactionSql): Promise<Row[]> =>
-  sql<Row[]>`select ${sql.unsafe(COLUMNS)}, ${sql.unsafe(ROW_HASH)}::text as h from keyward_keys order by created, id`;
+const allRows = (sql: postgres.Sql | postgres.TransactionSql, hashed = false): Promise<Row[]> =>
+  sql<Row[]>`select ${sql.unsafe(COLUMNS)}${sql.unsafe(hashed ? `, ${ROW_HASH}::text as h` : '')} from keyward_keys order by created, id`;
 
 /** The highest version drawn for a key or a tombstone: what a gateway compares with the one it holds. */
 const TOP = `greatest((select max(version) from keyward_keys), (select max(version) from keyward_keys_deleted))::text`;
@@ -301,7 +301,7 @@ export class PgKeyStore implements KeyStore {
     const full = async (): Promise<void> => {
       await this.migrate();
       const { rows, top } = await this.#snapshot(async (tx) => {
-        const [[mark], all] = await Promise.all([tx<Array<{ top: string | null }>>`select ${tx.unsafe(TOP)} as top`, allRows(tx)]);
+        const [[mark], all] = await Promise.all([tx<Array<{ top: string | null }>>`select ${tx.unsafe(TOP)} as top`, allRows(tx, true)]);
         return { rows: all, top: BigInt(mark?.top ?? '0') };
       });
       const next: Held = { records: [], hashes: new BigInt64Array(rows.length), index: new Map(), invalid: new Map(), version: top, sum: 0n };
@@ -335,7 +335,10 @@ export class PgKeyStore implements KeyStore {
       let next: Array<KeyRecord | null> = records.slice();
       let nextHashes = new BigInt64Array(records.length + rows.length);
       nextHashes.set(hashes.subarray(0, records.length));
-      const nextIndex = new Map(index);
+      // The index is changed in place (copying a million entries per change
+      // would cost more than the change): if the set is then not put in
+      // force, `dirty` makes the next check rebuild everything from scratch.
+      const nextIndex = index;
       const nextInvalid = new Map(invalid);
       let nextSum = sum;
       let removed = false;

@@ -1,0 +1,150 @@
+// The response body, upstream to client, through the egress filter
+// (egress.ts). Relayed by hand rather than with pipe(): the same
+// backpressure (pause on a full buffer, resume on drain) with two listeners
+// instead of pipe's eight added and removed per request, and a body that
+// arrives whole as its Content-Length says goes out with the head in one
+// end() call.
+//
+// A compressed body cannot be masked in place, so it is decompressed on the
+// side and scanned; each compressed chunk is held until everything it
+// decodes to has been scanned and found clean, with no partial secret at its
+// end. A body that turns out to hold a secret is cut there: the client has
+// received only compressed bytes whose whole decoded content is clean.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import zlib from 'node:zlib';
+import type { Transform } from 'node:stream';
+import { BodyScan, type SecretForm } from './egress.ts';
+import type { Exchange } from './exchange.ts';
+
+/** What a response found holding a secret does next; called once per response. */
+export type OnSecret = (ex: Exchange, found: readonly SecretForm[], cut: boolean) => void;
+
+type Decoder = () => Transform;
+const DECODERS: Readonly<Record<string, Decoder>> = {
+  gzip: () => zlib.createGunzip(),
+  'x-gzip': () => zlib.createGunzip(),
+  deflate: () => zlib.createInflate(),
+  br: () => zlib.createBrotliDecompress(),
+  ...(typeof zlib.createZstdDecompress === 'function' ? { zstd: () => zlib.createZstdDecompress() } : {}),
+};
+
+/**
+ * The decoders for a Content-Encoding value, outermost first: [] for none or
+ * identity, null for a coding the filter cannot read (the caller refuses it).
+ */
+export function decodersFor(encoding: string | undefined): Decoder[] | null {
+  if (encoding === undefined) return [];
+  const codings = encoding
+    .split(',')
+    .map((c) => c.trim().toLowerCase())
+    .filter((c) => c !== '' && c !== 'identity');
+  const out: Decoder[] = [];
+  // Codings are listed in the order they were applied (RFC 9110 §8.4): undo the last first.
+  for (const c of codings.reverse()) {
+    const d = DECODERS[c];
+    if (d === undefined) return null;
+    out.push(d);
+  }
+  return out;
+}
+
+/** The upstream's declared body length, or -1 (none, or not a plain number). */
+function contentLength(res: IncomingMessage): number {
+  const v = res.headers['content-length'];
+  return v !== undefined && /^\d{1,15}$/.test(v) ? Number(v) : -1;
+}
+
+function send(proxyRes: IncomingMessage, res: ServerResponse, out: Buffer): void {
+  if (out.length > 0 && !res.write(out)) {
+    proxyRes.pause();
+    res.once('drain', () => proxyRes.resume());
+  }
+}
+
+/** Relay a body that is not compressed, masking secrets as it streams (`forms` empty: filter off). */
+export function relayPlain(proxyRes: IncomingMessage, res: ServerResponse, ex: Exchange, forms: readonly SecretForm[], onSecret: OnSecret): void {
+  const whole = contentLength(proxyRes);
+  const scan = forms.length === 0 ? null : new BodyScan(forms);
+  proxyRes.on('data', (chunk: Buffer) => {
+    ex.bytesOut += chunk.length;
+    const out = scan === null ? chunk : scan.push(chunk);
+    if (out.length === whole) {
+      res.end(out);
+      return;
+    }
+    send(proxyRes, res, out);
+  });
+  proxyRes.on('end', () => {
+    const rest = scan?.end() ?? null;
+    if (scan?.found != null) onSecret(ex, scan.found, false);
+    if (!res.writableEnded) res.end(rest ?? undefined);
+  });
+}
+
+/** Relay a compressed body, scanning a decompressed copy (see the header comment). */
+export function relayCompressed(proxyRes: IncomingMessage, res: ServerResponse, ex: Exchange, forms: readonly SecretForm[], decoders: readonly Decoder[], onSecret: OnSecret): void {
+  const scan = new BodyScan(forms);
+  let stages: Transform[] = [];
+  let held: Buffer[] = [];
+  let cut = false;
+  const stop = (found: readonly SecretForm[] | null): void => {
+    if (cut) return;
+    cut = true;
+    held = [];
+    for (const s of stages) s.destroy();
+    if (found !== null) onSecret(ex, found, true);
+    proxyRes.destroy();
+    res.destroy();
+  };
+  const open = (): void => {
+    stages = decoders.map((d) => d());
+    for (let i = 1; i < stages.length; i++) (stages[i - 1] as Transform).pipe(stages[i] as Transform);
+    for (const s of stages) s.on('error', () => stop(null)); // undecodable, so unscannable: not relayed
+    (stages.at(-1) as Transform).on('data', (plain: Buffer) => {
+      scan.push(plain);
+      if (scan.found !== null) stop(scan.found);
+    });
+  };
+  // Everything written so far has been decoded and scanned once each stage,
+  // in order, has processed a flush queued behind it.
+  const settle = (then: () => void): void => {
+    let i = 0;
+    const next = (): void => {
+      if (cut) return;
+      const s = stages[i++];
+      if (s === undefined) then();
+      else (s as unknown as zlib.Zlib).flush(() => setImmediate(next));
+    };
+    next();
+  };
+  const release = (): void => {
+    for (const c of held) send(proxyRes, res, c);
+    held = [];
+  };
+  proxyRes.on('data', (chunk: Buffer) => {
+    if (cut) return;
+    ex.bytesOut += chunk.length;
+    if (stages.length === 0) open();
+    held.push(chunk);
+    proxyRes.pause();
+    (stages[0] as Transform).write(chunk);
+    settle(() => {
+      // A partial secret at the end of what decoded so far: keep the chunks until the next one says.
+      if (scan.holding === 0) release();
+      if (!res.writableNeedDrain) proxyRes.resume();
+    });
+  });
+  proxyRes.on('end', () => {
+    if (cut) return;
+    if (stages.length === 0) {
+      if (!res.writableEnded) res.end();
+      return;
+    }
+    (stages.at(-1) as Transform).on('end', () => {
+      if (cut) return;
+      release();
+      if (!res.writableEnded) res.end();
+    });
+    (stages[0] as Transform).end();
+  });
+}
