@@ -68,10 +68,12 @@ function keysFile(count: number): string {
 
 const QUIET = 'keyward, no log line or metrics';
 const NO_LOG = 'keyward, no log line';
+const NO_FILTER = 'keyward, egress filter off';
 /** Systems measured in some scenarios only (the rest would add minutes and say nothing new). */
 const LIMITED: ReadonlyMap<string, readonly string[]> = new Map([
   [QUIET, ['small']],
   [NO_LOG, ['small']],
+  [NO_FILTER, ['small', 'stream']],
 ]);
 const runs = (system: string, scenario: string): boolean => LIMITED.get(system)?.includes(scenario) ?? true;
 
@@ -132,6 +134,8 @@ async function main(): Promise<void> {
     // CPU per small request is what the line and the metrics cost together.
     systems.push(await keyward(up.port, secrets, keysFile(10), NO_LOG, { KEYWARD_LOG_LEVEL: 'warn' }));
     systems.push(await keyward(up.port, secrets, keysFile(10), QUIET, { KEYWARD_LOG_LEVEL: 'warn', KEYWARD_ADMIN_PORT: 'off' }));
+    // The same gateway without the egress filter: what scanning responses for upstream secrets costs.
+    systems.push(await keyward(up.port, secrets, keysFile(10), NO_FILTER, { KEYWARD_EGRESS_FILTER: 'off' }));
     for (const v of args.variant ?? []) {
       const [label, settings = ''] = v.split(':');
       const env = Object.fromEntries(settings.split(',').filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
@@ -314,6 +318,20 @@ function report(results: Record<string, Record<string, Measurement[]>>, keyScale
       `CPU per small request, same run, medians of the round-by-round differences: the request log line at \`info\` costs **${fmt(logCost, 1)} µs** (keyward minus "${NO_LOG}"; rounds ${perRound('keyward', NO_LOG).map((x) => fmt(x, 1)).join(', ')}); the metrics **${fmt(metricsCost, 1)} µs** ("${NO_LOG}" minus "${QUIET}"; rounds ${perRound(NO_LOG, QUIET).map((x) => fmt(x, 1)).join(', ')}). Each round's difference is as noisy as the rounds themselves (see ± above): read the median.`,
       '',
     );
+  }
+  // The egress filter, the same way: keyward against itself with the filter off, round by round.
+  const filterCost = median(perRound('keyward', NO_FILTER));
+  const streamRatios = (results.stream?.keyward ?? []).map((m, i) => (m.mbps ?? NaN) / ((results.stream?.[NO_FILTER] ?? [])[i]?.mbps ?? NaN)).filter((x) => Number.isFinite(x));
+  const streamRatio = median(streamRatios);
+  if (filterCost !== null || streamRatio !== null) {
+    lines.push(
+      '## egress filter',
+      '',
+      `Scanning every response for the upstream secrets, same run, medians of the round-by-round comparisons with "${NO_FILTER}": **${fmt(filterCost, 1)} µs** of CPU per small request (rounds ${perRound('keyward', NO_FILTER).map((x) => fmt(x, 1)).join(', ')}); the 10 MiB stream at **${fmt(streamRatio, 3)}×** the throughput (rounds ${streamRatios.map((x) => fmt(x, 3)).join(', ')}). A difference inside the rounds' spread is noise.`,
+      '',
+    );
+    add('egress filter: CPU per small request', filterCost, 2, '<=', ' µs');
+    add('egress filter: stream throughput, on vs off', streamRatio, 0.95, '>=');
   }
   if (logLine !== null) {
     lines.push(

@@ -76,7 +76,7 @@ export function relayPlain(proxyRes: IncomingMessage, res: ServerResponse, ex: E
   });
   proxyRes.on('end', () => {
     const rest = scan?.end() ?? null;
-    if (scan?.found != null) onSecret(ex, scan.found, false);
+    if (scan !== null && scan.found !== null) onSecret(ex, scan.found, false);
     if (!res.writableEnded) res.end(rest ?? undefined);
   });
 }

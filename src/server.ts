@@ -7,6 +7,7 @@ import https from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { createCompletion } from './completion.ts';
+import { secretForms } from './egress.ts';
 import type { Config } from './config.ts';
 import { answer as answerError, ERRORS, writeRawError, type GatewayError } from './errors.ts';
 import { GatewayRequest } from './exchange.ts';
@@ -271,6 +272,9 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
           );
           const idle = idleReason(config, keys?.size ?? 0);
           if (idle !== null && keys !== null) logger.warn({ reason: idle }, 'nothing to serve yet; /readyz answers 503 until there is');
+          if (!config.egressFilter) logger.warn('egress filter off (KEYWARD_EGRESS_FILTER=off): an upstream that echoes its secret reaches the client');
+          const { tooShort } = secretForms(config.routes);
+          if (config.egressFilter && tooShort.length > 0) logger.warn({ secrets: tooShort }, 'secrets shorter than 8 characters are not filtered from responses');
           resolve(address);
         };
         if (listenFd !== null) server.listen({ fd: listenFd }, onListening);
