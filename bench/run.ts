@@ -285,7 +285,7 @@ function report(results: Record<string, Record<string, Measurement[]>>, keyScale
     lines.push('');
   }
 
-  // Targets (issue: ratios from one run, medians of ≥ 3 interleaved rounds).
+  // Targets (ratios from one run, medians of ≥ 3 interleaved rounds).
   const get = (scenario: string, sys: string): Summary | undefined => summaries[scenario]?.[sys];
   const targets: Array<[string, number | null, string, boolean | null]> = [];
   const add = (label: string, value: number | null, bound: number, cmp: '<=' | '>=', unit = '×'): void => {

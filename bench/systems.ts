@@ -4,9 +4,9 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { openSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
-import net, { type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { freePort } from '../src/listen.ts';
 
 export type Route = 'scraper' | 'seo' | 'speech';
 
@@ -41,13 +41,7 @@ export function upstreamHeaders(s: Secrets, route: Route): Record<string, string
   return { 'xi-api-key': s.speechKey };
 }
 
-export async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const port = (server.address() as AddressInfo).port;
-  await new Promise((r) => server.close(r));
-  return port;
-}
+export { freePort };
 
 /** Poll until the system answers any HTTP response. */
 export async function waitReady(base: string, timeoutMs: number, child?: ChildProcess): Promise<void> {

@@ -268,7 +268,7 @@ async function main(): Promise<number> {
         .then(() => revoked.push({ token: victim, at: Date.now() }))
         .then(() => createKey(`client-${index + 8}`))
         .then(async (t) => {
-          await sleep(1_500); // the gateway takes up changes within a second (design §5)
+          await sleep(1_500); // the gateway takes up changes within a second (docs/keys.md)
           live.push(t);
         })
         .catch((err: Error) => unexpected.push(`key churn: ${err.message}`))

@@ -1,4 +1,4 @@
-// The admin listener (design §7): health, readiness and metrics on their own
+// The admin listener (docs/operations.md): health, readiness and metrics on their own
 // address, never on the public port, where every path needs a token.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';

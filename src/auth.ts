@@ -1,4 +1,4 @@
-// Where the client token comes from (design §2, §8). Pure.
+// Where the client token comes from (docs/authentication.md). Pure.
 // `Authorization: Bearer` always; on routes listed in KEYWARD_NATIVE_AUTH
 // also the place that provider's SDK puts its key, so the SDK works with only
 // its base URL changed. Whichever place it came from, the pipeline removes it

@@ -1,9 +1,10 @@
-// The one completion point of every request (design §6, §7): exactly one
+// The one completion point of every request (docs/logs.md, operations.md): exactly one
 // "request completed" log line and the metrics, fed from the same fields.
 import type { Exchange } from './exchange.ts';
 import { redactTokens } from './keys/token.ts';
 import { requestLogger, type Logger } from './log.ts';
 import { NO_ROUTE, type Metrics } from './metrics.ts';
+import { failureLabel } from './outcome.ts';
 import { dropParams } from './query.ts';
 
 export type Complete = (ex: Exchange, status: number | null, aborted: boolean) => void;
@@ -50,7 +51,7 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
       bytesOut: ex.bytesOut,
       durationMs: Math.round(durationMs * 1000) / 1000,
       ttfbMs: ex.ttfbMs >= 0 ? Math.round(ex.ttfbMs * 1000) / 1000 : null,
-      error: ex.failure,
+      error: failureLabel(ex.failure),
       aborted,
     };
     line(ex.upstreamFailed ? 'warn' : status !== null && status >= 500 ? 'error' : 'info', fields);
@@ -59,11 +60,11 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
     if (ex.masked !== null) {
       // Which secret by route and form; never its value.
       const secrets = ex.masked.map((f) => `${f.route} ${f.form}`);
-      logger.warn({ reqId: ex.id, route: fields.route, path: fields.path, secrets, cut: ex.failure === 'secret_in_compressed_body' }, 'upstream secret found in a response and kept from the client');
+      logger.warn({ reqId: ex.id, route: fields.route, path: fields.path, secrets, cut: fields.error === 'secret_in_compressed_body' }, 'upstream secret found in a response and kept from the client');
       for (const s of secrets) metrics.egressMasked(route, s);
     }
     if (ex.forwardStart > 0) metrics.inFlight(route, -1);
-    if (ex.upstreamFailed) metrics.upstreamError(route, ex.failure ?? 'error');
+    if (ex.upstreamFailed) metrics.upstreamError(route, fields.error ?? 'error');
     metrics.request(route, req.method as string, status ?? 0, durationMs / 1000, ex.ttfbMs / 1000, bytesIn ?? 0, ex.bytesOut);
   };
 }

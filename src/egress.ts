@@ -18,6 +18,41 @@ export interface SecretForm {
   readonly bytes: Buffer;
 }
 
+/**
+ * The secrets to keep out of responses, with the tables the body scan reads,
+ * built once per configuration (a 64 KiB pair table per response would cost
+ * more than the scan).
+ */
+export class Secrets {
+  readonly forms: readonly SecretForm[];
+  /** 1 for every byte that occurs in some secret. */
+  readonly alphabet: Uint8Array;
+  /** 1 for every pair of adjacent bytes in some secret, indexed by `first | second << 8`. */
+  readonly pairs: Uint8Array;
+  /** The shortest secret's length less one: every occurrence holds a pair starting at a multiple of it (less one). */
+  readonly stride: number;
+
+  constructor(forms: readonly SecretForm[]) {
+    this.forms = forms;
+    this.alphabet = new Uint8Array(256);
+    this.pairs = new Uint8Array(65536);
+    let shortest = Infinity;
+    for (const f of forms) {
+      const b = f.bytes;
+      for (let i = 0; i < b.length; i++) {
+        this.alphabet[b[i] as number] = 1;
+        if (i + 1 < b.length) this.pairs[(b[i] as number) | ((b[i + 1] as number) << 8)] = 1;
+      }
+      shortest = Math.min(shortest, b.length);
+    }
+    this.stride = Number.isFinite(shortest) ? Math.max(1, shortest - 1) : 1;
+  }
+
+  get empty(): boolean {
+    return this.forms.length === 0;
+  }
+}
+
 /** The secret forms of every configured route, longest first, each value once. */
 export function secretForms(routes: readonly Route[]): { readonly forms: readonly SecretForm[]; readonly tooShort: readonly string[] } {
   const forms: SecretForm[] = [];
@@ -64,13 +99,13 @@ export function maskHeaders(forms: readonly SecretForm[], raw: string[]): Secret
  * `end` returns what is still held: the body ended, so it is no secret.
  */
 export class BodyScan {
-  readonly #forms: readonly SecretForm[];
+  readonly #secrets: Secrets;
   #held: Buffer | null = null;
   /** Forms found so far in this body. */
   found: SecretForm[] | null = null;
 
-  constructor(forms: readonly SecretForm[]) {
-    this.#forms = forms;
+  constructor(secrets: Secrets) {
+    this.#secrets = secrets;
   }
 
   /** Bytes held back: a tail that may be the start of a secret. */
@@ -80,20 +115,10 @@ export class BodyScan {
 
   push(chunk: Buffer): Buffer {
     let buf = this.#held === null ? chunk : Buffer.concat([this.#held, chunk]);
-    let copied = this.#held !== null;
-    // Every match is found on the unmasked bytes first, then masked: two
-    // secrets that overlap are both masked whole.
-    let ranges: number[] | null = null;
-    for (const f of this.#forms) {
-      for (let i = buf.indexOf(f.bytes); i >= 0; i = buf.indexOf(f.bytes, i + 1)) {
-        (ranges ??= []).push(i, f.bytes.length);
-        if (this.found === null || !this.found.includes(f)) (this.found ??= []).push(f);
-      }
-    }
+    const ranges = this.#matches(buf);
     if (ranges !== null) {
       // The chunk may be a view of a buffer that is not ours to change.
-      if (!copied) buf = Buffer.from(buf);
-      copied = true;
+      if (this.#held === null) buf = Buffer.from(buf);
       for (let r = 0; r < ranges.length; r += 2) buf.fill(MASK, ranges[r] as number, (ranges[r] as number) + (ranges[r + 1] as number));
     }
     const keep = this.#tail(buf);
@@ -107,11 +132,52 @@ export class BodyScan {
     return rest;
   }
 
+  /**
+   * Every match in `buf` as (start, length) pairs, found on the unmasked
+   * bytes (two secrets that overlap are both masked whole), or null.
+   *
+   * Every secret is longer than `stride`, so an occurrence holds the two
+   * bytes at p, p+1 for some p in stride-1, 2·stride-1, …: only those pairs
+   * are looked up (in a table of the pairs that occur in some secret), and
+   * only around a pair that does occur is the run of alphabet bytes
+   * searched. In binary data (audio) about one pair in 400 is a candidate,
+   * so a 10 MiB stream costs a table lookup per `stride` bytes rather than a
+   * full search per secret (bench/README.md, egress filter).
+   */
+  #matches(buf: Buffer): number[] | null {
+    const { alphabet: A, pairs: P, stride: t, forms } = this.#secrets;
+    const n = buf.length - 1;
+    // Pairs read two bytes at a time (little-endian: first | second << 8).
+    const view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
+    let ranges: number[] | null = null;
+    let searched = 0;
+    for (let p = t - 1; p < n; p += t) {
+      if (P[view.getUint16(p, true)] === 0 || p < searched) continue;
+      // A pair from some secret: search the run of alphabet bytes around it.
+      let a = p;
+      while (a > 0 && A[buf[a - 1] as number] === 1) a--;
+      let b = p + 2;
+      while (b <= n && A[buf[b] as number] === 1) b++;
+      searched = b;
+      if (b - a <= t) continue;
+      const run = buf.subarray(a, b);
+      for (const f of forms) {
+        for (let i = run.indexOf(f.bytes); i >= 0; i = run.indexOf(f.bytes, i + 1)) {
+          (ranges ??= []).push(a + i, f.bytes.length);
+          if (this.found === null || !this.found.includes(f)) (this.found ??= []).push(f);
+        }
+      }
+    }
+    return ranges;
+  }
+
   /** The length of the longest tail of `buf` that is a proper prefix of some secret, 0 for none. */
   #tail(buf: Buffer): number {
     const n = buf.length;
+    // A tail that is a secret's start is made of alphabet bytes: most chunks end in one that is not.
+    if (n === 0 || this.#secrets.alphabet[buf[n - 1] as number] === 0) return 0;
     let keep = 0;
-    for (const f of this.#forms) {
+    for (const f of this.#secrets.forms) {
       const s = f.bytes;
       const first = s[0] as number;
       // Earliest start first: the first hit is the longest tail for this secret.

@@ -1,10 +1,7 @@
 // The gateway's own answers. Every error a client can receive from keyward is
-// one row here: a stable `code` (the contract, design §3) plus a fixed message.
+// one row here: a stable `code` (the contract, docs/responses.md) plus a fixed message.
 // Bodies are serialised once at load time, so replying costs one write.
-import type { ServerResponse } from 'node:http';
-import type { Socket } from 'node:net';
 import { STATUS_CODES } from 'node:http';
-import type { Exchange } from './exchange.ts';
 
 export type ErrorCode =
   | 'bad_request'
@@ -69,69 +66,8 @@ export const ERRORS: { readonly [K in ErrorName]: GatewayError } = Object.freeze
   ) as { [K in ErrorName]: GatewayError },
 );
 
-// Connections the gateway has decided to close. Node keeps parsing what a
-// client pipelined behind a refused request (its unread body included) and
-// hands each one over as a request; none of them may be forwarded (and
-// billed) when the client will only ever see the refusal.
-const closing = new WeakSet<Socket>();
-
-/** True once a response on this connection said `Connection: close`. */
-export function isClosing(socket: Socket): boolean {
-  return closing.has(socket);
-}
-
 /**
- * Answer with a catalogue error. `close` asks the client to open a new
- * connection: used when an unread request body is still on the wire, so it is
- * never parsed as the next request.
- */
-export function sendError(res: ServerResponse, err: GatewayError, close: boolean): void {
-  if (res.headersSent || res.destroyed) {
-    res.destroy();
-    return;
-  }
-  if (close && res.socket !== null) closing.add(res.socket);
-  const headers: Record<string, string | number> = {
-    'content-type': 'application/json',
-    'content-length': err.body.length,
-    'cache-control': 'no-store',
-  };
-  if (close) headers.connection = 'close';
-  if (err.status === 401) headers['www-authenticate'] = 'Bearer';
-  // The reason phrase is always ours: a writeHead that threw on an upstream's
-  // invalid reason phrase has already stored it on `res`, and Node would
-  // reuse it here and throw again, outside any handler.
-  res.writeHead(err.status, err.reason, headers);
-  res.end(err.body);
-}
-
-/** The gateway answers this exchange itself: recorded for the completion line, then sent. */
-export function answer(ex: Exchange, res: ServerResponse, err: GatewayError, close: boolean): void {
-  ex.settled = true;
-  ex.failure ??= err.code;
-  ex.bytesOut = res.headersSent ? ex.bytesOut : err.body.length;
-  sendError(res, err, close);
-}
-
-/** The same answer written straight onto a socket that has no ServerResponse (upgrade, CONNECT, parse errors). */
-export function writeRawError(socket: Socket, err: GatewayError): void {
-  if (!socket.writable) {
-    socket.destroy();
-    return;
-  }
-  socket.end(
-    `HTTP/1.1 ${err.status} ${err.reason}\r\n` +
-      'content-type: application/json\r\n' +
-      `content-length: ${err.body.length}\r\n` +
-      'cache-control: no-store\r\n' +
-      'connection: close\r\n\r\n' +
-      err.body.toString('latin1'),
-    'latin1',
-  );
-}
-
-/**
- * Upstream failures, translated in one place (style habit 2). The gateway owns
+ * Upstream failures, translated in one place. The gateway owns
  * its timers and marks the error it raises, so a timeout is never confused
  * with a reset: `ECONNECT_TIMEOUT` comes from http-proxy-3's connect timer,
  * `KEYWARD_UPSTREAM_TIMEOUT` from ours. Everything else before the response
@@ -146,4 +82,16 @@ export function upstreamFailure(code: string | undefined): GatewayError {
     default:
       return ERRORS.upstreamUnreachable;
   }
+}
+
+/**
+ * A request Node's parser refused before the gateway saw it (`clientError`):
+ * the answer, or null when nobody is left to answer (the client closed its
+ * side mid-request, or a socket error that is not a parse error).
+ */
+export function parseFailure(code: string | undefined): GatewayError | null {
+  if (code === 'HPE_HEADER_OVERFLOW') return ERRORS.headersTooLarge;
+  if (code === 'ERR_HTTP_REQUEST_TIMEOUT') return ERRORS.requestTimeout;
+  if (code === 'HPE_INVALID_EOF_STATE') return null;
+  return code?.startsWith('HPE_') === true ? ERRORS.malformed : null;
 }

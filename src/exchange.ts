@@ -3,9 +3,9 @@
 // without a lookup. One class with all fields set in the constructor keeps
 // V8's object shape stable on the hot path.
 import { IncomingMessage, type ClientRequest, type ServerResponse } from 'node:http';
-import type { Socket } from 'node:net';
 import type { SecretForm } from './egress.ts';
 import type { Principal } from './keys/keyset.ts';
+import type { Failure } from './outcome.ts';
 import type { Route } from './routes.ts';
 
 export class Exchange {
@@ -33,10 +33,9 @@ export class Exchange {
   lastActive = 0;
   /** When the request was found fully sent upstream (the answer timeout runs from here); 0 before. */
   answerSince = 0;
-  /** The gateway's own error code, or the upstream's error code. */
-  failure: string | null = null;
-  upstreamFailed = false;
-  /** The gateway answered this request itself: later upstream events are ignored. */
+  /** Why the request did not end as the upstream's whole answer; set once (outcome.ts). */
+  failure: Failure | null = null;
+  /** The gateway answered this request itself (or dropped it): later upstream events are ignored. */
   settled = false;
   /** The client response closed (normally or not). */
   closed = false;
@@ -58,8 +57,20 @@ export class Exchange {
     this.client = req.socket.remoteAddress ?? null;
   }
 
-  get socket(): Socket {
-    return this.req.socket;
+  /** Record why the request failed, unless a cause is already recorded: a consequence never overwrites it. */
+  fail(failure: Failure): void {
+    this.failure ??= failure;
+  }
+
+  /** The gateway answers (or drops) this request itself; nothing from the upstream is relayed after this. */
+  settle(failure: Failure): void {
+    this.settled = true;
+    this.failure ??= failure;
+  }
+
+  /** The upstream is to blame: a `warn` line and an upstream-error metric. */
+  get upstreamFailed(): boolean {
+    return this.failure?.by === 'upstream';
   }
 }
 

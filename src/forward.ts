@@ -26,11 +26,13 @@ import type { Socket } from 'node:net';
 import { rootCertificates } from 'node:tls';
 import type { Duplex } from 'node:stream';
 import { ProxyServer } from 'http-proxy-3';
-import { maskHeaders, secretForms, type SecretForm } from './egress.ts';
-import { answer, ERRORS, upstreamFailure } from './errors.ts';
+import { maskHeaders, secretForms, Secrets, type SecretForm } from './egress.ts';
+import { ERRORS, upstreamFailure } from './errors.ts';
 import type { Exchange, GatewayRequest } from './exchange.ts';
 import { downstreamResponseHeaders } from './headers.ts';
+import { upstream } from './outcome.ts';
 import { decodersFor, relayCompressed, relayPlain } from './relay.ts';
+import { answer } from './reply.ts';
 import type { Route } from './routes.ts';
 import type { Expiry } from './timers.ts';
 
@@ -63,21 +65,19 @@ export function expire(ex: Exchange, what: Expiry): void {
         ex.proxyReq.destroy(markedError('KEYWARD_UPSTREAM_TIMEOUT', 'upstream did not answer in time')); // → onError: 504
         return;
       }
-      ex.upstreamFailed = true;
-      ex.failure = 'KEYWARD_UPSTREAM_TIMEOUT';
+      ex.fail(upstream('timeout', 'KEYWARD_UPSTREAM_TIMEOUT'));
       answer(ex, res, ERRORS.upstreamTimeout, true);
       return;
     case 'request-idle':
-      // The client's body stalled: the upstream must not wait (and bill) for it.
-      ex.settled = true;
+      // The client's body stalled: the upstream must not wait (and bill) for
+      // it. Answered first, so the upstream's reset that follows is ignored.
+      answer(ex, res, ERRORS.requestTimeout, true);
       ex.proxyReq?.destroy();
       ex.req.unpipe();
-      answer(ex, res, ERRORS.requestTimeout, true);
       return;
     case 'response-idle':
       // The status is out: closing the connection is the only signal left.
-      ex.upstreamFailed = !res.writableNeedDrain;
-      ex.failure = res.writableNeedDrain ? 'client_idle' : 'upstream_idle';
+      ex.fail(res.writableNeedDrain ? { by: 'client', reason: 'idle' } : upstream('idle'));
       ex.proxyReq?.destroy();
       res.destroy();
       return;
@@ -102,15 +102,14 @@ function onProxyReq(proxyReq: http.ClientRequest, req: http.IncomingMessage, res
 function unexpectedSwitch(ex: Exchange, res: ServerResponse): void {
   ex.ttfbMs = performance.now() - ex.forwardStart;
   if (ex.settled || ex.closed) return;
-  ex.upstreamFailed = true;
-  ex.failure = 'unexpected_101';
+  ex.fail(upstream('unexpected_101'));
   answer(ex, res, ERRORS.upstreamUnreachable, !ex.req.complete);
 }
 
 /** Statuses and methods whose response has no body (RFC 9110 §6.4.1): stray bytes after the head are not theirs. */
 const bodiless = (status: number, method: string | undefined): boolean => status === 204 || status === 304 || method === 'HEAD';
 
-function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, res: ServerResponse, forms: readonly SecretForm[]): void {
+function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, res: ServerResponse, secrets: Secrets): void {
   const ex = (req as GatewayRequest).exchange as Exchange;
   ex.ttfbMs = performance.now() - ex.forwardStart;
   if (ex.settled || ex.closed || res.headersSent) {
@@ -123,11 +122,10 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
     unexpectedSwitch(ex, res);
     return;
   }
-  const decoders = forms.length === 0 ? [] : decodersFor(proxyRes.headers['content-encoding']);
+  const decoders = secrets.empty ? [] : decodersFor(proxyRes.headers['content-encoding']);
   if (decoders === null) {
     // A coding the filter cannot read could carry a secret past it.
-    ex.upstreamFailed = true;
-    ex.failure = 'unscannable_encoding';
+    ex.fail(upstream('unscannable_encoding'));
     proxyRes.destroy();
     answer(ex, res, ERRORS.upstreamUnscannable, true);
     return;
@@ -138,13 +136,12 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
   proxyRes.on('error', () => undefined);
   proxyRes.once('close', () => {
     if (!proxyRes.complete && !ex.closed && !ex.bodiless) {
-      ex.upstreamFailed = true;
-      ex.failure ??= 'upstream_aborted';
+      ex.fail(upstream('aborted'));
       res.destroy();
     }
   });
   const headers = downstreamResponseHeaders(proxyRes.rawHeaders);
-  const inHeaders = maskHeaders(forms, headers);
+  const inHeaders = maskHeaders(secrets.forms, headers);
   if (inHeaders !== null) ex.masked = inHeaders;
   try {
     res.writeHead(proxyRes.statusCode as number, proxyRes.statusMessage, headers);
@@ -152,23 +149,19 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
     // A reason phrase or header Node refuses to write (control characters
     // from the upstream). sendError writes its own reason phrase: the bad one
     // is already stored on `res`.
-    ex.upstreamFailed = true;
-    ex.failure = 'invalid_upstream_response';
+    ex.fail(upstream('invalid_response'));
     proxyRes.socket.destroy();
     answer(ex, res, ERRORS.upstreamUnreachable, true);
     return;
   }
-  if (decoders.length === 0) relayPlain(proxyRes, res, ex, forms, onSecret);
-  else relayCompressed(proxyRes, res, ex, forms, decoders, onSecret);
+  if (decoders.length === 0) relayPlain(proxyRes, res, ex, secrets, onSecret);
+  else relayCompressed(proxyRes, res, ex, secrets, decoders, onSecret);
 }
 
 /** Secrets found in a body: masked (plain), or the response cut (compressed). */
 function onSecret(ex: Exchange, found: readonly SecretForm[], cut: boolean): void {
   ex.masked = ex.masked === null ? found : [...new Set([...ex.masked, ...found])];
-  if (cut) {
-    ex.upstreamFailed = true;
-    ex.failure = 'secret_in_compressed_body';
-  }
+  if (cut) ex.fail(upstream('secret_in_compressed_body'));
 }
 
 /** Failures of a reused pooled connection that mean "closed while idle", not "the upstream broke". */
@@ -213,13 +206,13 @@ function onError(err: ErrorWithCode, req: http.IncomingMessage, res: ServerRespo
     retry(ex);
     return;
   }
-  ex.upstreamFailed = true;
-  ex.failure = err.code ?? 'error';
+  const reply = upstreamFailure(err.code);
+  ex.fail(upstream(reply === ERRORS.upstreamTimeout ? 'timeout' : 'unreachable', err.code ?? null));
   if (response.headersSent) {
     response.destroy();
     return;
   }
-  answer(ex, response, upstreamFailure(err.code), !req.complete);
+  answer(ex, response, reply, !req.complete);
 }
 
 type AgentClass = new (options?: http.AgentOptions) => http.Agent;
@@ -303,7 +296,7 @@ export class Forwarder {
     };
     this.#agent = route.target.protocol === 'https:' ? new HttpsAgent(agentOptions) : new HttpAgent(agentOptions);
     (this.#agent as unknown as { maxHeaderSize: number }).maxHeaderSize = options.upstreamMaxHeaderBytes;
-    const forms = options.egressFilter ? secretForms(options.routes).forms : [];
+    const secrets = new Secrets(options.egressFilter ? secretForms(options.routes).forms : []);
     this.#proxy = new ProxyServer({
       target: route.target,
       agent: this.#agent,
@@ -324,7 +317,7 @@ export class Forwarder {
     const internals = this.#proxy as unknown as { webPasses: Array<{ name: string }> };
     internals.webPasses = internals.webPasses.filter((pass) => pass.name !== 'deleteLength');
     this.#proxy.on('proxyReq', onProxyReq);
-    this.#proxy.on('proxyRes', (proxyRes, req, res) => onProxyRes(proxyRes, req, res, forms));
+    this.#proxy.on('proxyRes', (proxyRes, req, res) => onProxyRes(proxyRes, req, res, secrets));
     const retry = (ex: Exchange): void => {
       // The other idle connections are at least as old: drop them too, so the retry opens a fresh one.
       this.#dropIdle();

@@ -1,4 +1,4 @@
-// The pipeline's guards (design §1–§3, §8): an ordered list of small pure
+// The pipeline's guards (docs/routes.md, authentication.md, responses.md): an ordered list of small pure
 // checks run after authentication and routing, before anything is
 // forwarded. The first one that objects answers the request.
 import type { IncomingHttpHeaders } from 'node:http';
@@ -28,11 +28,11 @@ export type Guard = (g: GuardInput) => GatewayError | null;
  * Nothing shaped like a client token may travel upstream in the URL: the
  * caller's own (percent-encoded, lower-cased) or another of its keys. The
  * credential parameters were removed before this check, so
- * `?token=<own token>` on the scraper route is simply dropped (design §1).
+ * `?token=<own token>` on the scraper route is simply dropped (docs/routes.md).
  */
 const tokenInUrl: Guard = (g) => (containsTokenLike(g.path) || containsTokenLike(g.forwardQuery) ? ERRORS.tokenInUrl : null);
 
-/** Method overrides would side-step the route's method list (design §1): refused, not stripped. */
+/** Method overrides would side-step the route's method list (docs/routes.md): refused, not stripped. */
 const methodOverride: Guard = (g) => {
   if (g.query !== null && hasParam(g.query, g.route.overrideQuery)) return ERRORS.methodOverride;
   return hasMethodOverride(g.headers) ? ERRORS.methodOverride : null;

@@ -1,6 +1,6 @@
 // Binding a listening socket, with errors a user can act on: the option that
 // chose the address is named, so a port already taken says which to change.
-import type { Server } from 'node:net';
+import net, { type AddressInfo, type Server } from 'node:net';
 
 /** Listen on `host:port`; a bind failure names `option` (e.g. KEYWARD_PORT) and what to do. */
 export function listenOn(server: Server, port: number, host: string, option: string): Promise<void> {
@@ -27,4 +27,18 @@ export function bindError(err: NodeJS.ErrnoException, option: string, host: stri
   const out = new Error(`${option}: ${why}`) as NodeJS.ErrnoException;
   if (err.code !== undefined) out.code = err.code;
   return out;
+}
+
+/**
+ * A loopback port nothing listens on now: for a server that must be told its
+ * port and binds it itself (PostgreSQL, nginx), or as an address that
+ * refuses connections. Another process could take it before it is used;
+ * whoever can bind port 0 and keep the socket should do that instead.
+ */
+export async function freePort(): Promise<number> {
+  const s = net.createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  const port = (s.address() as AddressInfo).port;
+  await new Promise((r) => s.close(r));
+  return port;
 }

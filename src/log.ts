@@ -1,4 +1,4 @@
-// pino setup and the fixed log lines (design §6). The request line is the
+// pino setup and the fixed log lines (docs/logs.md). The request line is the
 // only per-request output; it carries ids and sizes, never a header value.
 import pino, { type DestinationStream, type Logger } from 'pino';
 
@@ -16,12 +16,13 @@ export interface LogHandle {
 /**
  * Logs go to stdout as JSON lines. The default destination is asynchronous
  * (SonicBoom with a buffer) so a slow journal never stalls the event loop;
- * `flush()` drains it synchronously on exit.
+ * `flush()` drains it before exit, asynchronously and with a deadline (see
+ * the error handler below for why not synchronously).
  */
 export function createLogger(level: string, destination?: DestinationStream, fd: 1 | 2 = 1): LogHandle {
-  // No `redact`: no code path logs a header, a URL query or a token (pipeline.ts
-  // builds the request line from ids and sizes only), and redaction costs
-  // several µs on every line.
+  // No `redact`: no code path logs a header, a URL query or a token (the
+  // request line, built here from ids and sizes for completion.ts, carries
+  // none), and redaction costs several µs on every line.
   const options = { level, base: { service: 'keyward', pid: process.pid } };
   if (destination !== undefined) {
     return { logger: pino(options, destination), flush: () => Promise.resolve() };
@@ -109,7 +110,7 @@ export function createLogger(level: string, destination?: DestinationStream, fd:
   };
 }
 
-/** The fields of the per-request line (design §6), in the order they are written. */
+/** The fields of the per-request line (docs/logs.md), in the order they are written. */
 export interface RequestFields {
   readonly reqId: string;
   readonly client: string | null;

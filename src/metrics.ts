@@ -1,4 +1,4 @@
-// The only importer of prom-client (design §7). The request path updates
+// The only importer of prom-client (docs/operations.md). The request path updates
 // plain numbers in preallocated typed arrays — an index computation and an
 // increment, no label lookup, no allocation — and prom-client reads them
 // only when /metrics is scraped, through metric objects whose `get()` builds
@@ -15,7 +15,7 @@ const METHODS = ['GET', 'POST', 'PATCH', 'DELETE', 'PUT', 'HEAD', 'OPTIONS', 'OT
 const METHOD_INDEX: Readonly<Record<string, number>> = Object.fromEntries(METHODS.map((m, i) => [m, i]));
 /** `code` label: 0 stands for "no status sent" (the client left first). */
 const STATUS_SLOTS = 600;
-// Up to 300 s: the scraper's synchronous runs wait that long (design §7).
+// Up to 300 s: the scraper's synchronous runs wait that long (docs/operations.md).
 const BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300] as const;
 export const AUTH_FAILURES = ['missing', 'malformed', 'unknown', 'revoked', 'expired'] as const;
 export type AuthFailure = (typeof AUTH_FAILURES)[number];
@@ -271,7 +271,7 @@ export class Metrics {
   }
 }
 
-/** In the cluster primary: the workers' metrics, summed (design §7). */
+/** In the cluster primary: the workers' metrics, summed (docs/operations.md). */
 export function clusterMetrics(): { text(): Promise<string>; contentType: string } {
   const aggregator = new AggregatorRegistry();
   return { text: () => aggregator.clusterMetrics(), contentType: aggregator.contentType };

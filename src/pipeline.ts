@@ -1,4 +1,4 @@
-// One request's way through the gateway (design §1–§3, §6):
+// One request's way through the gateway (docs/routes.md, authentication.md, responses.md, logs.md):
 //   id → auth → route → guards → rewrite → forward → completion.
 // Authentication comes before routing, so an unauthenticated caller learns
 // nothing about which paths exist.
@@ -8,8 +8,8 @@ import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
 import { presentedToken } from './auth.ts';
 import type { Complete } from './completion.ts';
-import type { Config } from './config.ts';
-import { answer, ERRORS, isClosing, writeRawError, type GatewayError } from './errors.ts';
+import { ERRORS, type GatewayError } from './errors.ts';
+import { answer, isClosing, writeRawError } from './reply.ts';
 import { Exchange, type GatewayRequest } from './exchange.ts';
 import type { Forwarder } from './forward.ts';
 import { runGuards } from './guards.ts';
@@ -20,14 +20,8 @@ import { isWellFormed, redactTokens } from './keys/token.ts';
 import type { AuthFailure, Metrics } from './metrics.ts';
 import { dropParams } from './query.ts';
 import { matchRoute, type RouteTable } from './routes.ts';
+import type { Runtime } from './runtime.ts';
 import type { Sweeper } from './timers.ts';
-
-/** One configuration generation: swapped whole on reload, kept by the requests that started under it. */
-export interface Runtime {
-  readonly config: Config;
-  readonly table: RouteTable;
-  readonly forwarders: ReadonlyMap<string, Forwarder>;
-}
 
 export interface PipelineDeps {
   runtime(): Runtime;
@@ -117,8 +111,7 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
     // Pipelined behind a response that closes this connection: the client
     // will never see an answer, so nothing of it may reach (and bill) an upstream.
     if (isClosing(req.socket)) {
-      ex.settled = true;
-      ex.failure = 'connection_closing';
+      ex.settle({ by: 'client', reason: 'connection_closing' });
       return;
     }
     if (deps.draining()) return refuse(ex, req, res, ERRORS.shuttingDown);
@@ -174,7 +167,7 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
     const authFailure = deps.keys() === null ? 'unknown' : authenticate(ex, deps.runtime().table);
     const reply = authFailure === null ? err : ERRORS.unauthorized;
     if (authFailure !== null) metrics.authFailure(authFailure);
-    ex.failure = reply.code;
+    ex.settle({ by: 'gateway', code: reply.code });
     ex.bytesOut = reply.body.length;
     writeRawError(socket as Socket, reply);
     complete(ex, reply.status, false);

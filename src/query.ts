@@ -1,4 +1,4 @@
-// Query-string surgery that keeps everything else byte for byte (design §1):
+// Query-string surgery that keeps everything else byte for byte (docs/routes.md):
 // parameters are only ever removed whole; nothing is decoded, re-encoded or
 // reordered in what is forwarded. Names are compared the way an upstream's
 // parser would see them: percent-decoded, case-folded, and without a

@@ -13,7 +13,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import zlib from 'node:zlib';
 import type { Transform } from 'node:stream';
-import { BodyScan, type SecretForm } from './egress.ts';
+import { BodyScan, type SecretForm, type Secrets } from './egress.ts';
 import type { Exchange } from './exchange.ts';
 
 /** What a response found holding a secret does next; called once per response. */
@@ -61,10 +61,10 @@ function send(proxyRes: IncomingMessage, res: ServerResponse, out: Buffer): void
   }
 }
 
-/** Relay a body that is not compressed, masking secrets as it streams (`forms` empty: filter off). */
-export function relayPlain(proxyRes: IncomingMessage, res: ServerResponse, ex: Exchange, forms: readonly SecretForm[], onSecret: OnSecret): void {
+/** Relay a body that is not compressed, masking secrets as it streams (no secrets: filter off). */
+export function relayPlain(proxyRes: IncomingMessage, res: ServerResponse, ex: Exchange, secrets: Secrets, onSecret: OnSecret): void {
   const whole = contentLength(proxyRes);
-  const scan = forms.length === 0 ? null : new BodyScan(forms);
+  const scan = secrets.empty ? null : new BodyScan(secrets);
   proxyRes.on('data', (chunk: Buffer) => {
     ex.bytesOut += chunk.length;
     const out = scan === null ? chunk : scan.push(chunk);
@@ -82,8 +82,8 @@ export function relayPlain(proxyRes: IncomingMessage, res: ServerResponse, ex: E
 }
 
 /** Relay a compressed body, scanning a decompressed copy (see the header comment). */
-export function relayCompressed(proxyRes: IncomingMessage, res: ServerResponse, ex: Exchange, forms: readonly SecretForm[], decoders: readonly Decoder[], onSecret: OnSecret): void {
-  const scan = new BodyScan(forms);
+export function relayCompressed(proxyRes: IncomingMessage, res: ServerResponse, ex: Exchange, secrets: Secrets, decoders: readonly Decoder[], onSecret: OnSecret): void {
+  const scan = new BodyScan(secrets);
   let stages: Transform[] = [];
   let held: Buffer[] = [];
   let cut = false;

@@ -1,10 +1,10 @@
-// The route table (design §1) and prefix matching. Pure: no I/O, no config
+// The route table (docs/routes.md) and prefix matching. Pure: no I/O, no config
 // reading. Each upstream is one entry of UPSTREAMS; a fourth provider is a new
 // entry here, not new code anywhere else.
 import { ERRORS, type GatewayError } from './errors.ts';
 
 /**
- * Where a provider's official SDK puts its API key (design §8): with
+ * Where a provider's official SDK puts its API key (docs/keys.md, native credentials): with
  * KEYWARD_NATIVE_AUTH the gateway also takes the client token from there.
  */
 export type NativeCredential =

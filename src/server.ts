@@ -9,17 +9,18 @@ import type { Duplex } from 'node:stream';
 import { createCompletion } from './completion.ts';
 import { secretForms } from './egress.ts';
 import type { Config } from './config.ts';
-import { answer as answerError, ERRORS, writeRawError, type GatewayError } from './errors.ts';
+import { ERRORS, parseFailure } from './errors.ts';
+import { answer as answerError, writeRawError } from './reply.ts';
 import { GatewayRequest } from './exchange.ts';
-import { expire, Forwarder } from './forward.ts';
+import { expire } from './forward.ts';
+import { KeyHolder } from './keys/holder.ts';
 import { LastUse } from './keys/last-use.ts';
-import { KeySet, type KeyRecord } from './keys/keyset.ts';
 import type { KeyStore } from './keys/store.ts';
 import { bindError } from './listen.ts';
 import type { Logger } from './log.ts';
 import { Metrics } from './metrics.ts';
-import { createPipeline, type Runtime } from './pipeline.ts';
-import { routeTable, UPSTREAMS } from './routes.ts';
+import { createPipeline } from './pipeline.ts';
+import { buildRuntime, idleReason, restartOnlyChanges } from './runtime.ts';
 import { Sweeper } from './timers.ts';
 
 export interface Readiness {
@@ -55,47 +56,6 @@ export interface GatewayOptions {
   readonly lastUseFlushMs?: number;
 }
 
-/**
- * The options a reload cannot apply, by the name users write them: changing
- * one needs a restart (the listening sockets, the worker processes and the
- * key store are made once). Every other option applies on SIGHUP.
- */
-const RESTART_ONLY: ReadonlyArray<readonly [string, (c: Config) => unknown]> = [
-  ['KEYWARD_HOST', (c) => c.host],
-  ['KEYWARD_PORT', (c) => c.port],
-  ['KEYWARD_WORKERS', (c) => c.workers],
-  ['KEYWARD_KEYS_FILE', (c) => c.keysFile],
-  ['KEYWARD_DATABASE_URL', (c) => c.databaseUrl],
-  ['KEYWARD_MAX_HEADER_SIZE', (c) => c.maxHeaderBytes],
-  ['KEYWARD_ADMIN_HOST', (c) => c.admin?.host ?? null],
-  ['KEYWARD_ADMIN_PORT', (c) => c.admin?.port ?? null],
-  // Certificates are re-read; switching between HTTP and HTTPS is not.
-  ['KEYWARD_TLS_CERT_FILE', (c) => c.tls === null],
-];
-
-/** The restart-only options whose value differs between two configurations. */
-export function restartOnlyChanges(before: Config, after: Config): string[] {
-  return RESTART_ONLY.filter(([, get]) => get(before) !== get(after)).map(([name]) => name);
-}
-
-/** Why a running gateway cannot serve anything yet (no route has its secret, or no key is active), or null. */
-export function idleReason(config: Config, activeKeys: number): string | null {
-  if (config.enabledRoutes.length === 0) {
-    const names = UPSTREAMS.flatMap((u) => u.secretEnvs);
-    return `no route is configured: set the upstream secrets (${names.join(', ')}, or their _FILE forms)`;
-  }
-  if (activeKeys === 0) return 'no active key: create one with keyward keys create --name NAME';
-  return null;
-}
-
-function buildRuntime(config: Config): Runtime {
-  return {
-    config,
-    table: routeTable(config.routes),
-    forwarders: new Map(config.routes.map((r) => [r.name, new Forwarder(r, config)])),
-  };
-}
-
 function serverOptions(config: Config): http.ServerOptions {
   return {
     IncomingMessage: GatewayRequest,
@@ -113,62 +73,15 @@ function serverOptions(config: Config): http.ServerOptions {
   };
 }
 
+// Kept where it was first exported from, for callers that import it from here.
+export { restartOnlyChanges };
+
 export async function createGateway(config: Config, store: KeyStore, logger: Logger, options: GatewayOptions = {}): Promise<Gateway> {
   const metrics = options.metrics ?? new Metrics();
-  const loadStarted = performance.now();
-  let keys: KeySet | null = null;
-  let storeUp = true;
-  let downSince = 0;
-  try {
-    keys = new KeySet(await store.load());
-    metrics.keysLoaded(Date.now());
-  } catch (err) {
-    // A shared store may be down while a gateway starts: it answers 503
-    // keystore_unavailable until the watch delivers a set. A keys file that
-    // cannot be read is a start-up failure, as before.
-    if (store.shared !== true) throw err;
-    storeUp = false;
-    downSince = Date.now();
-    logger.error({ err, keyStore: store.location }, 'key store unreachable; no key set yet');
-  }
-  const keysLoadMs = Math.round(performance.now() - loadStarted);
-  let invalidRows: ReadonlyMap<string, string> = new Map();
-  metrics.watchKeystore({ keys: () => keys?.states(Date.now()) ?? null, up: () => storeUp, invalid: () => invalidRows.size });
   let draining = false;
   let runtime = buildRuntime(config);
-
-  const applyKeys = (records: readonly KeyRecord[]): void => {
-    keys = keys === null ? new KeySet(records) : keys.next(records);
-    storeUp = true;
-    metrics.keysLoaded(Date.now());
-    logger.info({ keys: keys.size }, 'keys reloaded');
-  };
-  const keysError = (err: Error): void => {
-    // The last good set stays in force (design §5).
-    metrics.keysReloadFailed();
-    logger.error({ err, keyStore: store.location }, 'keys not reloaded; keeping the previous set');
-  };
-  // Said once per transition, not once per request or per failed check.
-  const storeStatus = (up: boolean, err?: Error): void => {
-    storeUp = up;
-    if (up) logger.info({ keyStore: store.location }, 'key store reachable again');
-    else {
-      downSince = Date.now();
-      logger.warn({ keyStore: store.location, err: err ?? null }, 'key store unreachable; serving the last good key set');
-    }
-  };
-  // Each skipped row is logged once, when it first fails the check (by id, never its digest).
-  const invalidStatus = (invalid: ReadonlyMap<string, string>): void => {
-    for (const [id, problem] of invalid) if (!invalidRows.has(id)) logger.warn({ keyStore: store.location, id, problem }, 'stored key skipped: it fails the record check and opens nothing');
-    invalidRows = invalid;
-  };
-  const stopWatch = store.watch(applyKeys, (err) => (store.shared === true ? metrics.keysReloadFailed() : keysError(err)), storeStatus, invalidStatus);
-  /** The key set to serve: none while the shared store has been down longer than allowed. */
-  const currentKeys = (): KeySet | null => {
-    if (storeUp || keys === null) return keys;
-    const max = runtime.config.keysMaxStalenessMs;
-    return max > 0 && Date.now() - downSince > max ? null : keys;
-  };
+  const keys = new KeyHolder(store, logger, metrics, () => runtime.config.keysMaxStalenessMs);
+  await keys.start();
   const lastUse = new LastUse(store, options.lastUseFlushMs ?? 10_000, (err) =>
     logger.warn({ err }, 'last-use times not written'),
   );
@@ -181,7 +94,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
 
   const pipeline = createPipeline({
     runtime: () => runtime,
-    keys: currentKeys,
+    keys: () => keys.current(),
     draining: () => draining,
     sweeper,
     metrics,
@@ -202,21 +115,14 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
   // before authentication, unlogged and uncounted. Through the pipeline it is
   // 401 without a valid token and 417 JSON with one, logged like any refusal.
   server.on('checkExpectation', (req: GatewayRequest, res: ServerResponse) => pipeline.handle(req, res, 'other'));
-  // WebSockets are never proxied (design §1); nor is any other protocol switch.
+  // WebSockets are never proxied (docs/routes.md); nor is any other protocol switch.
   server.on('upgrade', (req: GatewayRequest, socket: Duplex) => pipeline.refuseRaw(req, socket, ERRORS.webSocket));
   server.on('connect', (req: GatewayRequest, socket: Duplex) => pipeline.refuseRaw(req, socket, ERRORS.noRoute));
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
     const s = socket as Socket & { _httpMessage?: unknown };
-    const answer: GatewayError | null =
-      err.code === 'HPE_HEADER_OVERFLOW'
-        ? ERRORS.headersTooLarge
-        : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-          ? ERRORS.requestTimeout
-          : err.code?.startsWith('HPE_') === true
-            ? ERRORS.malformed
-            : null;
-    // HPE_INVALID_EOF_STATE: the client closed its side mid-request; nobody is left to answer.
-    if (answer === null || !s.writable || err.code === 'HPE_INVALID_EOF_STATE') {
+    const answer = parseFailure(err.code);
+    // No answer: the client closed its side mid-request, or nobody can read one.
+    if (answer === null || !s.writable) {
       s.destroy();
       return;
     }
@@ -264,14 +170,14 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
               routes: config.enabledRoutes,
               disabledRoutes: config.routes.filter((r) => r.credential === null).map((r) => r.name),
               nativeAuth: config.routes.filter((r) => r.native !== null).map((r) => r.name),
-              keys: keys?.size ?? 0,
-              keysLoadMs,
+              keys: keys.loaded?.size ?? 0,
+              keysLoadMs: keys.loadMs,
               keyStore: store.location,
             },
             'keyward listening',
           );
-          const idle = idleReason(config, keys?.size ?? 0);
-          if (idle !== null && keys !== null) logger.warn({ reason: idle }, 'nothing to serve yet; /readyz answers 503 until there is');
+          const idle = idleReason(config, keys.loaded?.size ?? 0);
+          if (idle !== null && keys.loaded !== null) logger.warn({ reason: idle }, 'nothing to serve yet; /readyz answers 503 until there is');
           if (!config.egressFilter) logger.warn('egress filter off (KEYWARD_EGRESS_FILTER=off): an upstream that echoes its secret reaches the client');
           const { tooShort } = secretForms(config.routes);
           if (config.egressFilter && tooShort.length > 0) logger.warn({ secrets: tooShort }, 'secrets shorter than 8 characters are not filtered from responses');
@@ -283,7 +189,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     shutdown: () => {
       closing ??= new Promise<void>((resolve) => {
         draining = true;
-        stopWatch();
+        keys.stop();
         logger.info({ drainTimeoutMs: runtime.config.drainTimeoutMs }, 'draining');
         // Connections become idle as their last response ends; close them as they do.
         const sweep = setInterval(() => server.closeIdleConnections(), 100);
@@ -306,13 +212,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
       });
       return closing;
     },
-    reloadKeys: async () => {
-      try {
-        applyKeys(await store.load());
-      } catch (err) {
-        keysError(err as Error);
-      }
-    },
+    reloadKeys: () => keys.reload(),
     reconfigure: (next: Config) => {
       const previous = runtime;
       const ignored = restartOnlyChanges(previous.config, next);
@@ -329,15 +229,17 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
       logger.info({ routes: next.enabledRoutes, disabledRoutes: next.routes.filter((r) => r.credential === null).map((r) => r.name) }, 'configuration reloaded');
     },
     readiness: () => {
-      if (draining) return { ready: false, draining, keys: keys?.size ?? null, reason: 'draining' };
-      if (keys === null) return { ready: false, draining, keys: null, reason: 'no key set loaded' };
-      if (currentKeys() === null) return { ready: false, draining, keys: keys.size, stale: true, reason: 'key store unreachable for longer than KEYWARD_KEYS_MAX_STALENESS' };
+      const set = keys.loaded;
+      if (draining) return { ready: false, draining, keys: set?.size ?? null, reason: 'draining' };
+      if (set === null) return { ready: false, draining, keys: null, reason: 'no key set loaded' };
+      if (keys.current() === null) return { ready: false, draining, keys: set.size, stale: true, reason: 'key store unreachable for longer than KEYWARD_KEYS_MAX_STALENESS' };
+      const stale = keys.up ? {} : { stale: true };
       // Up, but nothing it could forward: a load balancer should not send traffic here yet.
-      const idle = idleReason(runtime.config, keys.size);
-      if (idle !== null) return { ready: false, draining, keys: keys.size, ...(storeUp ? {} : { stale: true }), reason: idle };
-      return storeUp ? { ready: true, draining, keys: keys.size } : { ready: true, draining, keys: keys.size, stale: true };
+      const idle = idleReason(runtime.config, set.size);
+      if (idle !== null) return { ready: false, draining, keys: set.size, ...stale, reason: idle };
+      return { ready: true, draining, keys: set.size, ...stale };
     },
-    keyCount: () => keys?.size ?? 0,
+    keyCount: () => keys.loaded?.size ?? 0,
   };
   return gateway;
 }

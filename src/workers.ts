@@ -14,6 +14,7 @@
 // /readyz is ready when every worker is.
 import cluster, { type Worker } from 'node:cluster';
 import type { Readable, Writable } from 'node:stream';
+import { EXIT_FAILURE, EXIT_USAGE } from './cli/args.ts';
 import type { Readiness } from './server.ts';
 
 /** Relay `source` to `sink` one whole line at a time (a partial tail waits for its newline). */
@@ -113,10 +114,10 @@ export function runPrimary(count: number, args: readonly string[], io: PrimaryIo
       started.delete(worker);
       if (!stopping) {
         io.stderr.write(`keyward: worker ${worker.process.pid} exited (${signal ?? code})\n`);
-        if (code === 2 || lived < QUICK_DEATH_MS) {
+        if (code === EXIT_USAGE || lived < QUICK_DEATH_MS) {
           // A configuration error, or a worker that cannot even start: every
           // replacement would fail the same way, so stop instead of looping.
-          exitCode = code === 2 ? 2 : 1;
+          exitCode = code === EXIT_USAGE ? EXIT_USAGE : EXIT_FAILURE;
           stopAll();
         } else {
           fork(); // one crash never takes the service down

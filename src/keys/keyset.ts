@@ -55,7 +55,7 @@ function countDigests(records: readonly KeyRecord[]): number {
  * allocation, and a lookup hashes no string (bench/README.md, key scale).
  *
  * Revoked keys stay in the table so that a refusal can still say which key
- * was refused (design §6); every record's expiry is parsed once, here.
+ * was refused (docs/logs.md); every record's expiry is parsed once, here.
  */
 /** The digest index: immutable once built, so key sets whose digests are the same share it. */
 interface Table {
@@ -126,7 +126,7 @@ function sameDigests(a: KeyRecord, b: KeyRecord): boolean {
  * allocation, and a lookup hashes no string (bench/README.md, key scale).
  *
  * Revoked keys stay in the table so that a refusal can still say which key
- * was refused (design §6); every record's expiry is parsed once, here.
+ * was refused (docs/logs.md); every record's expiry is parsed once, here.
  */
 export class KeySet {
   readonly #records: readonly KeyRecord[];

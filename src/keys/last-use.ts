@@ -1,4 +1,4 @@
-// When each key was last used (design §8, `keys list`): noted in memory on
+// When each key was last used (docs/keys.md, `keys list`): noted in memory on
 // every authenticated request (a Map write) and handed to the store in
 // batches, so the request path never waits on a disk or a database.
 import type { KeyStore } from './store.ts';

@@ -1,4 +1,4 @@
-// What `keyward keys …` does, over any KeyStore (design §5, §8).
+// What `keyward keys …` does, over any KeyStore (docs/cli.md, keys.md).
 import { randomBytes } from 'node:crypto';
 import type { KeyRecord } from './keyset.ts';
 import type { KeyStore, UpdateOptions } from './store.ts';
@@ -84,7 +84,7 @@ export async function revokeKey(store: KeyStore, idOrName: string, now = Date.no
 }
 
 /**
- * A new token for the same key (id, name, scope and limits kept). The old
+ * A new token for the same key (id, name and scope kept). The old
  * token keeps working for `graceMs` only; tokens rotated out earlier whose
  * grace has passed are dropped.
  */

@@ -1,4 +1,4 @@
-// The key store seam (design §5): load the full set, watch for changes, apply
+// The key store seam (docs/keys.md): load the full set, watch for changes, apply
 // a change. The file store is one implementation; a shared store for a fleet
 // implements the same calls and the request path does not change.
 import type { KeyRecord } from './keyset.ts';

@@ -1,4 +1,4 @@
-// Client token format (design §2): `kw_` + 32 random bytes in base62 (43
+// Client token format (docs/authentication.md): `kw_` + 32 random bytes in base62 (43
 // characters) + a 6-character base62 CRC-32 of those 43 characters. The
 // prefix lets secret scanners spot leaked tokens; the checksum lets the
 // gateway refuse typos and garbage without touching the key set (the same

@@ -1,4 +1,4 @@
-// The admin listener (design §7): health, readiness and Prometheus metrics on
+// The admin listener (docs/operations.md): health, readiness and Prometheus metrics on
 // their own port; the public port knows none of them.
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -10,6 +10,7 @@ import { deadline, eventually } from '../support/deadline.ts';
 import { runCli, startCli } from '../support/cli.ts';
 import { parseProm } from '../support/prom.ts';
 import { startUpstream } from '../support/upstream.ts';
+import { freePort } from '../../src/listen.ts';
 
 const SERIES = [
   'keyward_requests_total',
@@ -52,7 +53,7 @@ test('healthz, readyz and metrics: every named series exists and moves with traf
     KEYWARD_SEO_URL: up.url,
     KEYWARD_SEO_LOGIN: 'l',
     KEYWARD_SEO_PASSWORD: 'p',
-    KEYWARD_SPEECH_URL: 'http://127.0.0.1:9',
+    KEYWARD_SPEECH_URL: `http://127.0.0.1:${await freePort()}`,
     KEYWARD_SPEECH_KEY: 'k',
   };
   const all = JSON.parse((await runCli(['keys', 'create', '--name', 'all', '--json'], env)).stdout) as { token: string };

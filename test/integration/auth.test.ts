@@ -1,4 +1,4 @@
-// Design §2 and §5: who gets in, and how fast key changes take effect.
+// docs/authentication.md and docs/keys.md: who gets in, and how fast key changes take effect.
 import assert from 'node:assert/strict';
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { test } from 'node:test';

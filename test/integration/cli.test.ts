@@ -1,4 +1,4 @@
-// bin/keyward end to end (design §5): keys management, serve, demo, exit codes.
+// bin/keyward end to end (docs/cli.md): keys management, serve, demo, exit codes.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync, mkdirSync } from 'node:fs';

@@ -1,4 +1,4 @@
-// Design §2 as a property: for every route and every kind of request, the
+// docs/authentication.md as a property: for every route and every kind of request, the
 // client token is absent from every byte an upstream receives, the upstream
 // credential is always the gateway's, and no secret leaks back or into logs.
 import assert from 'node:assert/strict';
@@ -146,7 +146,7 @@ test('a client token in the URL, in any encoding or case, is refused, not forwar
   }
 });
 
-test("the scraper's own credential parameter carrying the client token is dropped and the request forwarded (design §1)", async () => {
+test("the scraper's own credential parameter carrying the client token is dropped and the request forwarded (docs/routes.md)", async () => {
   const upstream = await startUpstream();
   const gw = await startGateway({ scraper: upstream.url, speech: upstream.url });
   try {

@@ -1,4 +1,4 @@
-// Design §3: the gateway's own errors, each with its status and stable code.
+// docs/responses.md: the gateway's own errors, each with its status and stable code.
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';

@@ -1,4 +1,4 @@
-// Many gateways, one PostgreSQL (design §9), against a real server.
+// Many gateways, one PostgreSQL (docs/fleet.md), against a real server.
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -1,4 +1,4 @@
-// Key lifecycle (design §5, §8): rotation with a grace period, scope and
+// Key lifecycle (docs/keys.md): rotation with a grace period, scope and
 // expiry updates, last use, idempotent revocation, and the CLI's strictness.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';

@@ -1,4 +1,4 @@
-// The keys file under faults (design §5): a writer killed at any moment
+// The keys file under faults (docs/keys.md): a writer killed at any moment
 // leaves the old or the new file, whole; a corrupt file is never loaded and
 // never written over without --force.
 import assert from 'node:assert/strict';
@@ -51,8 +51,9 @@ test('a keys CLI killed at any moment leaves the old or the new file, whole; the
     // A lock left by a killed writer is cleared (its process is gone): the next write goes through.
     const after = await runCli(['keys', 'create', '--name', 'survivor'], { KEYWARD_KEYS_FILE: file }, undefined, 30_000);
     assert.equal(after.code, 0, after.stderr);
-    assert.equal(parseKeysFile(readFileSync(file, 'utf8')).length, expected.length + 1);
-    assert.equal(outcomes.old + outcomes.new, 16);
+    // Every write that reached the disk is still there, after every later kill: the file holds the
+    // starting keys, one per writer that got through, and the survivor.
+    assert.equal(parseKeysFile(readFileSync(file, 'utf8')).length, 50_000 + outcomes.new + 1);
     console.log(`killed writers: ${outcomes.old} left the old file, ${outcomes.new} the new one`);
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -1,4 +1,4 @@
-// Design §6: exactly one JSON line per request, with the agreed fields and nothing secret.
+// docs/logs.md: exactly one JSON line per request, with the agreed fields and nothing secret.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { raw, request } from '../support/client.ts';

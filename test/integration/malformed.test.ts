@@ -1,4 +1,4 @@
-// A raw-socket corpus of malformed and unusual HTTP (design §3): every entry
+// A raw-socket corpus of malformed and unusual HTTP (docs/responses.md): every entry
 // gets a 4xx (JSON wherever Node lets the gateway write the answer), nothing
 // reaches an upstream, and the process keeps serving.
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// SIGHUP (design §7): configuration, secrets and keys are read again with no
+// SIGHUP (docs/operations.md): configuration, secrets and keys are read again with no
 // connection dropped; requests in flight finish on the configuration they
 // started with; a bad new configuration keeps the old one serving.
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// Design §1 over real sockets: what reaches which upstream, and what never does.
+// docs/routes.md over real sockets: what reaches which upstream, and what never does.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { raw, request } from '../support/client.ts';

@@ -1,4 +1,4 @@
-// The providers' official SDKs as real clients (design §8): each is pointed
+// The providers' official SDKs as real clients (docs/keys.md, native credentials): each is pointed
 // at the gateway by its base URL, once presenting the client token where the
 // SDK puts its own key (KEYWARD_NATIVE_AUTH) and once as a Bearer token.
 // The recording upstreams check what arrived; the SDKs check what came back.

@@ -1,4 +1,4 @@
-// Design §3: responses stream as they arrive, backpressure is respected both
+// docs/responses.md: responses stream as they arrive, backpressure is respected both
 // ways, and a failure on either side is passed on at once.
 import assert from 'node:assert/strict';
 import { createHash, randomBytes } from 'node:crypto';
@@ -46,7 +46,7 @@ test('the first chunk reaches the client before the upstream has finished', asyn
   }
 });
 
-test('a paused client makes the gateway stop pulling: 256 MiB stays upstream, memory stays flat', async () => {
+test('a paused client makes the gateway stop pulling: 256 MiB stays upstream (memory over time: the soak)', async () => {
   const total = 256 * MiB;
   const block = randomBytes(MiB);
   let sent = 0;
@@ -68,17 +68,13 @@ test('a paused client makes the gateway stop pulling: 256 MiB stays upstream, me
   const gw = await startGateway({ speech: up.url });
   const socket = net.connect(gw.port, '127.0.0.1');
   try {
-    global.gc?.();
-    const rssBefore = process.memoryUsage().rss;
     socket.write(`GET /speech/v1/history/x/audio HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${gw.token}\r\nConnection: close\r\n\r\n`);
     socket.pause();
     await eventually(() => sent > 0, 5_000, 'upstream started sending');
     await new Promise((r) => setTimeout(r, 1_500));
     const sentWhilePaused = sent;
-    const rssGrowth = process.memoryUsage().rss - rssBefore;
     // Socket buffers on three hops hold a few MiB; without backpressure all 256 MiB would be in memory by now.
     assert.ok(sentWhilePaused < 48 * MiB, `upstream sent ${sentWhilePaused / MiB} MiB to a paused client`);
-    assert.ok(rssGrowth < 96 * MiB, `process grew ${rssGrowth / MiB} MiB`);
 
     let received = 0;
     await deadline(
@@ -209,7 +205,7 @@ for (const when of ['before the response', 'mid-response', 'mid-upload'] as cons
       }
       const leftAt = performance.now();
       client.destroy();
-      // These upstreams bill per request: the cancellation must be prompt (issue: within 100 ms).
+      // These upstreams bill per request: the cancellation must be prompt (within 100 ms).
       await eventually(() => up.requests[0]?.aborted === true, 1_000, 'upstream request cancelled');
       const lag = performance.now() - leftAt;
       assert.ok(lag < 100, `upstream request cancelled ${lag.toFixed(1)} ms after the client left`);

@@ -1,4 +1,4 @@
-// systemd (design §7): the units pass `systemd-analyze verify`, and the
+// systemd (docs/operations.md): the units pass `systemd-analyze verify`, and the
 // gateway runs the way systemd starts it under socket activation: a listening
 // socket as fd 3, LISTEN_FDS=1 and LISTEN_PID naming the process.
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// Timeouts the gateway owns (design §3, §4): idle in both directions, the
+// Timeouts the gateway owns (docs/responses.md, configuration.md): idle in both directions, the
 // upstream's answer timer starting after the upload, the headers timeout,
 // and no total deadline on anything that keeps moving.
 import assert from 'node:assert/strict';

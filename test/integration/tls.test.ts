@@ -1,4 +1,4 @@
-// TLS both ways (design §4): upstream verification always on, a private CA
+// TLS both ways (docs/security.md): upstream verification always on, a private CA
 // added with KEYWARD_UPSTREAM_CA_FILE, sessions resumed; HTTPS on the public
 // port with certificates re-read on SIGHUP. Certificates are made here.
 import assert from 'node:assert/strict';
@@ -14,6 +14,7 @@ import { deadline, eventually } from '../support/deadline.ts';
 import { runCli, startCli } from '../support/cli.ts';
 import { startGateway } from '../support/gateway.ts';
 import { makePki } from '../support/tls.ts';
+import { freePort } from '../../src/listen.ts';
 
 interface TlsUpstream {
   readonly url: string;
@@ -137,7 +138,7 @@ test('HTTPS on the public port; SIGHUP re-reads the certificate without dropping
   const keyFile = join(dir, 'key.pem');
   copyFileSync(first.certFile, certFile);
   copyFileSync(first.keyFile, keyFile);
-  const env = { KEYWARD_PORT: '0', KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_TLS_CERT_FILE: certFile, KEYWARD_TLS_KEY_FILE: keyFile, KEYWARD_SEO_URL: 'http://127.0.0.1:9', KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p' };
+  const env = { KEYWARD_PORT: '0', KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_TLS_CERT_FILE: certFile, KEYWARD_TLS_KEY_FILE: keyFile, KEYWARD_SEO_URL: `http://127.0.0.1:${await freePort()}`, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p' };
   const key = JSON.parse((await runCli(['keys', 'create', '--name', 'tls', '--json'], env)).stdout) as { token: string };
   const serve = await startCli(['serve'], env, '"msg":"keyward listening"');
   try {

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { BodyScan, maskHeaders, type SecretForm } from '../../src/egress.ts';
+import { BodyScan, maskHeaders, Secrets, type SecretForm } from '../../src/egress.ts';
 
 const form = (text: string, name: string): SecretForm => ({ route: 'r', form: name, text, bytes: Buffer.from(text) });
 
@@ -27,7 +27,7 @@ test('a body cut anywhere comes out with every secret masked, the same length, a
         const forms = [...new Set(secrets)].map((s, i) => form(s, `f${i}`)).sort((a, b) => b.bytes.length - a.bytes.length);
         // Secrets woven between filler pieces, so matches straddle chunk boundaries.
         const body = Buffer.from(filler.map((f, i) => f + (secrets[i % secrets.length] as string)).join(''));
-        const scan = new BodyScan(forms);
+        const scan = new BodyScan(new Secrets(forms));
         const parts: Buffer[] = [];
         let at = 0;
         for (let i = 0; at < body.length; i++) {
@@ -47,7 +47,7 @@ test('a body cut anywhere comes out with every secret masked, the same length, a
 });
 
 test('bytes held back at a chunk end are only a possible start of a secret, and come out with the next chunk', () => {
-  const scan = new BodyScan([form('SECRETVALUE', 'k')]);
+  const scan = new BodyScan(new Secrets([form('SECRETVALUE', 'k')]));
   assert.deepEqual(scan.push(Buffer.from('hello SEC')), Buffer.from('hello '));
   assert.equal(scan.holding, 3);
   assert.deepEqual(scan.push(Buffer.from('OND')), Buffer.from('SECOND'));

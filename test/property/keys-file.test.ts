@@ -1,4 +1,4 @@
-// Keys-file parsing as a property (design §5): what is written reads back
+// Keys-file parsing as a property (docs/keys.md): what is written reads back
 // the same; anything else is refused with a KeysFileError naming the
 // problem, never another exception, and never half-loaded.
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// Path checks as properties (design §1): no path with a dot-segment in any
+// Path checks as properties (docs/routes.md): no path with a dot-segment in any
 // encoding passes; every accepted path reaches the upstream byte for byte.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';

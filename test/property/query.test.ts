@@ -1,4 +1,4 @@
-// Credential-parameter removal as a property (design §1): whatever the
+// Credential-parameter removal as a property (docs/routes.md): whatever the
 // spelling, no credential name survives; every other byte stays, in order.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';

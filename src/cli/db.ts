@@ -1,0 +1,31 @@
+// `keyward db migrate` (docs/fleet.md, schema).
+import { effectiveEnv } from '../config.ts';
+import { PgKeyStore } from '../keys/pg-store.ts';
+import { EXIT_OK, HELP, HelpRequested, line, parse, readText, UsageError, type Io } from './args.ts';
+import { loadConfigForStore } from './keys.ts';
+
+export async function dbCommand(args: string[], io: Io): Promise<number> {
+  const [sub, ...rest] = args;
+  if (sub === '--help' || sub === '-h') throw new HelpRequested(HELP.db as string);
+  if (sub !== 'migrate') throw new UsageError(sub === undefined ? 'db needs migrate' : `unknown db command ${sub}`, HELP.db as string);
+  parse(rest, {}, 'db');
+  const url = loadConfigForStore(effectiveEnv(io.env, readText), io.cwd).databaseUrl;
+  if (url === null) throw new UsageError('db migrate needs KEYWARD_DATABASE_URL', HELP.db as string);
+  const store = new PgKeyStore(url);
+  try {
+    line(io.stderr, `keyward: ${store.title}`);
+    const { from, to } = await store.migrate();
+    line(
+      io.stdout,
+      from === to
+        ? `Database schema already at version ${to}; nothing to do.`
+        : from === 0
+          ? `Created keyward's tables (schema version ${to}).`
+          : `Upgraded the database schema from version ${from} to ${to}.`,
+    );
+    return EXIT_OK;
+  } finally {
+    await store.close();
+  }
+}
+

@@ -1,0 +1,185 @@
+// `keyward keys …` (docs/cli.md, docs/keys.md): every argument is checked
+// before the store is opened, then one action runs against it.
+import type { parseArgs } from 'node:util';
+import { effectiveEnv, keysFilePath, loadConfig, type Env } from '../config.ts';
+import { KeysFileError, parseKeysFile, serialiseKeysFile } from '../keys/file-store.ts';
+import type { KeyRecord } from '../keys/keyset.ts';
+import { createKey, importKeys, KeyUsageError, listKeys, revokeKey, rotateKey, updateKey } from '../keys/manage.ts';
+import { openKeyStore } from '../keys/open.ts';
+import type { KeyStore } from '../keys/store.ts';
+import { durationOption, EXIT_OK, HELP, HelpRequested, line, parse, readText, routesOption, UsageError, type Io } from './args.ts';
+
+function publicView(r: KeyRecord, lastUsed: string | null = null): Record<string, unknown> {
+  return { id: r.id, name: r.name, routes: r.routes ?? null, created: r.created, expires: r.expires, revoked: r.revoked, lastUsed };
+}
+
+export async function keysCommand(args: string[], io: Io): Promise<number> {
+  const [sub, ...rest] = args;
+  if (sub === undefined || sub === '--help' || sub === '-h') {
+    if (sub === undefined) throw new UsageError('keys needs a command: create, list, revoke, rotate, update, import or export', HELP.keys as string);
+    throw new HelpRequested(HELP.keys as string);
+  }
+  const command = `keys ${sub}`;
+  const help = HELP[command];
+  if (help === undefined) throw new UsageError(`unknown keys command ${sub}`, HELP.keys as string);
+  const action = keysAction(sub, rest, command, help);
+  const store = storeFor(io);
+  try {
+    line(io.stderr, `keyward: ${store.title ?? store.location}`);
+    const noteForced = (): void => {
+      const aside = store.setAside;
+      if (aside !== null && aside !== undefined) line(io.stderr, `keyward: the unreadable keys file was moved to ${aside}`);
+    };
+    return await action(store, io, noteForced);
+  } finally {
+    await store.close?.();
+  }
+}
+
+/** The configured key store: PostgreSQL with KEYWARD_DATABASE_URL, else the keys file. */
+function storeFor(io: Io): KeyStore {
+  const env = effectiveEnv(io.env, readText);
+  return openKeyStore({ databaseUrl: loadConfigForStore(env, io.cwd).databaseUrl, keysFile: keysFilePath(env, io.cwd) });
+}
+
+/** Only the store options are needed here; other options' problems are serve's business. */
+export function loadConfigForStore(env: Env, cwd: string): { databaseUrl: string | null } {
+  const only: Record<string, string | undefined> = {};
+  for (const [k, v] of Object.entries(env)) if (!k.startsWith('KEYWARD_') || k.startsWith('KEYWARD_DATABASE_URL') || k === 'KEYWARD_KEYS_FILE') only[k] = v;
+  return loadConfig(only, readText, cwd);
+}
+
+/** A keys command with its arguments checked: it only needs the store to run. */
+type KeysAction = (store: KeyStore, io: Io, noteForced: () => void) => Promise<number>;
+
+const FORCE = { force: { type: 'boolean' } } as const;
+
+/**
+ * Check every argument of a keys command before touching the store, so that
+ * a usage error never prints the store line and never opens a database.
+ */
+function keysAction(sub: string, rest: string[], command: string, help: string): KeysAction {
+  const needTarget = (parsed: ReturnType<typeof parseArgs>, what = 'ID or NAME'): string => {
+    const target = parsed.positionals[0];
+    if (target === undefined) throw new UsageError(`${command} needs ${what}`, help);
+    return target;
+  };
+  switch (sub) {
+    case 'create': {
+      const { values } = parse(rest, { name: { type: 'string' }, routes: { type: 'string' }, 'expires-in': { type: 'string' }, json: { type: 'boolean' }, ...FORCE }, command);
+      if (typeof values.name !== 'string') throw new UsageError('keys create needs --name NAME', help);
+      const name = values.name;
+      const expiresInMs = typeof values['expires-in'] === 'string' ? durationOption('expires-in', values['expires-in'], help) : null;
+      const routes = typeof values.routes === 'string' ? routesOption(values.routes, help, false) : null;
+      return async (store, io, noteForced) => {
+        const { record, token } = await createKey(store, name, { expiresInMs, routes }, Date.now(), { force: values.force === true });
+        noteForced();
+        if (values.json === true) {
+          line(io.stdout, JSON.stringify({ ...publicView(record), token }));
+        } else {
+          line(io.stdout, `Created key ${record.id} (name ${record.name}, routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}).`);
+          line(io.stdout, 'Token (shown this once; only its SHA-256 digest is stored):');
+          line(io.stdout, token);
+        }
+        return EXIT_OK;
+      };
+    }
+    case 'list': {
+      const { values } = parse(rest, { json: { type: 'boolean' } }, command);
+      return async (store, io) => {
+        const [records, used] = await Promise.all([listKeys(store), store.lastUse()]);
+        if (values.json === true) {
+          line(io.stdout, JSON.stringify(records.map((r) => publicView(r, used.get(r.id) ?? null))));
+          return EXIT_OK;
+        }
+        const rows = [
+          ['ID', 'NAME', 'ROUTES', 'CREATED', 'EXPIRES', 'REVOKED', 'LAST USED'],
+          ...records.map((r) => [r.id, r.name, r.routes?.join(',') ?? 'all', r.created, r.expires ?? '-', r.revoked ?? '-', used.get(r.id) ?? '-']),
+        ];
+        const widths = rows[0]!.map((_, c) => Math.max(...rows.map((row) => row[c]!.length)));
+        for (const row of rows) line(io.stdout, row.map((cell, c) => cell.padEnd(widths[c]!)).join('  ').trimEnd());
+        return EXIT_OK;
+      };
+    }
+    case 'import': {
+      const file = needTarget(parse(rest, {}, command, 1), 'FILE');
+      // Read and checked before the store is opened: a bad argument changes nothing.
+      const incoming = readKeysArgument(file);
+      return async (store, io) => {
+        const added = await importKeys(store, incoming);
+        line(io.stdout, `Imported ${added} of ${incoming.length} keys (${incoming.length - added} were already there).`);
+        return EXIT_OK;
+      };
+    }
+    case 'export': {
+      parse(rest, {}, command);
+      return async (store, io) => {
+        io.stdout.write(serialiseKeysFile(await store.load()));
+        return EXIT_OK;
+      };
+    }
+    case 'revoke': {
+      const parsed = parse(rest, { ...FORCE }, command, 1);
+      const target = needTarget(parsed);
+      return async (store, io, noteForced) => {
+        const { record, already } = await revokeKey(store, target, Date.now(), { force: parsed.values.force === true });
+        noteForced();
+        line(io.stdout, already ? `Key ${record.id} (name ${record.name}) was already revoked at ${record.revoked}.` : `Revoked key ${record.id} (name ${record.name}) at ${record.revoked}.`);
+        return EXIT_OK;
+      };
+    }
+    case 'rotate': {
+      const parsed = parse(rest, { grace: { type: 'string' }, json: { type: 'boolean' }, ...FORCE }, command, 1);
+      const target = needTarget(parsed);
+      const { values } = parsed;
+      const graceMs = typeof values.grace === 'string' ? durationOption('grace', values.grace, help, true) : 0;
+      return async (store, io, noteForced) => {
+        const { record, token, graceUntil } = await rotateKey(store, target, graceMs, Date.now(), { force: values.force === true });
+        noteForced();
+        if (values.json === true) {
+          line(io.stdout, JSON.stringify({ ...publicView(record), token, graceUntil }));
+        } else {
+          line(io.stdout, `Rotated key ${record.id} (name ${record.name}); the old token ${graceUntil !== null ? `works until ${graceUntil}` : 'stopped working'}.`);
+          line(io.stdout, 'New token (shown this once):');
+          line(io.stdout, token);
+        }
+        return EXIT_OK;
+      };
+    }
+    default: {
+      // update
+      const parsed = parse(rest, { routes: { type: 'string' }, 'expires-in': { type: 'string' }, ...FORCE }, command, 1);
+      const target = needTarget(parsed);
+      const { values } = parsed;
+      const changes: { routes?: string[] | null; expiresInMs?: number | null } = {};
+      if (typeof values.routes === 'string') changes.routes = routesOption(values.routes, help, true);
+      if (typeof values['expires-in'] === 'string') changes.expiresInMs = values['expires-in'] === 'never' ? null : durationOption('expires-in', values['expires-in'], help);
+      if (Object.keys(changes).length === 0) throw new UsageError('keys update needs --routes or --expires-in', help);
+      return async (store, io, noteForced) => {
+        const record = await updateKey(store, target, changes, Date.now(), { force: values.force === true });
+        noteForced();
+        line(io.stdout, `Updated key ${record.id} (name ${record.name}): routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}.`);
+        return EXIT_OK;
+      };
+    }
+  }
+}
+
+/** The keys file given to `keys import`, read and checked; errors name the file and say what it must be. */
+function readKeysArgument(file: string): KeyRecord[] {
+  let text: string;
+  try {
+    text = readText(file);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    const why = code === 'ENOENT' ? 'no such file' : code === 'EISDIR' ? 'it is a folder' : code === 'EACCES' ? 'permission denied' : (code ?? 'error');
+    throw new KeyUsageError(`keys import: cannot read ${file} (${why}); give the path of a keys file, such as one written by keys export`);
+  }
+  try {
+    return parseKeysFile(text);
+  } catch (err) {
+    if (!(err instanceof KeysFileError)) throw err;
+    throw new KeyUsageError(`keys import: ${file} is not a keys file (${err.message}); give a file written by keys export or a gateway's keys.json`);
+  }
+}
+

@@ -1,0 +1,101 @@
+// `keyward serve` (docs/operations.md): one gateway process, or the
+// primary of several; signals drain and reload it.
+import { startAdmin, type Admin } from '../admin.ts';
+import { ConfigError, effectiveEnv, loadConfig, type Config } from '../config.ts';
+import { openKeyStore } from '../keys/open.ts';
+import { createLogger } from '../log.ts';
+import { clusterMetrics, createMetrics } from '../metrics.ts';
+import { createGateway, type Gateway } from '../server.ts';
+import { inheritedListenFd } from '../systemd.ts';
+import { EXIT_FAILURE, EXIT_OK, line, parse, readText, type Io } from './args.ts';
+
+/** The configuration as it stands now: environment, KEYWARD_CONFIG_FILE, secret files. */
+function currentConfig(io: Io): Config {
+  return loadConfig(effectiveEnv(io.env, readText), readText, io.cwd);
+}
+
+export async function serveCommand(args: string[], io: Io): Promise<number> {
+  parse(args, {}, 'serve');
+  const config = currentConfig(io);
+  const listenFd = inheritedListenFd(io.env, io.pid);
+  let worker = false;
+  if (config.workers > 1) {
+    // Loaded only when asked for: a single-process gateway carries no cluster machinery.
+    const { default: cluster } = await import('node:cluster');
+    if (cluster.isPrimary) return servePrimary(config, listenFd, io);
+    worker = true;
+  }
+  const log = createLogger(config.logLevel);
+  // Workers record for the primary's admin listener; a single process only when it has one.
+  const metrics = createMetrics(config.admin !== null);
+  let gateway: Gateway;
+  let admin: Admin | null = null;
+  try {
+    const store = openKeyStore(config);
+    gateway = await createGateway(config, store, log.logger, { listenFd, metrics });
+    await gateway.listen();
+    if (worker) {
+      metrics.serveToPrimary();
+      (await import('../workers.ts')).answerReadiness(() => gateway.readiness());
+    } else if (config.admin !== null) {
+      const g = gateway;
+      admin = await startAdmin(config.admin, { readiness: () => g.readiness(), metrics: () => metrics.text(), metricsContentType: metrics.contentType }, log.logger);
+    }
+  } catch (err) {
+    log.logger.fatal({ err }, 'cannot start');
+    await log.flush();
+    line(io.stderr, `keyward: cannot start: ${(err as Error).message}`);
+    return EXIT_FAILURE;
+  }
+  const running = gateway;
+  return new Promise((resolve) => {
+    let stopping = false;
+    const stop = (signal: string): void => {
+      if (stopping) return;
+      stopping = true;
+      log.logger.info({ signal }, 'shutdown requested');
+      void running
+        .shutdown()
+        .then(() => admin?.close())
+        .then(() => log.flush())
+        .then(() => resolve(EXIT_OK));
+    };
+    // `on`, not `once`: under systemd's default KillMode a worker gets SIGTERM
+    // twice (directly and from the primary), and a second, unhandled one
+    // would end the drain. shutdown() is idempotent.
+    io.signals.on('SIGTERM', () => stop('SIGTERM'));
+    io.signals.on('SIGINT', () => stop('SIGINT'));
+    // systemd's `ExecReload=kill -HUP $MAINPID`: configuration, secrets,
+    // certificates and keys are read again. A configuration with problems is
+    // not applied: the running one keeps serving and every problem is logged.
+    io.signals.on('SIGHUP', () => {
+      try {
+        running.reconfigure(currentConfig(io));
+      } catch (err) {
+        if (!(err instanceof ConfigError)) throw err;
+        log.logger.error({ problems: err.problems }, 'configuration not reloaded; keeping the running one');
+      }
+      void running.reloadKeys();
+    });
+  });
+}
+
+async function servePrimary(config: Config, listenFd: number | null, io: Io): Promise<number> {
+  const { runPrimary } = await import('../workers.ts');
+  const primary = runPrimary(config.workers, ['serve'], io, listenFd === null ? {} : { KEYWARD_INHERITED_FD: String(listenFd) });
+  let admin: Admin | null = null;
+  if (config.admin !== null) {
+    const log = createLogger(config.logLevel);
+    const summed = clusterMetrics();
+    try {
+      admin = await startAdmin(config.admin, { readiness: () => primary.readiness(), metrics: () => summed.text(), metricsContentType: summed.contentType }, log.logger);
+    } catch (err) {
+      line(io.stderr, `keyward: admin listener: ${(err as Error).message}`);
+      io.signals.emit('SIGTERM');
+    }
+  }
+  const code = await primary.done;
+  await admin?.close();
+  return code;
+}
+

@@ -1,0 +1,74 @@
+// The routes of a configuration (docs/routes.md): each provider of the
+// table in routes.ts resolved against the options (its URL, its secrets,
+// whether its SDK's own credential place is accepted).
+import { METHOD_OVERRIDE_HEADERS, requestStripSet } from '../headers.ts';
+import { UPSTREAMS, type Route, type UpstreamSpec } from '../routes.ts';
+import type { Options, ReadFile } from './options.ts';
+import { secret } from './secrets.ts';
+
+function upstreamUrl(o: Options, spec: UpstreamSpec): { target: URL; basePath: string } | null {
+  let url: URL;
+  try {
+    url = new URL(o.text(spec.urlEnv, spec.defaultUrl));
+  } catch {
+    o.problem(`${spec.urlEnv} is not a URL`);
+    return null;
+  }
+  const wrong =
+    url.protocol !== 'http:' && url.protocol !== 'https:'
+      ? 'must be http:// or https://'
+      : url.username !== '' || url.password !== ''
+        ? 'must not carry credentials (use the secret options)'
+        : url.search !== '' || url.hash !== ''
+          ? 'must not have a query or fragment'
+          : null;
+  if (wrong !== null) {
+    o.problem(`${spec.urlEnv} ${wrong}`);
+    return null;
+  }
+  return { target: new URL(url.origin), basePath: url.pathname.replace(/\/+$/, '') };
+}
+
+function route(o: Options, spec: UpstreamSpec, index: number, readFile: ReadFile, native: ReadonlySet<string>): Route | null {
+  const where = upstreamUrl(o, spec);
+  const secrets = spec.secretEnvs.map((n) => secret(o, n, readFile));
+  const given = secrets.filter((s): s is string => s !== null);
+  if (given.length > 0 && given.length < secrets.length) {
+    const missing = spec.secretEnvs.filter((_, i) => secrets[i] === null);
+    o.problem(`${missing.join(', ')} must be set along with ${spec.secretEnvs.filter((_, i) => secrets[i] !== null).join(', ')}`);
+  }
+  if (where === null) return null;
+  const complete = given.length === secrets.length;
+  const credential = complete ? spec.credential(given) : null;
+  return {
+    name: spec.name,
+    index,
+    prefix: `/${spec.name}/`,
+    methods: new Set(spec.methods),
+    target: where.target,
+    basePath: where.basePath,
+    credential,
+    secretForms: complete ? spec.secretForms(given) : [],
+    native: native.has(spec.name) ? spec.native : null,
+    dropQuery: new Set(spec.dropQuery.map((q) => q.toLowerCase())),
+    overrideQuery: new Set(spec.overrideQuery.map((q) => q.toLowerCase())),
+    stripHeaders: requestStripSet([...spec.stripHeaders, ...METHOD_OVERRIDE_HEADERS], credential === null ? null : credential[0]),
+  };
+}
+
+/** KEYWARD_NATIVE_AUTH: the routes that also take the client token where their SDK sends its key. */
+function nativeRoutes(o: Options, specs: readonly UpstreamSpec[]): ReadonlySet<string> {
+  const names = (o.get('KEYWARD_NATIVE_AUTH') ?? '')
+    .split(',')
+    .map((n) => n.trim())
+    .filter((n) => n !== '');
+  const known = new Set(specs.map((u) => u.name));
+  for (const n of names) if (!known.has(n)) o.problem(`KEYWARD_NATIVE_AUTH: unknown route ${n} (routes: ${[...known].join(', ')})`);
+  return new Set(names);
+}
+
+/** Every provider's route; a route whose URL is wrong is left out (its problem is recorded). */
+export function routes(o: Options, readFile: ReadFile, specs: readonly UpstreamSpec[] = UPSTREAMS): Route[] {
+  const native = nativeRoutes(o, specs);
+  return specs.map((spec, i) => route(o, spec, i, readFile, native)).filter((r): r is Route => r !== null);
+}

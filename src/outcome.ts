@@ -1,0 +1,56 @@
+// How a request ended, when not as the upstream's whole answer: a closed set
+// of reasons, recorded once per request (the first one wins: a later
+// consequence of the same failure, such as the reset after our own timeout,
+// never overwrites its cause). The log line's `error` field and the
+// `keyward_upstream_errors_total{reason}` label are both read from here.
+import type { ErrorCode } from './errors.ts';
+
+/** The upstream did not give a whole answer. */
+export type UpstreamReason =
+  /** Refused, reset, DNS or TLS failure before the response began; `detail` is the system's code (ECONNREFUSED, CERT_HAS_EXPIRED…). */
+  | 'unreachable'
+  /** No connection, or no response head, in time; `detail` says which timer. */
+  | 'timeout'
+  /** The response began and the upstream stopped sending. */
+  | 'aborted'
+  /** The response body stalled for KEYWARD_IDLE_TIMEOUT. */
+  | 'idle'
+  | 'unexpected_101'
+  /** A status line or header Node refuses to write. */
+  | 'invalid_response'
+  /** A content coding the egress filter cannot read. */
+  | 'unscannable_encoding'
+  /** A compressed body that held an upstream secret: cut. */
+  | 'secret_in_compressed_body';
+
+export type Failure =
+  /** The gateway answered with a catalogue error (a refusal, or the answer to an upstream failure below). */
+  | { readonly by: 'gateway'; readonly code: ErrorCode }
+  | { readonly by: 'upstream'; readonly reason: UpstreamReason; readonly detail: string | null }
+  /** The client stopped reading for KEYWARD_IDLE_TIMEOUT, or sent the request behind one this connection refused. */
+  | { readonly by: 'client'; readonly reason: 'idle' | 'connection_closing' };
+
+/** Names as they appear in logs and metrics, where they differ from the reason itself. */
+const UPSTREAM_LABELS: Readonly<Record<UpstreamReason, string>> = {
+  unreachable: 'upstream_unreachable',
+  timeout: 'upstream_timeout',
+  aborted: 'upstream_aborted',
+  idle: 'upstream_idle',
+  unexpected_101: 'unexpected_101',
+  invalid_response: 'invalid_upstream_response',
+  unscannable_encoding: 'unscannable_encoding',
+  secret_in_compressed_body: 'secret_in_compressed_body',
+};
+
+/** The `error` field of the log line: the system's code when there is one, else the reason's name. */
+export function failureLabel(f: Failure | null): string | null {
+  if (f === null) return null;
+  if (f.by === 'gateway') return f.code;
+  if (f.by === 'client') return f.reason === 'idle' ? 'client_idle' : 'connection_closing';
+  return f.detail ?? UPSTREAM_LABELS[f.reason];
+}
+
+/** An upstream failure. */
+export function upstream(reason: UpstreamReason, detail: string | null = null): Failure {
+  return { by: 'upstream', reason, detail };
+}

@@ -1,0 +1,54 @@
+// One configuration generation (docs/configuration.md): what the request
+// path reads, built once from a frozen Config and swapped whole on reload,
+// and what a reload can and cannot change.
+import type { Config } from './config.ts';
+import { Forwarder } from './forward.ts';
+import { routeTable, UPSTREAMS, type RouteTable } from './routes.ts';
+
+/** Swapped whole on reload; a request keeps the one it started under. */
+export interface Runtime {
+  readonly config: Config;
+  readonly table: RouteTable;
+  readonly forwarders: ReadonlyMap<string, Forwarder>;
+}
+
+export function buildRuntime(config: Config): Runtime {
+  return {
+    config,
+    table: routeTable(config.routes),
+    forwarders: new Map(config.routes.map((r) => [r.name, new Forwarder(r, config)])),
+  };
+}
+
+/**
+ * The options a reload cannot apply, by the name users write them: changing
+ * one needs a restart (the listening sockets, the worker processes and the
+ * key store are made once). Every other option applies on SIGHUP.
+ */
+const RESTART_ONLY: ReadonlyArray<readonly [string, (c: Config) => unknown]> = [
+  ['KEYWARD_HOST', (c) => c.host],
+  ['KEYWARD_PORT', (c) => c.port],
+  ['KEYWARD_WORKERS', (c) => c.workers],
+  ['KEYWARD_KEYS_FILE', (c) => c.keysFile],
+  ['KEYWARD_DATABASE_URL', (c) => c.databaseUrl],
+  ['KEYWARD_MAX_HEADER_SIZE', (c) => c.maxHeaderBytes],
+  ['KEYWARD_ADMIN_HOST', (c) => c.admin?.host ?? null],
+  ['KEYWARD_ADMIN_PORT', (c) => c.admin?.port ?? null],
+  // Certificates are re-read; switching between HTTP and HTTPS is not.
+  ['KEYWARD_TLS_CERT_FILE', (c) => c.tls === null],
+];
+
+/** The restart-only options whose value differs between two configurations. */
+export function restartOnlyChanges(before: Config, after: Config): string[] {
+  return RESTART_ONLY.filter(([, get]) => get(before) !== get(after)).map(([name]) => name);
+}
+
+/** Why a running gateway cannot serve anything yet (no route has its secret, or no key is active), or null. */
+export function idleReason(config: Config, activeKeys: number): string | null {
+  if (config.enabledRoutes.length === 0) {
+    const names = UPSTREAMS.flatMap((u) => u.secretEnvs);
+    return `no route is configured: set the upstream secrets (${names.join(', ')}, or their _FILE forms)`;
+  }
+  if (activeKeys === 0) return 'no active key: create one with keyward keys create --name NAME';
+  return null;
+}
