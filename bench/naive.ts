@@ -4,15 +4,14 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createProxyServer } from 'http-proxy-3';
+import { UPSTREAMS } from '../src/routes.ts';
 
 const env = process.env;
 const upstream = `http://127.0.0.1:${env.BENCH_UPSTREAM_PORT}`;
 const clients = new Set([`Bearer ${env.BENCH_CLIENT_TOKEN}`]);
-const routes: Record<string, [string, string]> = {
-  scraper: ['authorization', `Bearer ${env.BENCH_SCRAPER_TOKEN}`],
-  seo: ['authorization', `Basic ${Buffer.from(`${env.BENCH_SEO_LOGIN}:${env.BENCH_SEO_PASSWORD}`).toString('base64')}`],
-  speech: ['xi-api-key', env.BENCH_SPEECH_KEY ?? ''],
-};
+// The credential swap of each provider, from the same table keyward reads.
+const secrets = JSON.parse(env.BENCH_SECRETS ?? '{}') as Record<string, string[]>;
+const routes: Record<string, readonly [string, string]> = Object.fromEntries(UPSTREAMS.map((spec) => [spec.name, spec.credential(secrets[spec.name] ?? [])]));
 
 const proxy = createProxyServer({ target: upstream, changeOrigin: true, agent: new http.Agent({ keepAlive: true, maxSockets: Infinity }) });
 proxy.on('proxyReq', (proxyReq, req) => {

@@ -12,7 +12,8 @@ import autocannon from 'autocannon';
 import http from 'node:http';
 import { serialiseKeysFile } from '../src/keys/file-store.ts';
 import { generateToken, tokenDigest } from '../src/keys/token.ts';
-import { freePort, startUpstreamProcess, waitReady, type Secrets } from './systems.ts';
+import { providerEnv, UPSTREAMS } from '../src/routes.ts';
+import { benchSecrets, freePort, startUpstreamProcess, waitReady, type Secrets } from './systems.ts';
 import { writeFileSync } from 'node:fs';
 
 interface Node {
@@ -30,7 +31,7 @@ const scenario = process.argv[2] ?? 'small';
 const seconds = Number(process.argv[3] ?? 8);
 const root = fileURLToPath(new URL('..', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'keyward-profile-'));
-const s: Secrets = { scraperToken: 'bench_scraper', seoLogin: 'bench', seoPassword: 'pw', speechKey: 'bench_speech', clientToken: generateToken() };
+const s: Secrets = benchSecrets('profile', generateToken());
 const keys = join(dir, 'keys.json');
 writeFileSync(keys, serialiseKeysFile([{ id: 'key_p', name: 'p', digest: `sha256:${tokenDigest(s.clientToken)}`, created: new Date().toISOString(), expires: null, revoked: null }]));
 
@@ -42,13 +43,7 @@ const child = spawn(process.execPath, ['--cpu-prof', `--cpu-prof-dir=${dir}`, '-
     PATH: process.env.PATH ?? '',
     KEYWARD_PORT: String(port),
     KEYWARD_KEYS_FILE: keys,
-    KEYWARD_SCRAPER_URL: upstream,
-    KEYWARD_SEO_URL: upstream,
-    KEYWARD_SPEECH_URL: upstream,
-    KEYWARD_SCRAPER_TOKEN: s.scraperToken,
-    KEYWARD_SEO_LOGIN: s.seoLogin,
-    KEYWARD_SEO_PASSWORD: s.seoPassword,
-    KEYWARD_SPEECH_KEY: s.speechKey,
+    ...Object.assign({}, ...UPSTREAMS.map((spec) => providerEnv(spec, upstream, s.upstream[spec.name] ?? []))),
     ...(process.env.KEYWARD_WORKERS ? { KEYWARD_WORKERS: process.env.KEYWARD_WORKERS } : {}),
     ...(process.env.KEYWARD_LOG_LEVEL ? { KEYWARD_LOG_LEVEL: process.env.KEYWARD_LOG_LEVEL } : {}),
   },

@@ -20,7 +20,7 @@ import type { KeyRecord } from '../src/keys/keyset.ts';
 import { generateToken, tokenDigest } from '../src/keys/token.ts';
 import { machine, rssBytes } from './proc.ts';
 import { SCENARIOS, type Measurement, type Options } from './scenarios.ts';
-import { direct, keyward, naive, nginx, nginxBinary, NODE_ARGS, ROOT, startUpstreamProcess, type Secrets, type System } from './systems.ts';
+import { benchSecrets, direct, keyward, naive, nginx, nginxBinary, NODE_ARGS, ROOT, startUpstreamProcess, type Secrets, type System } from './systems.ts';
 
 const { values: args } = parseArgs({
   options: {
@@ -47,13 +47,7 @@ const manyKeys = quick ? 100_000 : 1_000_000;
 const only = args.only?.split(',');
 
 const dir = mkdtempSync(join(tmpdir(), 'keyward-bench-'));
-const secrets: Secrets = {
-  scraperToken: `bench_scraper_${randomBytes(8).toString('hex')}`,
-  seoLogin: 'bench@example.com',
-  seoPassword: randomBytes(8).toString('hex'),
-  speechKey: `bench_speech_${randomBytes(8).toString('hex')}`,
-  clientToken: generateToken(),
-};
+const secrets: Secrets = benchSecrets(randomBytes(8).toString('hex'), generateToken());
 
 function keysFile(count: number): string {
   const now = new Date().toISOString();

@@ -7,16 +7,24 @@ import http from 'node:http';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../src/listen.ts';
+import { providerEnv, UPSTREAMS } from '../src/routes.ts';
 
-export type Route = 'scraper' | 'seo' | 'speech';
+/** A route name of the provider table (routes.ts). */
+export type Route = string;
 
 export interface Secrets {
-  readonly scraperToken: string;
-  readonly seoLogin: string;
-  readonly seoPassword: string;
-  readonly speechKey: string;
+  /** Each provider's upstream secrets, by route name (one per `secretEnvs` entry). */
+  readonly upstream: Readonly<Record<string, readonly string[]>>;
   readonly clientToken: string;
 }
+
+/** Made-up upstream secrets for every provider of the table, and a client token. */
+export function benchSecrets(tag: string, clientToken: string): Secrets {
+  return { upstream: Object.fromEntries(UPSTREAMS.map((spec) => [spec.name, spec.sampleSecrets(`bench${tag}`)])), clientToken };
+}
+
+/** The secrets as one variable for the stand-in and the naive peer (their own processes). */
+const secretsEnv = (s: Secrets): Record<string, string> => ({ BENCH_SECRETS: JSON.stringify(s.upstream) });
 
 export interface System {
   readonly name: string;
@@ -35,10 +43,12 @@ export interface System {
 export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 export const NODE_ARGS = ['--experimental-strip-types', '--disable-warning=ExperimentalWarning'];
 
+/** The credential a route's upstream expects, as a header. */
 export function upstreamHeaders(s: Secrets, route: Route): Record<string, string> {
-  if (route === 'scraper') return { authorization: `Bearer ${s.scraperToken}` };
-  if (route === 'seo') return { authorization: `Basic ${Buffer.from(`${s.seoLogin}:${s.seoPassword}`).toString('base64')}` };
-  return { 'xi-api-key': s.speechKey };
+  const spec = UPSTREAMS.find((u) => u.name === route);
+  if (spec === undefined) throw new Error(`no provider ${route}`);
+  const [name, value] = spec.credential(s.upstream[route] ?? []);
+  return { [name]: value };
 }
 
 export { freePort };
@@ -82,10 +92,7 @@ export async function startUpstreamProcess(s: Secrets, slowMs: number): Promise<
   const child = spawn(process.execPath, [...NODE_ARGS, join(ROOT, 'bench/upstream.ts')], {
     env: {
       PATH: process.env.PATH ?? '',
-      BENCH_SCRAPER_TOKEN: s.scraperToken,
-      BENCH_SEO_LOGIN: s.seoLogin,
-      BENCH_SEO_PASSWORD: s.seoPassword,
-      BENCH_SPEECH_KEY: s.speechKey,
+      ...secretsEnv(s),
       BENCH_SLOW_MS: String(slowMs),
     },
     stdio: ['ignore', 'pipe', 'inherit'],
@@ -138,13 +145,7 @@ export async function keyward(upstreamPort: number, s: Secrets, keysFile: string
     // Defaults as users run them, metrics included; an ephemeral admin port
     // so that several gateways can run side by side.
     KEYWARD_ADMIN_PORT: '0',
-    KEYWARD_SCRAPER_URL: up,
-    KEYWARD_SEO_URL: up,
-    KEYWARD_SPEECH_URL: up,
-    KEYWARD_SCRAPER_TOKEN: s.scraperToken,
-    KEYWARD_SEO_LOGIN: s.seoLogin,
-    KEYWARD_SEO_PASSWORD: s.seoPassword,
-    KEYWARD_SPEECH_KEY: s.speechKey,
+    ...Object.assign({}, ...UPSTREAMS.map((spec) => providerEnv(spec, up, s.upstream[spec.name] ?? []))),
     ...extraEnv,
   }, logFile, root);
   const base = `http://127.0.0.1:${port}`;
@@ -158,10 +159,7 @@ export async function naive(upstreamPort: number, s: Secrets): Promise<System> {
       PATH: process.env.PATH ?? '',
       BENCH_UPSTREAM_PORT: String(upstreamPort),
       BENCH_CLIENT_TOKEN: s.clientToken,
-      BENCH_SCRAPER_TOKEN: s.scraperToken,
-      BENCH_SEO_LOGIN: s.seoLogin,
-      BENCH_SEO_PASSWORD: s.seoPassword,
-      BENCH_SPEECH_KEY: s.speechKey,
+      ...secretsEnv(s),
     },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -187,14 +185,18 @@ export function nginxBinary(): string | null {
  */
 export async function nginx(binary: string, upstreamPort: number, s: Secrets, dir: string): Promise<System> {
   const port = await freePort();
-  const basic = Buffer.from(`${s.seoLogin}:${s.seoPassword}`).toString('base64');
-  const location = (route: string, methods: string, set: string): string => `
-    location /${route}/ {
+  // The client's Authorization never goes upstream: replaced by the credential, or cleared.
+  const location = (spec: (typeof UPSTREAMS)[number]): string => {
+    const [name, value] = spec.credential(s.upstream[spec.name] ?? []);
+    const set = name === 'authorization' ? `proxy_set_header Authorization "${value}";` : `proxy_set_header Authorization ""; proxy_set_header ${name} "${value}";`;
+    return `
+    location /${spec.name}/ {
       if ($kw_client = "") { return 401; }
-      limit_except ${methods} { deny all; }
+      limit_except ${spec.methods.join(' ')} { deny all; }
       ${set}
       proxy_pass http://up/;
     }`;
+  };
   const conf = `
 daemon off;
 master_process on;
@@ -222,9 +224,7 @@ http {
   upstream up { server 127.0.0.1:${upstreamPort}; keepalive 256; keepalive_requests 1000000; }
   server {
     listen 127.0.0.1:${port};
-    ${location('scraper', 'POST', `proxy_set_header Authorization "Bearer ${s.scraperToken}";`)}
-    ${location('seo', 'GET POST', `proxy_set_header Authorization "Basic ${basic}";`)}
-    ${location('speech', 'GET POST PATCH DELETE', `proxy_set_header Authorization ""; proxy_set_header xi-api-key "${s.speechKey}";`)}
+    ${UPSTREAMS.map(location).join('\n')}
     location / { return 404; }
   }
 }

@@ -4,13 +4,17 @@
 import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { UPSTREAMS } from '../src/routes.ts';
 
 const env = process.env;
-const creds = {
-  scraper: `Bearer ${env.BENCH_SCRAPER_TOKEN}`,
-  seo: `Basic ${Buffer.from(`${env.BENCH_SEO_LOGIN}:${env.BENCH_SEO_PASSWORD}`).toString('base64')}`,
-  speech: env.BENCH_SPEECH_KEY,
-};
+const secrets = JSON.parse(env.BENCH_SECRETS ?? '{}') as Record<string, string[]>;
+/** Whether `req` carries exactly the credential the provider table says `route` gets, and no client Authorization besides. */
+function credentialed(req: http.IncomingMessage, route: string): boolean {
+  const spec = UPSTREAMS.find((u) => u.name === route);
+  if (spec === undefined) return false;
+  const [name, value] = spec.credential(secrets[route] ?? []);
+  return req.headers[name] === value && (name === 'authorization' || req.headers.authorization === undefined);
+}
 
 export const SMALL_BODY = Buffer.from(
   JSON.stringify({
@@ -33,17 +37,15 @@ function send(res: http.ServerResponse, status: number, type: string, body: Buff
 const server = http.createServer({ keepAliveTimeout: 120_000, headersTimeout: 130_000, requestTimeout: 0 }, (req, res) => {
   const url = req.url ?? '';
   if (url.startsWith('/v2/acts/') && req.method === 'POST') {
-    if (req.headers.authorization !== creds.scraper) return send(res, 401, 'text/plain', Buffer.from('bad credential'));
+    if (!credentialed(req, 'scraper')) return send(res, 401, 'text/plain', Buffer.from('bad credential'));
     req.resume();
     return req.on('end', () => send(res, 201, 'application/json', SMALL_BODY));
   }
   if (url === '/v3/appendix/user_data') {
-    if (req.headers.authorization !== creds.seo) return send(res, 401, 'text/plain', Buffer.from('bad credential'));
+    if (!credentialed(req, 'seo')) return send(res, 401, 'text/plain', Buffer.from('bad credential'));
     return send(res, 200, 'application/json', READ_BODY);
   }
-  if (req.headers['xi-api-key'] !== creds.speech || req.headers.authorization !== undefined) {
-    return send(res, 401, 'text/plain', Buffer.from('bad credential'));
-  }
+  if (!credentialed(req, 'speech')) return send(res, 401, 'text/plain', Buffer.from('bad credential'));
   if (url === '/v1/history/x/audio') return send(res, 200, 'audio/mpeg', AUDIO);
   if (url === '/v1/text-to-speech/slow') {
     res.writeHead(200, { 'content-type': 'audio/mpeg' });

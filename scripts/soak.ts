@@ -7,6 +7,7 @@
 // anything unexpected happened, RSS grew more than 10 % after warm-up, or
 // descriptors did not return to their baseline.
 import { execFile, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -14,6 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs, promisify } from 'node:util';
+import { providerEnv, UPSTREAMS } from '../src/routes.ts';
 
 const { values: args } = parseArgs({ options: { seconds: { type: 'string', default: '120' }, rate: { type: 'string', default: '150' }, json: { type: 'string' } } });
 const SECONDS = Number(args.seconds);
@@ -82,6 +84,13 @@ async function main(): Promise<number> {
     json(res, 200, { received: got });
   });
 
+  const stands: Record<string, { url: string }> = { scraper, seo, speech };
+  const secrets = Object.fromEntries(UPSTREAMS.map((spec) => [spec.name, spec.sampleSecrets(`soak${randomBytes(6).toString('hex')}`)]));
+  // What must never appear in a log line: every secret (a login is not one) and any client token.
+  const escape = (v: string): string => v.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  const secretValues = UPSTREAMS.flatMap((spec) => spec.secretForms(secrets[spec.name] ?? []).map((f) => f.value));
+  const leaks = new RegExp([...secretValues.map(escape), 'kw_[0-9A-Za-z]{40}'].join('|'));
+
   // ---- the gateway and its keys ------------------------------------------
   const env: Record<string, string> = {
     PATH: process.env.PATH ?? '',
@@ -90,13 +99,8 @@ async function main(): Promise<number> {
     KEYWARD_ADMIN_PORT: '0',
     KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
     KEYWARD_LOG_LEVEL: 'info',
-    KEYWARD_SCRAPER_URL: scraper.url,
-    KEYWARD_SCRAPER_TOKEN: 'soak-scraper-secret',
-    KEYWARD_SEO_URL: seo.url,
-    KEYWARD_SEO_LOGIN: 'soak',
-    KEYWARD_SEO_PASSWORD: 'soak-seo-secret',
-    KEYWARD_SPEECH_URL: speech.url,
-    KEYWARD_SPEECH_KEY: 'soak-speech-secret',
+    // Every provider of the table, with its sample secrets; these three stand-ins answer them.
+    ...Object.assign({}, ...UPSTREAMS.map((spec) => providerEnv(spec, stands[spec.name]?.url ?? '', secrets[spec.name] ?? []))),
     KEYWARD_IDLE_TIMEOUT: '10s',
   };
   const createKey = async (name: string): Promise<string> => (JSON.parse((await exec(BIN, ['keys', 'create', '--name', name, '--json'], { env })).stdout) as { token: string }).token;
@@ -118,7 +122,7 @@ async function main(): Promise<number> {
       logTail = lines.pop() ?? '';
       for (const l of lines) {
         logLines++;
-        if (/soak-(scraper|seo|speech)-secret|kw_[0-9A-Za-z]{40}/.test(l)) secretInLogs = true;
+        if (leaks.test(l)) secretInLogs = true;
         if (l.includes('"msg":"keyward listening"')) port = (JSON.parse(l) as { port: number }).port;
         if (l.includes('"msg":"admin listening"')) resolve({ port, admin: (JSON.parse(l) as { port: number }).port });
       }

@@ -5,7 +5,6 @@
 // and injects the upstream credential exactly as for a Bearer token: every
 // native place is also a header or parameter the route strips.
 import type { IncomingHttpHeaders } from 'node:http';
-import { basicPassword, bearerToken } from './keys/keyset.ts';
 import { paramValue } from './query.ts';
 import { routeByPrefix, type RouteTable } from './routes.ts';
 
@@ -26,4 +25,24 @@ export function presentedToken(headers: IncomingHttpHeaders, url: string, table:
       return q < 0 ? null : paramValue(url.slice(q + 1), native.name);
     }
   }
+}
+
+/** The token from an `Authorization: Bearer <token>` value (scheme case-insensitive, RFC 9110 §11.1), or null. */
+export function bearerToken(header: string | undefined): string | null {
+  if (header === undefined || header.length < 8) return null;
+  const space = header.indexOf(' ');
+  if (space !== 6 || header.slice(0, 6).toLowerCase() !== 'bearer') return null;
+  let start = 7;
+  while (header.charCodeAt(start) === 32) start++;
+  const token = header.slice(start);
+  return token.length > 0 && token.indexOf(' ') < 0 ? token : null;
+}
+
+/** The password of an `Authorization: Basic base64(login:password)` value (RFC 7617), or null. */
+export function basicPassword(header: string | undefined): string | null {
+  if (header === undefined || header.length < 7) return null;
+  if (header.charCodeAt(5) !== 32 || header.slice(0, 5).toLowerCase() !== 'basic') return null;
+  const decoded = Buffer.from(header.slice(6).trim(), 'base64').toString('utf8');
+  const colon = decoded.indexOf(':');
+  return colon < 0 ? null : decoded.slice(colon + 1);
 }

@@ -3,7 +3,7 @@
 import type { Exchange } from './exchange.ts';
 import { redactTokens } from './keys/token.ts';
 import { requestLogger, type Logger } from './log.ts';
-import { NO_ROUTE, type Metrics } from './metrics.ts';
+import type { Metrics } from './metrics.ts';
 import { failureLabel } from './outcome.ts';
 import { dropParams } from './query.ts';
 
@@ -15,10 +15,10 @@ export type Complete = (ex: Exchange, status: number | null, aborted: boolean) =
  * flood ~127 MB/s of log from one client. Cut, with the original length
  * kept in the text, a line stays a few hundred bytes.
  */
-export const LOG_PATH_MAX = 200;
+const LOG_PATH_MAX = 200;
 
 /** `path`, or its first LOG_PATH_MAX characters and its length: `/seo/aaaa…[16384 chars]`. */
-export function boundedPath(path: string): string {
+function boundedPath(path: string): string {
   return path.length <= LOG_PATH_MAX ? path : `${path.slice(0, LOG_PATH_MAX)}…[${path.length} chars]`;
 }
 
@@ -56,7 +56,7 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
     };
     line(ex.upstreamFailed ? 'warn' : status !== null && status >= 500 ? 'error' : 'info', fields);
 
-    const route = ex.route?.index ?? NO_ROUTE;
+    const route = ex.route?.index ?? metrics.noRoute;
     if (ex.masked !== null) {
       // Which secret by route and form; never its value.
       const secrets = ex.masked.map((f) => `${f.route} ${f.form}`);

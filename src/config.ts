@@ -6,7 +6,7 @@ import { join, resolve } from 'node:path';
 import { ConfigError, Options, type Env, type ReadFile } from './config/options.ts';
 import { secret, serverTls, upstreamCa } from './config/secrets.ts';
 import { routes } from './config/upstreams.ts';
-import type { Route } from './routes.ts';
+import { UPSTREAMS, type Route, type UpstreamSpec } from './routes.ts';
 import { parseDuration } from './units.ts';
 
 export { ConfigError, effectiveEnv, parseEnvFile, type Env, type ReadFile } from './config/options.ts';
@@ -80,7 +80,7 @@ export function keysFilePath(env: Env, cwd: string): string {
  * and Tempo), and below the exporter range (9100-9999), so a gateway can run
  * beside a Prometheus stack on one host with no port set.
  */
-export const ADMIN_PORT_DEFAULT = 9097;
+const ADMIN_PORT_DEFAULT = 9097;
 
 function adminConfig(o: Options): Config['admin'] {
   if (o.get('KEYWARD_ADMIN_PORT') === 'off') return null;
@@ -113,8 +113,12 @@ function staleness(o: Options): number {
   return ms ?? 0;
 }
 
-/** The configuration in `env` (KEYWARD_CONFIG_FILE already laid over it: effectiveEnv), checked and frozen; throws ConfigError with every problem. */
-export function loadConfig(env: Env, readFile: ReadFile, cwd: string): Config {
+/**
+ * The configuration in `env` (KEYWARD_CONFIG_FILE already laid over it:
+ * effectiveEnv), checked and frozen; throws ConfigError with every problem.
+ * `providers` is the provider table (routes.ts), given only to try another.
+ */
+export function loadConfig(env: Env, readFile: ReadFile, cwd: string, providers: readonly UpstreamSpec[] = UPSTREAMS): Config {
   const o = new Options(env);
   const logLevel = o.oneOf('KEYWARD_LOG_LEVEL', 'info', LEVELS);
   const databaseUrl = secret(o, 'KEYWARD_DATABASE_URL', readFile);
@@ -149,7 +153,7 @@ export function loadConfig(env: Env, readFile: ReadFile, cwd: string): Config {
     routes: [],
     enabledRoutes: [],
   };
-  const routeList = routes(o, readFile);
+  const routeList = routes(o, readFile, providers);
   if (o.problems.length > 0) throw new ConfigError(o.problems);
   return freezeDeep({ ...config, routes: routeList, enabledRoutes: routeList.filter((r) => r.credential !== null).map((r) => r.name) });
 }

@@ -10,31 +10,34 @@ import { FileKeyStore } from './keys/file-store.ts';
 import { createKey } from './keys/manage.ts';
 import { createLogger } from './log.ts';
 import { createGateway } from './server.ts';
+import { providerEnv, UPSTREAMS, type Example, type UpstreamSpec } from './routes.ts';
 import { startStandins } from './standins.ts';
 
-export async function runDemo(io: Io): Promise<number> {
-  const secrets = {
-    scraperToken: `apify_api_demo${randomBytes(12).toString('hex')}`,
-    seoLogin: 'demo@example.com',
-    seoPassword: randomBytes(12).toString('hex'),
-    speechKey: `sk_demo${randomBytes(12).toString('hex')}`,
-  };
-  const standins = await startStandins(secrets);
+/** One curl command line for `example` on `route` (what the demo prints and its test runs). */
+function curlLine(base: string, route: string, example: Example, auth: string | null): string {
+  const flags = example.stream === true ? '-sSN' : '-sS';
+  const parts = ['curl', flags];
+  if (example.method !== 'GET') parts.push('-X', example.method);
+  if (auth !== null) parts.push(auth);
+  if (example.body !== undefined) parts.push("-H 'content-type: application/json'", '-d', `'${example.body}'`);
+  if (example.output !== undefined) parts.push('-o', example.output);
+  parts.push(`${base}/${route}${example.path}`);
+  return parts.join(' ');
+}
+
+export async function runDemo(io: Io, specs: readonly UpstreamSpec[] = UPSTREAMS): Promise<number> {
+  const tag = randomBytes(12).toString('hex');
+  const secrets = Object.fromEntries(specs.map((spec) => [spec.name, spec.sampleSecrets(`demo${tag}`)]));
+  const standins = await startStandins(secrets, specs);
   const dir = mkdtempSync(join(tmpdir(), 'keyward-demo-'));
-  const env = {
+  const env: Record<string, string | undefined> = {
     KEYWARD_HOST: io.env.KEYWARD_HOST,
     KEYWARD_PORT: io.env.KEYWARD_PORT,
     KEYWARD_LOG_LEVEL: io.env.KEYWARD_LOG_LEVEL,
     KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
-    KEYWARD_SCRAPER_URL: standins.urls.scraper,
-    KEYWARD_SCRAPER_TOKEN: secrets.scraperToken,
-    KEYWARD_SEO_URL: standins.urls.seo,
-    KEYWARD_SEO_LOGIN: secrets.seoLogin,
-    KEYWARD_SEO_PASSWORD: secrets.seoPassword,
-    KEYWARD_SPEECH_URL: standins.urls.speech,
-    KEYWARD_SPEECH_KEY: secrets.speechKey,
+    ...Object.assign({}, ...specs.map((spec) => providerEnv(spec, standins.urls[spec.name] as string, secrets[spec.name] as readonly string[]))),
   };
-  const config = loadConfig(env, (p) => readFileSync(p, 'utf8'), io.cwd);
+  const config = loadConfig(env, (p) => readFileSync(p, 'utf8'), io.cwd, specs);
   const store = new FileKeyStore(config.keysFile);
   const { token } = await createKey(store, 'demo');
   // Request logs go to stderr so the instructions on stdout stay readable.
@@ -43,24 +46,15 @@ export async function runDemo(io: Io): Promise<number> {
   const address = await gateway.listen();
   const base = `http://${address.address.includes(':') ? `[${address.address}]` : address.address}:${address.port}`;
   const auth = `-H 'Authorization: Bearer ${token}'`;
+  // The refused request: the first plain GET of any provider.
+  const plain = specs.flatMap((spec) => spec.demo.examples.filter((e) => e.method === 'GET' && e.body === undefined).map((e) => [spec.name, e] as const))[0];
   const text = [
     '',
     `keyward demo: gateway on ${base}, stand-in upstreams on 127.0.0.1, demo key "demo".`,
     `Token: ${token}`,
     '',
-    '# scraper: start an actor run (JSON with data.status "READY")',
-    `curl -sS -X POST ${auth} -H 'content-type: application/json' -d '{"startUrls":[{"url":"https://example.com"}]}' ${base}/scraper/v2/acts/apify~web-scraper/runs`,
-    '',
-    '# seo: account data (JSON with status_code 20000)',
-    `curl -sS ${auth} ${base}/seo/v3/appendix/user_data`,
-    '',
-    '# speech: synthesise to a file (32 KiB of audio/mpeg), then a slow stream (64 KiB over 2 s)',
-    `curl -sS -X POST ${auth} -H 'content-type: application/json' -d '{"text":"Hello from keyward"}' -o hello.mp3 ${base}/speech/v1/text-to-speech/21m00Tcm4TlvDq8ikWAM`,
-    `curl -sSN -X POST ${auth} -H 'content-type: application/json' -d '{"text":"Hello"}' -o stream.mp3 ${base}/speech/v1/text-to-speech/21m00Tcm4TlvDq8ikWAM/stream`,
-    '',
-    '# no token: refused by the gateway (401 {"error":"Unauthorized.","code":"unauthorized"})',
-    `curl -sS ${base}/seo/v3/appendix/user_data`,
-    '',
+    ...specs.flatMap((spec) => [`# ${spec.demo.title}`, ...spec.demo.examples.map((e) => curlLine(base, spec.name, e, auth)), '']),
+    ...(plain === undefined ? [] : ['# no token: refused by the gateway (401 {"error":"Unauthorized.","code":"unauthorized"})', curlLine(base, plain[0], plain[1], null), '']),
     'Request logs follow on stderr. Ctrl-C stops the demo.',
     '',
   ].join('\n');

@@ -7,7 +7,7 @@
 import type { Route } from './routes.ts';
 
 /** Shorter values are not filtered (they would mask ordinary text); the start-up log names them. */
-export const MIN_SECRET_LENGTH = 8;
+const MIN_SECRET_LENGTH = 8;
 const MASK = 0x2a; // '*'
 
 /** One form of one upstream secret, named by its route and form, never by its value. */

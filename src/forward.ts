@@ -19,11 +19,11 @@
 //   Either way the gateway answers 502 and destroys that socket: it is in an
 //   unknown protocol state, and the next request on it could be another
 //   client's, carrying the master credential.
-import http from 'node:http';
-import https from 'node:https';
+import type http from 'node:http';
 import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { rootCertificates } from 'node:tls';
+import { freeSockets, upstreamAgent } from './agent.ts';
 import type { Duplex } from 'node:stream';
 import { ProxyServer } from 'http-proxy-3';
 import { maskHeaders, secretForms, Secrets, type SecretForm } from './egress.ts';
@@ -215,87 +215,13 @@ function onError(err: ErrorWithCode, req: http.IncomingMessage, res: ServerRespo
   answer(ex, response, reply, !req.complete);
 }
 
-type AgentClass = new (options?: http.AgentOptions) => http.Agent;
-interface AgentInternals {
-  getName(options?: http.ClientRequestArgs): string;
-  addRequest(req: http.ClientRequest, options: http.ClientRequestArgs): void;
-  freeSockets: Record<string, Socket[] | undefined>;
-  sockets: Record<string, Socket[] | undefined>;
-}
-
-/**
- * Node's Agent#addRequest copies every request's options into a
- * dictionary-mode object and re-derives the pool name and TLS server name
- * each time: 8 % of the gateway's CPU in the small-request profile
- * (bench/README.md). A forwarder's agent serves exactly one origin, so the
- * name is computed once, and when a pooled socket is free it is handed over
- * directly, doing what addRequest does in that case (documented
- * `reuseSocket`, `onSocket`, tracking in `agent.sockets`). New connections,
- * queueing and TLS stay entirely with Node.
- */
-function singleOrigin(Base: AgentClass): AgentClass {
-  return class SingleOriginAgent extends Base {
-    #name: string | null = null;
-    /** Largest upstream response head, bytes (KEYWARD_UPSTREAM_MAX_HEADER_SIZE). */
-    maxHeaderSize = 0;
-
-    override getName(options?: http.ClientRequestArgs): string {
-      this.#name ??= (Base.prototype as unknown as AgentInternals).getName.call(this, options);
-      return this.#name;
-    }
-
-    addRequest(req: http.ClientRequest, options: http.ClientRequestArgs): void {
-      // Read by Node when it sets up the response parser, after this call.
-      // The head is bounded in bytes; a count limit (Node's default: 2000
-      // lines) would silently drop headers of a head within that bound.
-      (req as unknown as { maxHeaderSize: number }).maxHeaderSize = this.maxHeaderSize;
-      req.maxHeadersCount = 0;
-      const self = this as unknown as AgentInternals;
-      const name = this.#name;
-      const free = name === null ? undefined : self.freeSockets[name];
-      if (name !== null && free !== undefined) {
-        let socket = free.pop();
-        while (socket !== undefined && socket.destroyed) socket = free.pop();
-        if (free.length === 0) delete self.freeSockets[name];
-        if (socket !== undefined) {
-          this.reuseSocket(socket, req);
-          (req as unknown as { onSocket(s: Socket): void }).onSocket(socket);
-          (self.sockets[name] ??= []).push(socket);
-          return;
-        }
-      }
-      (Base.prototype as unknown as AgentInternals).addRequest.call(this, req, options);
-    }
-  };
-}
-
-const HttpAgent = singleOrigin(http.Agent);
-const HttpsAgent = singleOrigin(https.Agent);
-
 export class Forwarder {
   readonly #proxy: ProxyServer;
   readonly #agent: http.Agent;
   readonly #onError: (err: ErrorWithCode, req: http.IncomingMessage, res: ServerResponse | Socket) => void;
 
   constructor(route: Route, options: ForwardOptions) {
-    const agentOptions: https.AgentOptions = {
-      keepAlive: true,
-      keepAliveMsecs: 1_000,
-      // A pooled connection idle this long is closed by us; Node shortens it
-      // to the upstream's `Keep-Alive: timeout=N` hint less a second when
-      // that is shorter, and does not pool at all for a hint of 1 s or less.
-      timeout: options.upstreamIdleMs,
-      maxSockets: Infinity,
-      maxFreeSockets: 256,
-      // Reuse the most recently used socket: it is the least likely to have
-      // been closed by the upstream's own keep-alive timer.
-      scheduling: 'lifo',
-      // TLS sessions are cached per agent (Node's default, 100 sessions), so
-      // new upstream connections resume instead of a full handshake.
-      maxCachedSessions: 100,
-    };
-    this.#agent = route.target.protocol === 'https:' ? new HttpsAgent(agentOptions) : new HttpAgent(agentOptions);
-    (this.#agent as unknown as { maxHeaderSize: number }).maxHeaderSize = options.upstreamMaxHeaderBytes;
+    this.#agent = upstreamAgent(route.target, options);
     const secrets = new Secrets(options.egressFilter ? secretForms(options.routes).forms : []);
     this.#proxy = new ProxyServer({
       target: route.target,
@@ -338,8 +264,7 @@ export class Forwarder {
   }
 
   #dropIdle(): void {
-    const free = (this.#agent as unknown as AgentInternals).freeSockets;
-    for (const name in free) for (const socket of free[name] ?? []) socket.destroy();
+    for (const socket of freeSockets(this.#agent)) socket.destroy();
   }
 
   /**

@@ -35,7 +35,7 @@ export const METHOD_OVERRIDE_HEADERS: readonly string[] = ['x-http-method-overri
  * drops underscore names by default for this reason. Names without `_` (all
  * but a rare few) are returned as they are, at no cost.
  */
-export function headerKey(name: string): string {
+function headerKey(name: string): string {
   return name.indexOf('_') < 0 ? name : name.replaceAll('_', '-');
 }
 

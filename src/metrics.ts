@@ -5,87 +5,18 @@
 // the samples then. prom-client still provides the registry, the exposition
 // format, the default process and Node.js series, and the sum over
 // `KEYWARD_WORKERS` (its AggregatorRegistry, over the cluster IPC channel).
-import { AggregatorRegistry, collectDefaultMetrics, Registry, type MetricValue } from 'prom-client';
+import { AggregatorRegistry, collectDefaultMetrics, Registry } from 'prom-client';
+import { Histogram, scraped, type Sample, type ScrapedMetric } from './metrics-series.ts';
 import { UPSTREAMS } from './routes.ts';
 
-/** Route label values: the table's routes, then `none` for requests refused before routing. */
-export const ROUTE_NAMES: readonly string[] = [...UPSTREAMS.map((u) => u.name), 'none'];
-export const NO_ROUTE = ROUTE_NAMES.length - 1;
 const METHODS = ['GET', 'POST', 'PATCH', 'DELETE', 'PUT', 'HEAD', 'OPTIONS', 'OTHER'] as const;
 const METHOD_INDEX: Readonly<Record<string, number>> = Object.fromEntries(METHODS.map((m, i) => [m, i]));
 /** `code` label: 0 stands for "no status sent" (the client left first). */
 const STATUS_SLOTS = 600;
-// Up to 300 s: the scraper's synchronous runs wait that long (docs/operations.md).
-const BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300] as const;
-export const AUTH_FAILURES = ['missing', 'malformed', 'unknown', 'revoked', 'expired'] as const;
+const AUTH_FAILURES = ['missing', 'malformed', 'unknown', 'revoked', 'expired'] as const;
 export type AuthFailure = (typeof AUTH_FAILURES)[number];
 export const LIMIT_REASONS = ['scope', 'rate', 'concurrency', 'quota'] as const;
 export type LimitReason = (typeof LIMIT_REASONS)[number];
-
-/** A sample as prom-client's registry reads it (`metricName` names a histogram's _bucket/_sum/_count lines). */
-type Sample = MetricValue<string> & { metricName?: string };
-
-/** A prom-client metric whose samples are computed at scrape time. */
-/**
- * How the primary combines workers' values (KEYWARD_WORKERS > 1): counts add
- * up; every worker holds the same key set, so its gauges take the max; the
- * store is up only if it is up for all, and "last reload" is the oldest.
- */
-type Aggregator = 'sum' | 'max' | 'min';
-
-interface ScrapedMetric {
-  readonly name: string;
-  readonly help: string;
-  readonly type: 'counter' | 'gauge' | 'histogram';
-  readonly aggregator: Aggregator;
-  get(): { name: string; help: string; type: string; aggregator: Aggregator; values: Sample[] };
-}
-
-function scraped(name: string, help: string, type: ScrapedMetric['type'], values: () => Sample[], aggregator: Aggregator = 'sum'): ScrapedMetric {
-  return {
-    name,
-    help,
-    type,
-    aggregator,
-    get: () => ({ name, help, type, aggregator, values: values() }),
-  };
-}
-
-class Histogram {
-  readonly counts: Float64Array;
-  readonly sums: Float64Array;
-  readonly totals: Float64Array;
-  constructor(series: number) {
-    this.counts = new Float64Array(series * BUCKETS.length);
-    this.sums = new Float64Array(series);
-    this.totals = new Float64Array(series);
-  }
-
-  observe(series: number, seconds: number): void {
-    this.sums[series] = (this.sums[series] as number) + seconds;
-    this.totals[series] = (this.totals[series] as number) + 1;
-    let b = 0;
-    while (b < BUCKETS.length && seconds > (BUCKETS[b] as number)) b++;
-    if (b < BUCKETS.length) this.counts[series * BUCKETS.length + b] = (this.counts[series * BUCKETS.length + b] as number) + 1;
-  }
-
-  samples(name: string, label: (series: number) => Record<string, string>): Sample[] {
-    const out: Sample[] = [];
-    for (let s = 0; s < this.sums.length; s++) {
-      if (this.totals[s] === 0) continue;
-      const labels = label(s);
-      let cumulative = 0;
-      for (let b = 0; b < BUCKETS.length; b++) {
-        cumulative += this.counts[s * BUCKETS.length + b] as number;
-        out.push({ metricName: `${name}_bucket`, labels: { ...labels, le: String(BUCKETS[b]) }, value: cumulative });
-      }
-      out.push({ metricName: `${name}_bucket`, labels: { ...labels, le: '+Inf' }, value: this.totals[s] as number });
-      out.push({ metricName: `${name}_sum`, labels, value: this.sums[s] as number });
-      out.push({ metricName: `${name}_count`, labels, value: this.totals[s] as number });
-    }
-    return out;
-  }
-}
 
 /** What the key store reports at scrape time. */
 export interface KeystoreView {
@@ -97,13 +28,17 @@ export interface KeystoreView {
 
 export class Metrics {
   readonly registry = new Registry();
-  readonly #requests = new Float64Array(ROUTE_NAMES.length * METHODS.length * STATUS_SLOTS);
-  readonly #duration = new Histogram(ROUTE_NAMES.length);
-  readonly #ttfb = new Histogram(ROUTE_NAMES.length);
-  readonly #bytes = new Float64Array(ROUTE_NAMES.length * 2);
-  readonly #inFlight = new Int32Array(ROUTE_NAMES.length);
+  /** Route label values: the provider table's routes, then `none` for requests refused before routing. */
+  readonly routeNames: readonly string[];
+  /** The slot of requests that matched no route. */
+  readonly noRoute: number;
+  readonly #requests: Float64Array;
+  readonly #duration: Histogram;
+  readonly #ttfb: Histogram;
+  readonly #bytes: Float64Array;
+  readonly #inFlight: Int32Array;
   readonly #auth = new Float64Array(AUTH_FAILURES.length);
-  readonly #limited = new Float64Array(ROUTE_NAMES.length * LIMIT_REASONS.length);
+  readonly #limited: Float64Array;
   /** Upstream failures are rare: a map keyed by route index and reason is enough. */
   readonly #upstreamErrors = new Map<string, number>();
   readonly #masked = new Map<string, number>();
@@ -111,8 +46,20 @@ export class Metrics {
   #lastReload = 0;
   #keystore: KeystoreView | null = null;
 
-  constructor(options: { defaults?: boolean } = {}) {
-    const r = this.registry;
+  /** `routes`: the route names of the provider table (routes.ts), given only to try another. */
+  constructor(options: { defaults?: boolean; routes?: readonly string[] } = {}) {
+    const ROUTE_NAMES = [...(options.routes ?? UPSTREAMS.map((u) => u.name)), 'none'];
+    const NO_ROUTE = ROUTE_NAMES.length - 1;
+    this.routeNames = ROUTE_NAMES;
+    this.noRoute = NO_ROUTE;
+    this.#requests = new Float64Array(ROUTE_NAMES.length * METHODS.length * STATUS_SLOTS);
+    this.#duration = new Histogram(ROUTE_NAMES.length);
+    this.#ttfb = new Histogram(ROUTE_NAMES.length);
+    this.#bytes = new Float64Array(ROUTE_NAMES.length * 2);
+    this.#inFlight = new Int32Array(ROUTE_NAMES.length);
+    this.#limited = new Float64Array(ROUTE_NAMES.length * LIMIT_REASONS.length);
+    // prom-client types registerMetric for its own classes; these are read the same way (get()).
+    const r = { registerMetric: (m: ScrapedMetric): void => this.registry.registerMetric(m as never) };
     const route = (s: number): Record<string, string> => ({ route: ROUTE_NAMES[s] as string });
     r.registerMetric(
       scraped('keyward_requests_total', 'Requests answered, by route, method and status code (0: none sent).', 'counter', () => {
@@ -126,17 +73,17 @@ export class Metrics {
           out.push({ labels: { route: ROUTE_NAMES[rt] as string, method: METHODS[m] as string, code: String(code) }, value: v });
         }
         return out;
-      }) as never,
+      }),
     );
     r.registerMetric(
       scraped('keyward_request_duration_seconds', 'Time from request to the end of the response.', 'histogram', () =>
         this.#duration.samples('keyward_request_duration_seconds', route),
-      ) as never,
+      ),
     );
     r.registerMetric(
       scraped('keyward_upstream_ttfb_seconds', 'Time from forwarding to the upstream response headers.', 'histogram', () =>
         this.#ttfb.samples('keyward_upstream_ttfb_seconds', route),
-      ) as never,
+      ),
     );
     r.registerMetric(
       scraped('keyward_upstream_errors_total', 'Upstream failures by route and reason (error code).', 'counter', () =>
@@ -144,7 +91,7 @@ export class Metrics {
           const [rt, reason] = key.split('\0') as [string, string];
           return { labels: { route: rt, reason }, value };
         }),
-      ) as never,
+      ),
     );
     r.registerMetric(
       scraped('keyward_egress_masked_total', 'Responses in which an upstream secret was found and masked (or the response cut), by route and secret (route and form, never the value).', 'counter', () =>
@@ -152,12 +99,12 @@ export class Metrics {
           const [rt, secret] = key.split('\0') as [string, string];
           return { labels: { route: rt, secret }, value };
         }),
-      ) as never,
+      ),
     );
     r.registerMetric(
       scraped('keyward_auth_failures_total', 'Requests refused with 401, by reason.', 'counter', () =>
         AUTH_FAILURES.map((reason, i) => ({ labels: { reason }, value: this.#auth[i] as number })),
-      ) as never,
+      ),
     );
     r.registerMetric(
       scraped('keyward_limited_total', "Requests refused by a key's scope or limits.", 'counter', () => {
@@ -167,7 +114,7 @@ export class Metrics {
           if (v > 0) out.push({ labels: { route: ROUTE_NAMES[Math.floor(i / LIMIT_REASONS.length)] as string, reason: LIMIT_REASONS[i % LIMIT_REASONS.length] as string }, value: v });
         }
         return out;
-      }) as never,
+      }),
     );
     r.registerMetric(
       scraped('keyward_bytes_total', 'Body bytes by route and direction (in: from clients, out: to clients).', 'counter', () => {
@@ -177,34 +124,34 @@ export class Metrics {
           out.push({ labels: { route: ROUTE_NAMES[s] as string, direction: 'out' }, value: this.#bytes[s * 2 + 1] as number });
         }
         return out;
-      }) as never,
+      }),
     );
     r.registerMetric(
       scraped('keyward_requests_in_flight', 'Requests being forwarded now.', 'gauge', () =>
         ROUTE_NAMES.slice(0, NO_ROUTE).map((name, s) => ({ labels: { route: name }, value: this.#inFlight[s] as number })),
-      ) as never,
+      ),
     );
     r.registerMetric(
       scraped('keyward_keys', 'Keys in the loaded set, by state.', 'gauge', () => {
         const k = this.#keystore?.keys() ?? null;
         return k === null ? [] : (['active', 'revoked', 'expired'] as const).map((state) => ({ labels: { state }, value: k[state] }));
-      }, 'max') as never,
+      }, 'max'),
     );
-    r.registerMetric(scraped('keyward_keystore_up', '1 while the key store can be read.', 'gauge', () => [{ labels: {}, value: this.#keystore?.up() === true ? 1 : 0 }], 'min') as never);
+    r.registerMetric(scraped('keyward_keystore_up', '1 while the key store can be read.', 'gauge', () => [{ labels: {}, value: this.#keystore?.up() === true ? 1 : 0 }], 'min'));
     r.registerMetric(
       scraped('keyward_keystore_invalid_rows', 'Stored keys skipped because they fail the record check (each logged once, by id).', 'gauge', () => [
         { labels: {}, value: this.#keystore?.invalid() ?? 0 },
-      ], 'max') as never,
+      ], 'max'),
     );
     r.registerMetric(
       scraped('keyward_keystore_reload_errors_total', 'Key store reloads that failed (the last good set kept serving).', 'counter', () => [
         { labels: {}, value: this.#reloadErrors },
-      ]) as never,
+      ]),
     );
     r.registerMetric(
-      scraped('keyward_keystore_last_reload_timestamp_seconds', 'When a key set was last loaded.', 'gauge', () => [{ labels: {}, value: this.#lastReload }], 'min') as never,
+      scraped('keyward_keystore_last_reload_timestamp_seconds', 'When a key set was last loaded.', 'gauge', () => [{ labels: {}, value: this.#lastReload }], 'min'),
     );
-    if (options.defaults !== false) collectDefaultMetrics({ register: r });
+    if (options.defaults !== false) collectDefaultMetrics({ register: this.registry });
   }
 
   watchKeystore(view: KeystoreView): void {
@@ -219,7 +166,7 @@ export class Metrics {
     this.#reloadErrors++;
   }
 
-  /** One completed request. `route` is a ROUTE_NAMES index; `ttfb` is negative when there was none. */
+  /** One completed request. `route` is a `routeNames` index; `ttfb` is negative when there was none. */
   request(route: number, method: string, status: number, seconds: number, ttfbSeconds: number, bytesIn: number, bytesOut: number): void {
     const m = METHOD_INDEX[method] ?? METHODS.length - 1;
     const i = (route * METHODS.length + m) * STATUS_SLOTS + (status > 0 && status < STATUS_SLOTS ? status : 0);
@@ -231,13 +178,13 @@ export class Metrics {
   }
 
   upstreamError(route: number, reason: string): void {
-    const key = `${ROUTE_NAMES[route]}\0${reason}`;
+    const key = `${this.routeNames[route]}\0${reason}`;
     this.#upstreamErrors.set(key, (this.#upstreamErrors.get(key) ?? 0) + 1);
   }
 
   /** A response from `route` held `secret` (`seo password`, …). */
   egressMasked(route: number, secret: string): void {
-    const key = `${ROUTE_NAMES[route]}\0${secret}`;
+    const key = `${this.routeNames[route]}\0${secret}`;
     this.#masked.set(key, (this.#masked.get(key) ?? 0) + 1);
   }
 
@@ -289,6 +236,7 @@ class Unrecorded extends Metrics {
   override inFlight(): void {}
 }
 
-export function createMetrics(record: boolean): Metrics {
-  return record ? new Metrics() : new Unrecorded({ defaults: false });
+export function createMetrics(record: boolean, routes?: readonly string[]): Metrics {
+  const options = routes === undefined ? {} : { routes };
+  return record ? new Metrics(options) : new Unrecorded({ ...options, defaults: false });
 }

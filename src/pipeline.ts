@@ -30,7 +30,7 @@ export interface PipelineDeps {
   draining(): boolean;
   readonly sweeper: Sweeper;
   readonly metrics: Metrics;
-  readonly lastUse: LastUse | null;
+  readonly lastUse: LastUse;
   readonly complete: Complete;
 }
 
@@ -69,7 +69,7 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
     if (found === null) return 'unknown';
     ex.principal = found.principal;
     if (found.refusal !== null) return found.refusal;
-    deps.lastUse?.touch(found.principal.id, now);
+    deps.lastUse.touch(found.principal.id, now);
     return null;
   }
 

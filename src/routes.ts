@@ -12,7 +12,24 @@ export type NativeCredential =
   | { readonly kind: 'basic' }
   | { readonly kind: 'query'; readonly name: string };
 
-/** Static description of one upstream: what the gateway strips, injects and allows. */
+/** A request an upstream's stand-in answers (standins.ts): the demo prints it, tests send it. */
+export interface Example {
+  readonly method: string;
+  /** After the route prefix, leading slash included. */
+  readonly path: string;
+  /** A JSON body. */
+  readonly body?: string;
+  readonly status: number;
+  /** curl writes the answer to this file (audio), and streams it as it comes with `stream`. */
+  readonly output?: string;
+  readonly stream?: boolean;
+}
+
+/**
+ * Static description of one upstream: what the gateway strips, injects and
+ * allows, and what the demo, its stand-ins, the tests, the bench and the
+ * soak need to know of it. A fourth provider is a new entry here.
+ */
 export interface UpstreamSpec {
   /** Route name; the client-facing prefix is `/${name}/`. */
   readonly name: string;
@@ -33,6 +50,10 @@ export interface UpstreamSpec {
   readonly stripHeaders: readonly string[];
   /** Where the provider's SDK sends its key. */
   readonly native: NativeCredential;
+  /** Made-up secrets of the right shape, one per `secretEnvs` entry, for the demo, tests, bench and soak; `tag` makes them unique. */
+  readonly sampleSecrets: (tag: string) => readonly string[];
+  /** What the demo says of this provider, and the requests it shows (the first is the plainest). */
+  readonly demo: { readonly title: string; readonly examples: readonly Example[] };
 }
 
 export const UPSTREAMS: readonly UpstreamSpec[] = [
@@ -50,6 +71,11 @@ export const UPSTREAMS: readonly UpstreamSpec[] = [
     overrideQuery: ['method'],
     stripHeaders: [],
     native: { kind: 'query', name: 'token' },
+    sampleSecrets: (tag) => [`apify_api_${tag}`],
+    demo: {
+      title: 'scraper: start an actor run (JSON with data.status "READY")',
+      examples: [{ method: 'POST', path: '/v2/acts/apify~web-scraper/runs', body: '{"startUrls":[{"url":"https://example.com"}]}', status: 201 }],
+    },
   },
   {
     name: 'seo',
@@ -68,6 +94,8 @@ export const UPSTREAMS: readonly UpstreamSpec[] = [
     stripHeaders: [],
     // The SDK sends HTTP Basic with the account's login and API password.
     native: { kind: 'basic' },
+    sampleSecrets: (tag) => [`seologin${tag}@example.com`, `seo_password_${tag}`],
+    demo: { title: 'seo: account data (JSON with status_code 20000)', examples: [{ method: 'GET', path: '/v3/appendix/user_data', status: 200 }] },
   },
   {
     name: 'speech',
@@ -82,8 +110,23 @@ export const UPSTREAMS: readonly UpstreamSpec[] = [
     overrideQuery: [],
     stripHeaders: [],
     native: { kind: 'header', name: 'xi-api-key' },
+    sampleSecrets: (tag) => [`sk_${tag}`],
+    demo: {
+      title: 'speech: synthesise to a file (32 KiB of audio/mpeg), then a slow stream (64 KiB over 2 s)',
+      examples: [
+        { method: 'POST', path: '/v1/text-to-speech/21m00Tcm4TlvDq8ikWAM', body: '{"text":"Hello from keyward"}', status: 200, output: 'hello.mp3' },
+        { method: 'POST', path: '/v1/text-to-speech/21m00Tcm4TlvDq8ikWAM/stream', body: '{"text":"Hello"}', status: 200, output: 'stream.mp3', stream: true },
+      ],
+    },
   },
 ];
+
+/** The options that point `spec`'s route at `url` with `secrets` (one per `secretEnvs` entry). */
+export function providerEnv(spec: UpstreamSpec, url: string, secrets: readonly string[]): Record<string, string> {
+  const env: Record<string, string> = { [spec.urlEnv]: url };
+  spec.secretEnvs.forEach((name, i) => (env[name] = secrets[i] ?? ''));
+  return env;
+}
 
 /** A route as the request path uses it: the spec resolved against the configuration. */
 export interface Route {

@@ -77,7 +77,7 @@ function serverOptions(config: Config): http.ServerOptions {
 export { restartOnlyChanges };
 
 export async function createGateway(config: Config, store: KeyStore, logger: Logger, options: GatewayOptions = {}): Promise<Gateway> {
-  const metrics = options.metrics ?? new Metrics();
+  const metrics = options.metrics ?? new Metrics({ routes: config.routes.map((r) => r.name) });
   let draining = false;
   let runtime = buildRuntime(config);
   const keys = new KeyHolder(store, logger, metrics, () => runtime.config.keysMaxStalenessMs);

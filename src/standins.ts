@@ -1,23 +1,20 @@
-// Local stand-ins for the three upstreams, for `keyward demo`: they answer the
-// common paths with realistic bodies and refuse any request that lacks the
-// credential the gateway is meant to inject, which is what the demo shows.
+// Local stand-ins for the upstreams, for `keyward demo` and the tests: one
+// per provider of the table (routes.ts). Each refuses any request that lacks
+// the credential the gateway is meant to inject, which is what the demo
+// shows, and answers its provider's example requests: with realistic bodies
+// for the three providers keyward ships, with a small JSON echo for any other.
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-
-export interface StandinSecrets {
-  readonly scraperToken: string;
-  readonly seoLogin: string;
-  readonly seoPassword: string;
-  readonly speechKey: string;
-}
+import { UPSTREAMS, type UpstreamSpec } from './routes.ts';
 
 export interface Standins {
-  readonly urls: { readonly scraper: string; readonly seo: string; readonly speech: string };
+  /** Route name → the stand-in's base URL. */
+  readonly urls: Readonly<Record<string, string>>;
   close(): Promise<void>;
 }
 
-type Handler = (req: IncomingMessage, res: ServerResponse, body: Buffer) => void;
+type Handler = (req: IncomingMessage, res: ServerResponse, body: Buffer, path: string) => void;
 
 function json(res: ServerResponse, status: number, value: unknown): void {
   const body = JSON.stringify(value);
@@ -25,14 +22,14 @@ function json(res: ServerResponse, status: number, value: unknown): void {
   res.end(body);
 }
 
-function same(a: string | undefined, b: string): boolean {
-  const x = Buffer.from(a ?? '');
+function same(a: string | string[] | undefined, b: string): boolean {
+  const x = Buffer.from(typeof a === 'string' ? a : '');
   const y = Buffer.from(b);
   return x.length === y.length && timingSafeEqual(x, y);
 }
 
 /** Bytes shaped like an MPEG audio stream: frame headers (0xFFFB) and noise. */
-export function fakeMp3(bytes: number): Buffer {
+function fakeMp3(bytes: number): Buffer {
   const buf = randomBytes(bytes);
   for (let i = 0; i + 1 < bytes; i += 418) {
     buf[i] = 0xff;
@@ -41,9 +38,7 @@ export function fakeMp3(bytes: number): Buffer {
   return buf;
 }
 
-const scraper = (token: string): Handler => (req, res) => {
-  if (!same(req.headers.authorization, `Bearer ${token}`)) return json(res, 401, { error: { type: 'token-not-valid', message: 'Authentication token is not valid.' } });
-  const path = (req.url ?? '').split('?')[0] as string;
+const scraper: Handler = (req, res, _body, path) => {
   const run = /^\/v2\/acts\/([^/]+)\/runs$/.exec(path);
   if (req.method === 'POST' && run) {
     const now = new Date().toISOString();
@@ -57,11 +52,7 @@ const scraper = (token: string): Handler => (req, res) => {
   return json(res, 404, { error: { type: 'page-not-found', message: 'Page not found' } });
 };
 
-const seo = (login: string, password: string): Handler => (req, res, body) => {
-  if (!same(req.headers.authorization, `Basic ${Buffer.from(`${login}:${password}`).toString('base64')}`)) {
-    return json(res, 401, { status_code: 40100, status_message: 'You are not authorized to access this resource.' });
-  }
-  const path = (req.url ?? '').split('?')[0];
+const seo: Handler = (req, res, body, path) => {
   const envelope = (result: unknown[]): object => ({
     version: '0.1.20250101',
     status_code: 20000,
@@ -70,7 +61,7 @@ const seo = (login: string, password: string): Handler => (req, res, body) => {
     tasks: [{ id: randomBytes(8).toString('hex'), status_code: 20000, status_message: 'Ok.', result }],
   });
   if (req.method === 'GET' && path === '/v3/appendix/user_data') {
-    return json(res, 200, envelope([{ login, timezone: 'UTC', money: { total: 100, balance: 42.5, currency: 'USD' } }]));
+    return json(res, 200, envelope([{ login: 'demo', timezone: 'UTC', money: { total: 100, balance: 42.5, currency: 'USD' } }]));
   }
   if (req.method === 'POST' && path === '/v3/serp/google/organic/live/advanced') {
     let keyword = 'keyword';
@@ -84,9 +75,7 @@ const seo = (login: string, password: string): Handler => (req, res, body) => {
   return json(res, 404, { status_code: 40400, status_message: 'Not Found.' });
 };
 
-const speech = (key: string): Handler => (req, res) => {
-  if (!same(req.headers['xi-api-key'] as string | undefined, key)) return json(res, 401, { detail: { status: 'invalid_api_key', message: 'Invalid API key' } });
-  const path = (req.url ?? '').split('?')[0] as string;
+const speech: Handler = (req, res, _body, path) => {
   if (req.method === 'GET' && path === '/v1/voices') {
     return json(res, 200, { voices: [{ voice_id: '21m00Tcm4TlvDq8ikWAM', name: 'Rachel', category: 'premade' }] });
   }
@@ -118,24 +107,43 @@ const speech = (key: string): Handler => (req, res) => {
   return json(res, 404, { detail: { status: 'not_found', message: 'Not found' } });
 };
 
+/** A provider without a realistic stand-in: its examples answered with their status and an echo. */
+const generic =
+  (spec: UpstreamSpec): Handler =>
+  (req, res, _body, path) => {
+    const example = spec.demo.examples.find((e) => e.method === req.method && e.path === path);
+    if (example === undefined) return json(res, 404, { error: 'not found' });
+    return json(res, example.status, { ok: true, provider: spec.name, method: req.method, path });
+  };
+
+const REALISTIC: Readonly<Record<string, Handler>> = { scraper, seo, speech };
+
+/** Answers 401 unless the request carries exactly the credential `spec` injects. */
+function standin(spec: UpstreamSpec, secrets: readonly string[]): Handler {
+  const [header, value] = spec.credential(secrets);
+  const answer = REALISTIC[spec.name] ?? generic(spec);
+  return (req, res, body, path) => {
+    if (!same(req.headers[header], value)) return json(res, 401, { error: 'invalid credential' });
+    answer(req, res, body, path);
+  };
+}
+
 function serve(handler: Handler): Promise<http.Server> {
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => handler(req, res, Buffer.concat(chunks)));
+    req.on('end', () => handler(req, res, Buffer.concat(chunks), (req.url ?? '').split('?')[0] as string));
   });
   return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server)));
 }
 
-export async function startStandins(secrets: StandinSecrets): Promise<Standins> {
-  const servers = await Promise.all([
-    serve(scraper(secrets.scraperToken)),
-    serve(seo(secrets.seoLogin, secrets.seoPassword)),
-    serve(speech(secrets.speechKey)),
-  ]);
-  const url = (s: http.Server): string => `http://127.0.0.1:${(s.address() as AddressInfo).port}`;
+/** One stand-in per provider, each expecting the secrets given for it (route name → one per `secretEnvs` entry). */
+export async function startStandins(secrets: Readonly<Record<string, readonly string[]>>, specs: readonly UpstreamSpec[] = UPSTREAMS): Promise<Standins> {
+  const servers = await Promise.all(specs.map((spec) => serve(standin(spec, secrets[spec.name] ?? []))));
+  const urls: Record<string, string> = {};
+  specs.forEach((spec, i) => (urls[spec.name] = `http://127.0.0.1:${((servers[i] as http.Server).address() as AddressInfo).port}`));
   return {
-    urls: { scraper: url(servers[0]), seo: url(servers[1]), speech: url(servers[2]) },
+    urls,
     close: async () => {
       await Promise.all(
         servers.map(

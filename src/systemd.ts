@@ -4,7 +4,7 @@
 // LISTEN_PID guards against a child inheriting variables meant for its parent.
 import type { Env } from './config.ts';
 
-export const SD_LISTEN_FDS_START = 3;
+const SD_LISTEN_FDS_START = 3;
 
 /** The inherited listening fd, or null when the process was not socket-activated. */
 export function inheritedListenFd(env: Env, pid: number): number | null {

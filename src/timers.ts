@@ -63,10 +63,6 @@ export class Sweeper {
     this.#expire = expire;
   }
 
-  get size(): number {
-    return this.#live.size;
-  }
-
   track(ex: Exchange): void {
     this.#live.add(ex);
     if (this.#timer === null) this.#schedule();

@@ -47,16 +47,6 @@ function countDigests(records: readonly KeyRecord[]): number {
   return n;
 }
 
-/**
- * An open-addressing hash table over raw SHA-256 digests, in typed arrays.
- * Digests are uniformly random, so their first four bytes are the hash;
- * a probe compares all 32 bytes. Compared with a Map of hex strings this
- * builds a million keys in a fraction of the time with no per-key
- * allocation, and a lookup hashes no string (bench/README.md, key scale).
- *
- * Revoked keys stay in the table so that a refusal can still say which key
- * was refused (docs/logs.md); every record's expiry is parsed once, here.
- */
 /** The digest index: immutable once built, so key sets whose digests are the same share it. */
 interface Table {
   /** 32 bytes per digest, in insertion order. */
@@ -104,7 +94,7 @@ function buildTable(records: readonly KeyRecord[]): Table {
  * number, "never", null, "") ends the grace at once: failing open would keep
  * an old token valid for ever.
  */
-export function graceEnd(until: unknown): number {
+function graceEnd(until: unknown): number {
   const ms = typeof until === 'string' ? Date.parse(until) : Number.NaN;
   return Number.isNaN(ms) ? -Infinity : ms;
 }
@@ -135,7 +125,6 @@ export class KeySet {
   readonly #expires: Float64Array;
   /** Keys neither revoked nor (at build time) expired. */
   readonly size: number;
-  readonly total: number;
 
   constructor(records: readonly KeyRecord[], now = Date.now(), table?: Table) {
     this.#records = records;
@@ -149,7 +138,6 @@ export class KeySet {
       if (r.revoked === null && expires > now) active++;
     }
     this.size = active;
-    this.total = records.length;
   }
 
   /**
@@ -204,22 +192,5 @@ export class KeySet {
   }
 }
 
-/** The token from an `Authorization: Bearer <token>` value (scheme case-insensitive, RFC 9110 §11.1), or null. */
-export function bearerToken(header: string | undefined): string | null {
-  if (header === undefined || header.length < 8) return null;
-  const space = header.indexOf(' ');
-  if (space !== 6 || header.slice(0, 6).toLowerCase() !== 'bearer') return null;
-  let start = 7;
-  while (header.charCodeAt(start) === 32) start++;
-  const token = header.slice(start);
-  return token.length > 0 && token.indexOf(' ') < 0 ? token : null;
-}
-
-/** The password of an `Authorization: Basic base64(login:password)` value (RFC 7617), or null. */
-export function basicPassword(header: string | undefined): string | null {
-  if (header === undefined || header.length < 7) return null;
-  if (header.charCodeAt(5) !== 32 || header.slice(0, 5).toLowerCase() !== 'basic') return null;
-  const decoded = Buffer.from(header.slice(6).trim(), 'base64').toString('utf8');
-  const colon = decoded.indexOf(':');
-  return colon < 0 ? null : decoded.slice(colon + 1);
-}
+// Header parsing is auth.ts's; kept importable from here for earlier callers.
+export { basicPassword, bearerToken } from '../auth.ts';

@@ -10,7 +10,7 @@ export class KeyUsageError extends Error {
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._@:-]{0,63}$/;
 /** Longer-lived keys are a leak waiting to happen; ten years is already generous. */
-export const MAX_LIFETIME_MS = 3_652 * 86_400_000;
+const MAX_LIFETIME_MS = 3_652 * 86_400_000;
 
 export interface CreatedKey {
   readonly record: KeyRecord;

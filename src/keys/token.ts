@@ -6,7 +6,7 @@
 import { createHash, hash, randomBytes } from 'node:crypto';
 import { crc32 } from 'node:zlib';
 
-export const TOKEN_PREFIX = 'kw_';
+const TOKEN_PREFIX = 'kw_';
 const ALPHABET = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
 const BODY_LENGTH = 43; // ceil(256 / log2(62))
 const CHECK_LENGTH = 6; // ceil(32 / log2(62))

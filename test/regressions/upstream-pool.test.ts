@@ -4,55 +4,19 @@
 // upstream's own timeout; bodiless responses with stray bytes keep their
 // status; large upstream response heads are relayed.
 import assert from 'node:assert/strict';
-import net, { type AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import http from 'node:http';
 import { request, type Reply } from '../support/client.ts';
 import { eventually } from '../support/deadline.ts';
 import { startGateway } from '../support/gateway.ts';
-import { startRawUpstream } from '../support/raw-upstream.ts';
-
-/**
- * An upstream that answers the first request on each connection and closes
- * the connection, unanswered, when a second one arrives on it: what a real
- * upstream's idle timeout does to a request that races it.
- */
-async function closingUpstream(): Promise<{ url: string; requests: string[]; close(): Promise<void> }> {
-  const requests: string[] = [];
-  const sockets = new Set<net.Socket>();
-  const server = net.createServer((socket) => {
-    sockets.add(socket);
-    socket.on('error', () => undefined);
-    let served = 0;
-    let buffered = '';
-    socket.on('data', (d: Buffer) => {
-      buffered += d.toString('latin1');
-      let end = buffered.indexOf('\r\n\r\n');
-      while (end >= 0) {
-        const head = buffered.slice(0, end);
-        const length = Number(/content-length: (\d+)/i.exec(head)?.[1] ?? 0);
-        buffered = buffered.slice(end + 4 + length);
-        requests.push(head.split('\r\n')[0] as string);
-        if (served++ === 0) socket.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok');
-        else socket.destroy();
-        end = buffered.indexOf('\r\n\r\n');
-      }
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    requests,
-    close: async () => {
-      for (const s of sockets) s.destroy();
-      await new Promise((r) => server.close(r));
-    },
-  };
-}
+import { CLOSE, startRawUpstream } from '../support/raw-upstream.ts';
 
 test('a GET whose pooled connection was closed by the upstream is sent once more on a fresh one; a POST never is', async () => {
-  const up = await closingUpstream();
+  // Answers the first request on each connection and closes the connection,
+  // unanswered, when a second arrives on it: what an upstream's idle timeout
+  // does to a request that races it.
+  const up = await startRawUpstream((_head, _i, onConnection) => (onConnection === 0 ? 'HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok' : CLOSE));
   const gw = await startGateway({ seo: up.url, speech: up.url });
   try {
     const auth = { authorization: `Bearer ${gw.token}` };
@@ -61,11 +25,11 @@ test('a GET whose pooled connection was closed by the upstream is sent once more
       assert.equal(r.status, 200, `GET ${i}`);
     }
     // Every request after the first met a closed pooled connection, then succeeded on a fresh one.
-    assert.equal(up.requests.filter((l) => l.startsWith('GET')).length, 19);
-    const before = up.requests.length;
+    assert.equal(up.heads.filter((h) => h.startsWith('GET')).length, 19);
+    const before = up.heads.length;
     const post = await request(`${gw.url}/seo/v3/p`, { method: 'POST', headers: { ...auth, 'content-type': 'application/json' }, body: '{}' });
     assert.equal(post.status, 502, 'a request with a body is never sent twice');
-    assert.equal(up.requests.length - before, 1, 'the upstream saw the POST once');
+    assert.equal(up.heads.length - before, 1, 'the upstream saw the POST once');
   } finally {
     await gw.close();
     await up.close();

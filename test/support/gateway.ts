@@ -10,6 +10,7 @@ import { freePort } from '../../src/listen.ts';
 import { FileKeyStore } from '../../src/keys/file-store.ts';
 import { createKey } from '../../src/keys/manage.ts';
 import { createLogger } from '../../src/log.ts';
+import { providerEnv, UPSTREAMS, type UpstreamSpec } from '../../src/routes.ts';
 import { createGateway, type Gateway } from '../../src/server.ts';
 
 export interface Secrets {
@@ -39,26 +40,36 @@ export interface GatewayOptions {
   readonly scraper?: string;
   readonly seo?: string;
   readonly speech?: string;
+  /** Upstream URLs by route name, for any provider of the table. */
+  readonly upstreams?: Readonly<Record<string, string>>;
+  /** The provider table (routes.ts); a test may add a provider. */
+  readonly providers?: readonly UpstreamSpec[];
+  /** Upstream secrets by route name (default: each provider's samples). */
+  readonly secrets?: Readonly<Record<string, readonly string[]>>;
   /** Extra or overriding environment. */
   readonly env?: Record<string, string>;
   /** How often last-use times are written, ms. */
   readonly lastUseFlushMs?: number;
 }
 
-export function makeSecrets(): Secrets {
+/** Each provider's sample secrets (routes.ts), by route name, with a tag of their own. */
+export function sampleSecrets(providers: readonly UpstreamSpec[] = UPSTREAMS): Record<string, readonly string[]> {
   // Distinctive, greppable values: a test can search any byte stream for them.
   const tag = randomBytes(6).toString('hex');
-  return {
-    scraperToken: `SCRAPERSECRET${tag}`,
-    seoLogin: `seologin${tag}`,
-    seoPassword: `SEOSECRET${tag}`,
-    speechKey: `SPEECHSECRET${tag}`,
-  };
+  return Object.fromEntries(providers.map((p) => [p.name, p.sampleSecrets(`${p.name.toUpperCase()}SECRET${tag}`)]));
+}
+
+/** The three shipped providers' secrets by name, as most tests use them. */
+export function makeSecrets(byRoute: Readonly<Record<string, readonly string[]>> = sampleSecrets()): Secrets {
+  const get = (route: string, i: number): string => byRoute[route]?.[i] ?? '';
+  return { scraperToken: get('scraper', 0), seoLogin: get('seo', 0), seoPassword: get('seo', 1), speechKey: get('speech', 0) };
 }
 
 export async function startGateway(options: GatewayOptions = {}): Promise<TestGateway> {
   const dir = mkdtempSync(join(tmpdir(), 'keyward-test-'));
-  const secrets = makeSecrets();
+  const providers = options.providers ?? UPSTREAMS;
+  const byRoute = options.secrets ?? sampleSecrets(providers);
+  const secrets = makeSecrets(byRoute);
   // A port nothing listens on: requests to an upstream not given here are refused.
   const unreachable = `http://127.0.0.1:${await freePort()}`;
   const env: Record<string, string> = {
@@ -66,16 +77,13 @@ export async function startGateway(options: GatewayOptions = {}): Promise<TestGa
     KEYWARD_PORT: '0',
     KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
     KEYWARD_LOG_LEVEL: 'info',
-    KEYWARD_SCRAPER_URL: options.scraper ?? unreachable,
-    KEYWARD_SCRAPER_TOKEN: secrets.scraperToken,
-    KEYWARD_SEO_URL: options.seo ?? unreachable,
-    KEYWARD_SEO_LOGIN: secrets.seoLogin,
-    KEYWARD_SEO_PASSWORD: secrets.seoPassword,
-    KEYWARD_SPEECH_URL: options.speech ?? unreachable,
-    KEYWARD_SPEECH_KEY: secrets.speechKey,
+    ...Object.assign(
+      {},
+      ...providers.map((p) => providerEnv(p, options.upstreams?.[p.name] ?? (options as Record<string, unknown>)[p.name]?.toString() ?? unreachable, byRoute[p.name] ?? [])),
+    ),
     ...options.env,
   };
-  const config = loadConfig(env, (p) => readFileSync(p, 'utf8'), dir);
+  const config = loadConfig(env, (p) => readFileSync(p, 'utf8'), dir, providers);
   const store = new FileKeyStore(config.keysFile);
   const { token, record } = await createKey(store, 'tester');
   let text = '';

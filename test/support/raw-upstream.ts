@@ -14,8 +14,16 @@ export interface RawUpstream {
   close(): Promise<void>;
 }
 
-/** `reply(head, index)` returns what to write once a request head has arrived (null: write nothing). */
-export async function startRawUpstream(reply: (head: string, index: number) => string | Buffer | null): Promise<RawUpstream> {
+/** Close the connection instead of answering (what an upstream's idle timeout does to a request that races it). */
+export const CLOSE = Symbol('close');
+
+/**
+ * `reply(head, index, onConnection)` returns what to write once a request
+ * head has arrived: bytes, null for nothing, or CLOSE. `index` counts every
+ * request, `onConnection` those before it on the same connection. A request's
+ * body (by its Content-Length) is skipped.
+ */
+export async function startRawUpstream(reply: (head: string, index: number, onConnection: number) => string | Buffer | null | typeof CLOSE): Promise<RawUpstream> {
   const sockets = new Set<net.Socket>();
   const heads: string[] = [];
   let count = 0;
@@ -25,14 +33,17 @@ export async function startRawUpstream(reply: (head: string, index: number) => s
     socket.on('close', () => sockets.delete(socket));
     socket.on('error', () => undefined);
     let buffered = '';
+    let served = 0;
     socket.on('data', (d: Buffer) => {
       buffered += d.toString('latin1');
       let end = buffered.indexOf('\r\n\r\n');
       while (end >= 0) {
         const head = buffered.slice(0, end);
-        buffered = buffered.slice(end + 4);
+        const length = Number(/^content-length: *(\d+)/im.exec(head)?.[1] ?? 0);
+        buffered = buffered.slice(end + 4 + length);
         heads.push(head);
-        const out = reply(head, heads.length - 1);
+        const out = reply(head, heads.length - 1, served++);
+        if (out === CLOSE) return void socket.destroy();
         if (out !== null) socket.write(out);
         end = buffered.indexOf('\r\n\r\n');
       }

@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseKeysFile, serialiseKeysFile } from '../../src/keys/file-store.ts';
-import { bearerToken, KeySet, type KeyRecord } from '../../src/keys/keyset.ts';
+import { bearerToken } from '../../src/auth.ts';
+import { KeySet, type KeyRecord } from '../../src/keys/keyset.ts';
 import { generateToken, isWellFormed, TOKEN_LENGTH, tokenDigest } from '../../src/keys/token.ts';
 
 test('generated tokens have the documented shape and a valid checksum', () => {

@@ -1,0 +1,156 @@
+// keyward's tables in PostgreSQL (docs/fleet.md, "Schema"): the versioned
+// migrations, the row shape and the queries the store and the watch share,
+// and the change notice's wire format.
+import type postgres from 'postgres';
+import type { KeyRecord } from './keyset.ts';
+
+export const CHANNEL = 'keyward_keys';
+// Arbitrary constants naming keyward's advisory locks.
+export const MIGRATION_LOCK = 0x6b657977; // "keyw"
+export const WRITE_LOCK = 0x6b657978;
+
+/** Versioned migrations, applied in order; never edit one that has shipped. */
+export const MIGRATIONS: readonly string[] = [
+  `create table keyward_keys (
+     id text primary key,
+     name text not null,
+     digest text not null,
+     created timestamptz not null,
+     expires timestamptz,
+     revoked timestamptz,
+     routes text[],
+     previous jsonb not null default '[]',
+     last_used timestamptz,
+     version bigint not null
+   );
+   create sequence keyward_keys_version;
+   create unique index keyward_keys_digest on keyward_keys (digest);
+   create index keyward_keys_version_idx on keyward_keys (version);`,
+  // 2: changes made with SQL reach the gateways like the CLI's own.
+  `create table keyward_keys_deleted (
+     id text not null,
+     version bigint not null,
+     deleted timestamptz not null default now()
+   );
+   create index keyward_keys_deleted_version on keyward_keys_deleted (version);
+   create function keyward_keys_lock() returns trigger language plpgsql as $$
+   begin
+     perform pg_advisory_xact_lock(${WRITE_LOCK});
+     return null;
+   end $$;
+   create function keyward_keys_stamp() returns trigger language plpgsql as $$
+   begin
+     if tg_op = 'UPDATE' then
+       if (old.id, old.name, old.digest, old.created, old.expires, old.revoked, old.routes, old.previous)
+          is not distinct from (new.id, new.name, new.digest, new.created, new.expires, new.revoked, new.routes, new.previous) then
+         return new;
+       end if;
+       if old.id <> new.id then
+         insert into keyward_keys_deleted (id, version) values (old.id, nextval('keyward_keys_version'));
+       end if;
+     end if;
+     new.version := nextval('keyward_keys_version');
+     return new;
+   end $$;
+   create function keyward_keys_tombstone() returns trigger language plpgsql as $$
+   begin
+     insert into keyward_keys_deleted (id, version) values (old.id, nextval('keyward_keys_version'));
+     return null;
+   end $$;
+   create function keyward_keys_truncate() returns trigger language plpgsql as $$
+   begin
+     perform pg_advisory_xact_lock(${WRITE_LOCK});
+     insert into keyward_keys_deleted (id, version) select id, nextval('keyward_keys_version') from keyward_keys;
+     return null;
+   end $$;
+   create function keyward_keys_notify() returns trigger language plpgsql as $$
+   declare v bigint;
+   begin
+     -- Tombstones are needed only until every gateway has fetched them (a
+     -- second); a gateway away for longer reloads in full when it is back.
+     delete from keyward_keys_deleted where deleted < now() - interval '1 day';
+     if current_setting('keyward.writer', true) = 'on' then
+       return null; -- keyward's own writes announce themselves, naming the keys
+     end if;
+     begin
+       v := currval('keyward_keys_version');
+     exception when object_not_in_prerequisite_state then
+       v := null; -- nothing drawn in this session: the payload names no version, gateways fetch
+     end;
+     perform pg_notify('${CHANNEL}', json_build_object('version', v::text)::text);
+     return null;
+   end $$;
+   create trigger keyward_keys_lock before insert or delete or update of id, name, digest, created, expires, revoked, routes, previous, version
+     on keyward_keys for each statement execute procedure keyward_keys_lock();
+   create trigger keyward_keys_stamp before insert or update of id, name, digest, created, expires, revoked, routes, previous, version
+     on keyward_keys for each row execute procedure keyward_keys_stamp();
+   create trigger keyward_keys_tombstone after delete on keyward_keys for each row execute procedure keyward_keys_tombstone();
+   create trigger keyward_keys_truncate before truncate on keyward_keys for each statement execute procedure keyward_keys_truncate();
+   create trigger keyward_keys_notify after insert or delete or truncate or update of id, name, digest, created, expires, revoked, routes, previous, version
+     on keyward_keys for each statement execute procedure keyward_keys_notify();`,
+];
+
+export interface Row {
+  id: string;
+  name: string;
+  digest: string;
+  created: Date;
+  expires: Date | null;
+  revoked: Date | null;
+  routes: string[] | null;
+  previous: unknown;
+  version: string;
+  /** The row's hash (ROW_HASH), for the consistency check. */
+  h: string;
+}
+
+export const COLUMNS = 'id, name, digest, created, expires, revoked, routes, previous, version';
+
+/** Every key, in creation order: the whole set a load, a resync and a write start from. */
+export const allRows = (sql: postgres.Sql | postgres.TransactionSql, hashed = false): Promise<Row[]> =>
+  sql<Row[]>`select ${sql.unsafe(COLUMNS)}${sql.unsafe(hashed ? `, ${ROW_HASH}::text as h` : '')} from keyward_keys order by created, id`;
+
+/** The highest version drawn for a key or a tombstone: what a gateway compares with the one it holds. */
+export const TOP = `greatest((select max(version) from keyward_keys), (select max(version) from keyward_keys_deleted))::text`;
+/**
+ * A 64-bit hash of a row's stored fields. The table's checksum is the sum of
+ * its rows' hashes; a gateway keeps each held row's hash, so it knows the
+ * sum its own set should have without asking, and a sum that differs means
+ * a change it was never told of.
+ */
+export const ROW_HASH = `hashtextextended((${COLUMNS})::text, 0)`;
+export const CHECKSUM = `coalesce(sum(${ROW_HASH}), 0)::text`;
+
+const iso = (d: Date | null): string | null => (d === null ? null : d.toISOString());
+
+/** The row as a key record, unchecked: `previous` is whatever JSON the row holds. */
+export function toRecord(r: Row): KeyRecord {
+  const rec: KeyRecord = { id: r.id, name: r.name, digest: r.digest, created: r.created.toISOString(), expires: iso(r.expires), revoked: iso(r.revoked) };
+  const previous = Array.isArray(r.previous) && r.previous.length === 0 ? {} : { previous: r.previous as KeyRecord['previous'] };
+  return { ...rec, ...(r.routes === null ? {} : { routes: r.routes }), ...previous };
+}
+
+// NOTIFY payloads are limited to 8000 bytes by default.
+const NOTICE_MAX = 7_900;
+
+/**
+ * The notification names what changed: the highest version written and the
+ * ids, or only their number when the ids would not fit. Gateways need only
+ * the version (they fetch the rows above the one they hold); the ids are for
+ * people and tools listening on the channel.
+ */
+export function notice(version: string, ids: readonly string[]): string {
+  const full = JSON.stringify({ version, ids });
+  return full.length <= NOTICE_MAX ? full : JSON.stringify({ version, count: ids.length });
+}
+
+/** The version a notification announces, or null when it names none (then fetch). */
+export function noticeVersion(payload: string): bigint | null {
+  try {
+    const v = (JSON.parse(payload) as { version?: unknown }).version;
+    return typeof v === 'string' && /^\d+$/.test(v) ? BigInt(v) : null;
+  } catch {
+    return null;
+  }
+}
+
