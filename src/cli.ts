@@ -6,6 +6,7 @@ import { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, HELP, HelpRequested, line, parse, Us
 import { dbCommand } from './cli/db.ts';
 import { keysCommand } from './cli/keys.ts';
 import { serveCommand } from './cli/serve.ts';
+import { usageCommand } from './cli/usage.ts';
 import { runDemo } from './demo.ts';
 import { runDevDb } from './dev-db.ts';
 import { KeysFileError } from './keys/file-store.ts';
@@ -23,6 +24,8 @@ export async function run(argv: string[], io: Io): Promise<number> {
         return await keysCommand(rest, io);
       case 'db':
         return await dbCommand(rest, io);
+      case 'usage':
+        return await usageCommand(rest, io);
       case 'demo':
         parse(rest, {}, 'demo');
         return await runDemo(io);

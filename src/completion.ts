@@ -5,6 +5,7 @@ import { redactTokens } from './keys/token.ts';
 import { requestLogger, type Logger } from './log.ts';
 import type { Metrics } from './metrics.ts';
 import { failureLabel } from './outcome.ts';
+import type { Ledger } from './usage/ledger.ts';
 import { dropParams } from './query.ts';
 
 export type Complete = (ex: Exchange, status: number | null, aborted: boolean) => void;
@@ -23,7 +24,9 @@ function boundedPath(path: string): string {
 }
 
 /** `credentialParams`: every route's credential query names, scrubbed from paths that matched no route. */
-export function createCompletion(logger: Logger, metrics: Metrics, credentialParams: () => ReadonlySet<string>): Complete {
+export function createCompletion(logger: Logger, metrics: Metrics, credentialParams: () => ReadonlySet<string>, ledger: Ledger | null = null): Complete {
+  // A cost that is not a number is said once per route, not once per request.
+  const badCost = new Set<string>();
   const line = requestLogger(logger);
   function logPathOf(ex: Exchange): string {
     if (ex.logPath !== null) return boundedPath(ex.logPath);
@@ -65,6 +68,15 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
     }
     if (ex.forwardStart > 0) metrics.inFlight(route, -1);
     if (ex.upstreamFailed) metrics.upstreamError(route, fields.error ?? 'error');
+    const key = ex.principal;
+    if (ledger !== null && ex.forwardStart > 0 && key !== null && ex.route !== null) {
+      // The upstream's own status only: one the gateway answered for it counts as `other`.
+      ledger.record(key.id, ex.route.name, ex.ttfbMs >= 0 && !ex.settled ? status : null, bytesIn ?? 0, ex.bytesOut, ex.cost);
+      if (ex.costBad && !badCost.has(ex.route.name)) {
+        badCost.add(ex.route.name);
+        logger.warn({ route: ex.route.name }, 'the upstream reported a cost that is not a number; counted as no cost (said once per route)');
+      }
+    }
     metrics.request(route, req.method as string, status ?? 0, durationMs / 1000, ex.ttfbMs / 1000, bytesIn ?? 0, ex.bytesOut);
   };
 }

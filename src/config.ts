@@ -36,6 +36,8 @@ export interface Config {
   readonly upstreamMaxHeaderBytes: number;
   /** How long an idle pooled upstream connection is kept (shorter when the upstream's Keep-Alive says so), ms. */
   readonly upstreamIdleMs: number;
+  /** How often the usage ledger is written, ms. */
+  readonly usageFlushMs: number;
   /** Scan responses for upstream secrets and mask them (egress.ts); off only to measure its cost. */
   readonly egressFilter: boolean;
   /** Open client connections; new ones beyond it are closed at once. */
@@ -137,6 +139,7 @@ export function loadConfig(env: Env, readFile: ReadFile, cwd: string, providers:
     // Below the idle timeouts of common upstream load balancers (5 s and up),
     // so a pooled connection is dropped by us before the upstream closes it.
     upstreamIdleMs: o.duration('KEYWARD_UPSTREAM_IDLE', '4s'),
+    usageFlushMs: o.duration('KEYWARD_USAGE_FLUSH', '2s'),
     maxBodyBytes: o.size('KEYWARD_MAX_BODY', '2GiB'),
     // Node's parser takes up to about 2 GiB; below 1 KiB no real client gets through.
     maxHeaderBytes: o.size('KEYWARD_MAX_HEADER_SIZE', '16KiB', { min: 1024, max: 1024 ** 3, hint: '1KiB to 1GiB (e.g. 16KiB)' }),

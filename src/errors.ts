@@ -10,6 +10,10 @@ export type ErrorCode =
   | 'not_found'
   | 'request_timeout'
   | 'payload_too_large'
+  | 'rate_limited'
+  | 'concurrency_limited'
+  | 'quota_exceeded'
+  | 'budget_exceeded'
   | 'expectation_failed'
   | 'headers_too_large'
   | 'upstream_unreachable'
@@ -39,6 +43,11 @@ const entries = {
   payloadTooLarge: { status: 413, code: 'payload_too_large', message: 'Request body exceeds the configured limit.' },
   // RFC 9110 §10.1.1: 100-continue is the only expectation defined; anything else may be refused with 417.
   expectationFailed: { status: 417, code: 'expectation_failed', message: 'Only Expect: 100-continue is supported.' },
+  // A key's limits (docs/limits.md); sent with Retry-After and RateLimit-* headers.
+  rateLimited: { status: 429, code: 'rate_limited', message: "This key's rate limit is reached." },
+  concurrencyLimited: { status: 429, code: 'concurrency_limited', message: 'This key has as many requests in flight as it may.' },
+  quotaExceeded: { status: 429, code: 'quota_exceeded', message: "This key's request quota for the period is spent." },
+  budgetExceeded: { status: 429, code: 'budget_exceeded', message: "This key's budget on this route for the period is spent." },
   headersTooLarge: { status: 431, code: 'headers_too_large', message: 'Request headers exceed the configured limit.' },
   upstreamUnreachable: { status: 502, code: 'upstream_unreachable', message: 'Upstream unreachable.' },
   upstreamUnscannable: { status: 502, code: 'upstream_unreachable', message: 'The upstream answered in a content coding the gateway cannot inspect.' },

@@ -6,6 +6,7 @@ import { IncomingMessage, type ClientRequest, type ServerResponse } from 'node:h
 import type { SecretForm } from './egress.ts';
 import type { Principal } from './keys/keyset.ts';
 import type { Failure } from './outcome.ts';
+import type { Admission } from './usage/limiter.ts';
 import type { Route } from './routes.ts';
 
 export class Exchange {
@@ -43,6 +44,12 @@ export class Exchange {
   bodiless = false;
   /** Sent again after a reused upstream connection failed (forward.ts); never twice. */
   retried = false;
+  /** The key's admission under its limits, released when the response closes; null without limits. */
+  admission: Admission | null = null;
+  /** What the upstream reported the call cost, in the route's unit (0: nothing reported). */
+  cost = 0;
+  /** The upstream reported a cost that is not a number. */
+  costBad = false;
   /** Upstream secrets found (and masked) in this response, for the log line and metrics. */
   masked: readonly SecretForm[] | null = null;
 

@@ -15,7 +15,7 @@ const METHOD_INDEX: Readonly<Record<string, number>> = Object.fromEntries(METHOD
 const STATUS_SLOTS = 600;
 const AUTH_FAILURES = ['missing', 'malformed', 'unknown', 'revoked', 'expired'] as const;
 export type AuthFailure = (typeof AUTH_FAILURES)[number];
-export const LIMIT_REASONS = ['scope', 'rate', 'concurrency', 'quota'] as const;
+export const LIMIT_REASONS = ['scope', 'rate', 'concurrency', 'quota', 'budget'] as const;
 export type LimitReason = (typeof LIMIT_REASONS)[number];
 
 /** What the key store reports at scrape time. */
@@ -43,6 +43,7 @@ export class Metrics {
   readonly #upstreamErrors = new Map<string, number>();
   readonly #masked = new Map<string, number>();
   #reloadErrors = 0;
+  #usageFlushErrors = 0;
   #lastReload = 0;
   #keystore: KeystoreView | null = null;
 
@@ -149,6 +150,11 @@ export class Metrics {
       ]),
     );
     r.registerMetric(
+      scraped('keyward_usage_flush_errors_total', 'Usage ledger writes that failed (their counts are kept and written by a later flush).', 'counter', () => [
+        { labels: {}, value: this.#usageFlushErrors },
+      ]),
+    );
+    r.registerMetric(
       scraped('keyward_keystore_last_reload_timestamp_seconds', 'When a key set was last loaded.', 'gauge', () => [{ labels: {}, value: this.#lastReload }], 'min'),
     );
     if (options.defaults !== false) collectDefaultMetrics({ register: this.registry });
@@ -160,6 +166,10 @@ export class Metrics {
 
   keysLoaded(now: number): void {
     this.#lastReload = now / 1000;
+  }
+
+  usageFlushFailed(): void {
+    this.#usageFlushErrors++;
   }
 
   keysReloadFailed(): void {

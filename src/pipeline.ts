@@ -22,6 +22,17 @@ import { dropParams } from './query.ts';
 import { matchRoute, type RouteTable } from './routes.ts';
 import type { Runtime } from './runtime.ts';
 import type { Sweeper } from './timers.ts';
+import type { Ledger } from './usage/ledger.ts';
+import type { LimitCode, Limiter, Refused } from './usage/limiter.ts';
+import { policyFor } from './usage/policy.ts';
+
+const LIMIT_ERRORS: Readonly<Record<LimitCode, GatewayError>> = {
+  rate_limited: ERRORS.rateLimited,
+  concurrency_limited: ERRORS.concurrencyLimited,
+  quota_exceeded: ERRORS.quotaExceeded,
+  budget_exceeded: ERRORS.budgetExceeded,
+};
+const LIMIT_METRIC = { rate_limited: 'rate', concurrency_limited: 'concurrency', quota_exceeded: 'quota', budget_exceeded: 'budget' } as const;
 
 export interface PipelineDeps {
   runtime(): Runtime;
@@ -32,6 +43,9 @@ export interface PipelineDeps {
   readonly metrics: Metrics;
   readonly lastUse: LastUse;
   readonly complete: Complete;
+  /** Admission against keys' limits and the ledger they read. */
+  readonly limiter: Limiter;
+  readonly ledger: Ledger;
 }
 
 export type Expect = 'none' | 'continue' | 'other';
@@ -77,12 +91,22 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
     const req = this.req as GatewayRequest;
     const ex = req.exchange as Exchange;
     ex.closed = true;
+    // The concurrency slot comes back as the response ends or the client leaves.
+    ex.admission?.release();
     if (ex.forwardStart > 0) deps.sweeper.untrack(ex);
     // The client left (or the answer is complete) with its upload unfinished:
     // the upstream request must end too, whatever state the response is in,
     // or its socket stays open until the upstream gives up.
     if (!req.complete && ex.proxyReq !== null && !ex.proxyReq.destroyed) ex.proxyReq.destroy();
     complete(ex, this.headersSent ? this.statusCode : null, !this.writableFinished);
+  }
+
+  /** 429 from a key's limits: nothing forwarded, nothing consumed; counted in the ledger and the metrics. */
+  function refuseLimited(ex: Exchange, req: GatewayRequest, res: ServerResponse, route: number, r: Refused): void {
+    metrics.limited(route, LIMIT_METRIC[r.code]);
+    deps.ledger.limited((ex.principal as NonNullable<Exchange['principal']>).id, (ex.route as NonNullable<Exchange['route']>).name);
+    const headers = { 'retry-after': r.retryAfter, 'ratelimit-limit': r.limit, 'ratelimit-remaining': r.remaining, 'ratelimit-reset': r.reset };
+    answer(ex, res, LIMIT_ERRORS[r.code], hasBody(req) || deps.draining(), headers);
   }
 
   function refuse(ex: Exchange, req: GatewayRequest, res: ServerResponse, err: GatewayError): void {
@@ -144,6 +168,13 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
     if (refusal !== null) {
       if (refusal === ERRORS.forbidden) metrics.limited(route.index, 'scope');
       return refuse(ex, req, res, refusal);
+    }
+    // A key without limits pays one property read here.
+    if (principal.limits !== undefined) {
+      const policy = policyFor(principal);
+      const admitted = policy === null ? null : deps.limiter.admit(principal.id, policy, route.name, Date.now());
+      if (admitted !== null && 'code' in admitted) return refuseLimited(ex, req, res, route.index, admitted);
+      ex.admission = admitted;
     }
 
     const suffix = forwardQuery === '' ? match.path : `${match.path}?${forwardQuery}`;

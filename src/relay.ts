@@ -15,6 +15,7 @@ import zlib from 'node:zlib';
 import type { Transform } from 'node:stream';
 import { BodyScan, type SecretForm, type Secrets } from './egress.ts';
 import type { Exchange } from './exchange.ts';
+import type { TopLevelField } from './usage/cost.ts';
 
 /** What a response found holding a secret does next; called once per response. */
 export type OnSecret = (ex: Exchange, found: readonly SecretForm[], cut: boolean) => void;
@@ -48,6 +49,13 @@ export function decodersFor(encoding: string | undefined): Decoder[] | null {
   return out;
 }
 
+/** The body ended: what its top-level cost field said. */
+function costRead(ex: Exchange, cost: TopLevelField): void {
+  cost.end();
+  if (cost.value !== null) ex.cost = cost.value;
+  ex.costBad = cost.bad;
+}
+
 /** The upstream's declared body length, or -1 (none, or not a plain number). */
 function contentLength(res: IncomingMessage): number {
   const v = res.headers['content-length'];
@@ -62,11 +70,13 @@ function send(proxyRes: IncomingMessage, res: ServerResponse, out: Buffer): void
 }
 
 /** Relay a body that is not compressed, masking secrets as it streams (no secrets: filter off). */
-export function relayPlain(proxyRes: IncomingMessage, res: ServerResponse, ex: Exchange, secrets: Secrets, onSecret: OnSecret): void {
+export function relayPlain(proxyRes: IncomingMessage, res: ServerResponse, ex: Exchange, secrets: Secrets, onSecret: OnSecret, cost: TopLevelField | null): void {
   const whole = contentLength(proxyRes);
   const scan = secrets.empty ? null : new BodyScan(secrets);
   proxyRes.on('data', (chunk: Buffer) => {
     ex.bytesOut += chunk.length;
+    // Watched on its way, never held: the cost reader only reads.
+    cost?.push(chunk);
     const out = scan === null ? chunk : scan.push(chunk);
     if (out.length === whole) {
       res.end(out);
@@ -75,6 +85,7 @@ export function relayPlain(proxyRes: IncomingMessage, res: ServerResponse, ex: E
     send(proxyRes, res, out);
   });
   proxyRes.on('end', () => {
+    if (cost !== null) costRead(ex, cost);
     const rest = scan?.end() ?? null;
     if (scan !== null && scan.found !== null) onSecret(ex, scan.found, false);
     if (!res.writableEnded) res.end(rest ?? undefined);
@@ -82,7 +93,7 @@ export function relayPlain(proxyRes: IncomingMessage, res: ServerResponse, ex: E
 }
 
 /** Relay a compressed body, scanning a decompressed copy (see the header comment). */
-export function relayCompressed(proxyRes: IncomingMessage, res: ServerResponse, ex: Exchange, secrets: Secrets, decoders: readonly Decoder[], onSecret: OnSecret): void {
+export function relayCompressed(proxyRes: IncomingMessage, res: ServerResponse, ex: Exchange, secrets: Secrets, decoders: readonly Decoder[], onSecret: OnSecret, cost: TopLevelField | null): void {
   const scan = new BodyScan(secrets);
   let stages: Transform[] = [];
   let held: Buffer[] = [];
@@ -101,6 +112,7 @@ export function relayCompressed(proxyRes: IncomingMessage, res: ServerResponse, 
     for (let i = 1; i < stages.length; i++) (stages[i - 1] as Transform).pipe(stages[i] as Transform);
     for (const s of stages) s.on('error', () => stop(null)); // undecodable, so unscannable: not relayed
     (stages.at(-1) as Transform).on('data', (plain: Buffer) => {
+      cost?.push(plain);
       scan.push(plain);
       if (scan.found !== null) stop(scan.found);
     });
@@ -142,6 +154,7 @@ export function relayCompressed(proxyRes: IncomingMessage, res: ServerResponse, 
     }
     (stages.at(-1) as Transform).on('end', () => {
       if (cut) return;
+      if (cost !== null) costRead(ex, cost);
       release();
       if (!res.writableEnded) res.end();
     });

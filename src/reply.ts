@@ -21,7 +21,7 @@ export function isClosing(socket: Socket): boolean {
  * connection: used when an unread request body is still on the wire, so it is
  * never parsed as the next request.
  */
-export function sendError(res: ServerResponse, err: GatewayError, close: boolean): void {
+export function sendError(res: ServerResponse, err: GatewayError, close: boolean, extra: Readonly<Record<string, string | number>> | null = null): void {
   if (res.headersSent || res.destroyed) {
     res.destroy();
     return;
@@ -34,6 +34,7 @@ export function sendError(res: ServerResponse, err: GatewayError, close: boolean
   };
   if (close) headers.connection = 'close';
   if (err.status === 401) headers['www-authenticate'] = 'Bearer';
+  if (extra !== null) Object.assign(headers, extra);
   // The reason phrase is always ours: a writeHead that threw on an upstream's
   // invalid reason phrase has already stored it on `res`, and Node would
   // reuse it here and throw again, outside any handler.
@@ -42,10 +43,10 @@ export function sendError(res: ServerResponse, err: GatewayError, close: boolean
 }
 
 /** The gateway answers this exchange itself: recorded for the completion line, then sent. */
-export function answer(ex: Exchange, res: ServerResponse, err: GatewayError, close: boolean): void {
+export function answer(ex: Exchange, res: ServerResponse, err: GatewayError, close: boolean, extra: Readonly<Record<string, string | number>> | null = null): void {
   ex.settle({ by: 'gateway', code: err.code });
   ex.bytesOut = res.headersSent ? ex.bytesOut : err.body.length;
-  sendError(res, err, close);
+  sendError(res, err, close, extra);
 }
 
 /** The same answer written straight onto a socket that has no ServerResponse (upgrade, CONNECT, parse errors). */

@@ -50,6 +50,12 @@ export interface UpstreamSpec {
   readonly stripHeaders: readonly string[];
   /** Where the provider's SDK sends its key. */
   readonly native: NativeCredential;
+  /**
+   * What a call cost, as the upstream reports it (a key's budget is in its
+   * unit): a response header (the first present of `headers`), or a
+   * top-level number field of a JSON body; null when it reports none.
+   */
+  readonly cost: { readonly unit: 'usd' | 'characters'; readonly headers?: readonly string[]; readonly jsonField?: string } | null;
   /** Made-up secrets of the right shape, one per `secretEnvs` entry, for the demo, tests, bench and soak; `tag` makes them unique. */
   readonly sampleSecrets: (tag: string) => readonly string[];
   /** What the demo says of this provider, and the requests it shows (the first is the plainest). */
@@ -71,6 +77,7 @@ export const UPSTREAMS: readonly UpstreamSpec[] = [
     overrideQuery: ['method'],
     stripHeaders: [],
     native: { kind: 'query', name: 'token' },
+    cost: null,
     sampleSecrets: (tag) => [`apify_api_${tag}`],
     demo: {
       title: 'scraper: start an actor run (JSON with data.status "READY")',
@@ -94,6 +101,8 @@ export const UPSTREAMS: readonly UpstreamSpec[] = [
     stripHeaders: [],
     // The SDK sends HTTP Basic with the account's login and API password.
     native: { kind: 'basic' },
+    // DataForSEO: the body's top-level `cost` in USD (each task carries its own too).
+    cost: { unit: 'usd', jsonField: 'cost' },
     sampleSecrets: (tag) => [`seologin${tag}@example.com`, `seo_password_${tag}`],
     demo: { title: 'seo: account data (JSON with status_code 20000)', examples: [{ method: 'GET', path: '/v3/appendix/user_data', status: 200 }] },
   },
@@ -110,6 +119,8 @@ export const UPSTREAMS: readonly UpstreamSpec[] = [
     overrideQuery: [],
     stripHeaders: [],
     native: { kind: 'header', name: 'xi-api-key' },
+    // ElevenLabs: characters billed, in a response header.
+    cost: { unit: 'characters', headers: ['character-cost', 'x-character-count'] },
     sampleSecrets: (tag) => [`sk_${tag}`],
     demo: {
       title: 'speech: synthesise to a file (32 KiB of audio/mpeg), then a slow stream (64 KiB over 2 s)',
@@ -149,6 +160,8 @@ export interface Route {
   readonly overrideQuery: ReadonlySet<string>;
   /** Lower-case request header names never forwarded on this route (client credentials included). */
   readonly stripHeaders: ReadonlySet<string>;
+  /** Where its upstream reports a call's cost (the provider table's), or null. */
+  readonly cost: UpstreamSpec['cost'];
 }
 
 export type RouteTable = ReadonlyMap<string, Route>;

@@ -22,6 +22,17 @@ import { Metrics } from './metrics.ts';
 import { createPipeline } from './pipeline.ts';
 import { buildRuntime, idleReason, restartOnlyChanges } from './runtime.ts';
 import { Sweeper } from './timers.ts';
+import { Ledger, MemoryUsageStore, type UsageStore } from './usage/ledger.ts';
+import { Limiter } from './usage/limiter.ts';
+import { SqliteUsageStore, usagePath } from './usage/sqlite-store.ts';
+
+/**
+ * The ledger's store: SQLite beside the keys file. With keys in PostgreSQL
+ * the ledger is not kept across restarts yet (docs/limits.md).
+ */
+function usageStoreFor(config: Config, store: KeyStore): UsageStore {
+  return store.shared === true ? new MemoryUsageStore() : new SqliteUsageStore(usagePath(config.keysFile));
+}
 
 export interface Readiness {
   readonly ready: boolean;
@@ -54,6 +65,8 @@ export interface GatewayOptions {
   readonly metrics?: Metrics;
   /** How often last-use times are written to the store, ms. */
   readonly lastUseFlushMs?: number;
+  /** Where the usage ledger is kept (default: the SQLite file beside the keys file). */
+  readonly usageStore?: UsageStore;
 }
 
 function serverOptions(config: Config): http.ServerOptions {
@@ -86,6 +99,12 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     logger.warn({ err }, 'last-use times not written'),
   );
   const sweeper = new Sweeper(() => runtime.config, expire);
+  const ledger = new Ledger(options.usageStore ?? usageStoreFor(config, store), (err) => {
+    metrics.usageFlushFailed();
+    logger.warn({ err }, 'usage not written; kept for the next flush');
+  });
+  await ledger.start(config.usageFlushMs);
+  const limiter = new Limiter(ledger);
   const credentialParams = (): ReadonlySet<string> => {
     const names = new Set<string>();
     for (const r of runtime.table.values()) for (const n of r.dropQuery) names.add(n);
@@ -99,7 +118,9 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     sweeper,
     metrics,
     lastUse,
-    complete: createCompletion(logger, metrics, credentialParams),
+    complete: createCompletion(logger, metrics, credentialParams, ledger),
+    limiter,
+    ledger,
   });
 
   const server: http.Server =
@@ -202,7 +223,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
           clearTimeout(deadline);
           sweeper.stop();
           for (const f of runtime.forwarders.values()) f.close();
-          void lastUse.stop().finally(async () => {
+          void Promise.all([lastUse.stop(), ledger.stop()]).finally(async () => {
             await store.close?.().catch(() => undefined);
             logger.info('stopped');
             resolve();

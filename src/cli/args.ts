@@ -21,11 +21,21 @@ export const EXIT_OK = 0;
 export const EXIT_FAILURE = 1;
 export const EXIT_USAGE = 2;
 
+const LIMITS_HELP = `limits (each optional; a refused request gets 429 and is not forwarded):
+  --rate N/s|N/m|N/h      requests per second, minute or hour (token bucket)
+  --burst N               bucket size (default the rate's N)
+  --concurrency N         requests in flight at once
+  --quota N/day|N/month   requests forwarded per UTC day or month
+  --budget ROUTE=AMOUNT/day|month   cost the upstream reports, in its unit
+                          (${UPSTREAMS.filter((u) => u.cost !== null).map((u) => `${u.name}: ${u.cost?.unit}`).join(', ')}); repeat for several routes
+`;
+
 export const HELP: Readonly<Record<string, string>> = {
   '': `usage: keyward <command>
 
   serve          run the gateway (configuration from the environment)
   keys           create, list, revoke, rotate, update, import and export keys
+  usage          what each key forwarded and spent, per route and day
   db migrate     create or upgrade the PostgreSQL schema (KEYWARD_DATABASE_URL)
   demo           run stand-in upstreams, the gateway and a demo key
   dev-db         run a throwaway PostgreSQL to try a fleet on one machine (development only)
@@ -41,6 +51,12 @@ from KEYWARD_CONFIG_FILE if set; see the README. SIGHUP reloads it, SIGTERM drai
 
 Starts stand-ins for the three upstreams, the gateway and a demo key, and
 prints curl commands that work as printed. Ctrl-C stops it.
+`,
+  usage: `usage: keyward usage [--key ID|NAME] [--route R] [--since 7d|YYYY-MM-DD] [--json|--csv]
+
+The usage ledger: per key, route and UTC day, the requests forwarded, their
+status classes, the requests refused by the key's limits, body bytes and the
+cost the upstream reported. Default: the last 30 days, as a table.
 `,
   'dev-db': `usage: keyward dev-db [--dir DIR] [--port N]
 
@@ -69,11 +85,11 @@ Prints the configured store's keys as a keys file (digests only, never tokens).
 `,
   keys: `usage: keyward keys <create|list|revoke|rotate|update|import|export> [options]
 
-  create --name NAME [--routes R,…] [--expires-in 30d] [--json]
+  create --name NAME [--routes R,…] [--expires-in 30d] [--rate …] [--quota …] [--json]
   list [--json]
   revoke ID|NAME
   rotate ID|NAME [--grace 24h] [--json]
-  update ID|NAME [--routes R,…|all] [--expires-in 30d|never]
+  update ID|NAME [--routes R,…|all] [--expires-in 30d|never] [--rate …|none] …
   import FILE | export
 
 With KEYWARD_DATABASE_URL the keys live in PostgreSQL, else in the keys file.
@@ -81,13 +97,13 @@ Every keys command names the store it used on stderr. --force lets a
 command that changes keys replace a keys file that cannot be read (the bad
 file is kept beside it).
 `,
-  'keys create': `usage: keyward keys create --name NAME [--routes R,…] [--expires-in DURATION] [--json] [--force]
+  'keys create': `usage: keyward keys create --name NAME [--routes R,…] [--expires-in DURATION] [limits] [--json] [--force]
 
 Creates a key and prints its token once; only its SHA-256 digest is stored.
   --routes       routes the key may use (${UPSTREAMS.map((u) => u.name).join(', ')}); default all
   --expires-in   lifetime, e.g. 12h, 30d (at most 3652d); default none
   --json         one line {"id","name","token",…}
-`,
+${LIMITS_HELP}`,
   'keys list': `usage: keyward keys list [--json]
 
 Lists keys: id, name, routes, created, expires, revoked, last use. Never a token or a digest.
@@ -101,10 +117,11 @@ Revokes a key: the gateway refuses it within a second. Revoking a revoked key is
 Gives the key a new token (same id, name and scope) and prints it once. The
 old token keeps working for --grace (default 0s: it stops at once).
 `,
-  'keys update': `usage: keyward keys update ID|NAME [--routes R,…|all] [--expires-in DURATION|never] [--force]
+  'keys update': `usage: keyward keys update ID|NAME [--routes R,…|all] [--expires-in DURATION|never] [limits] [--force]
 
-Changes a key's scope or expiry without changing its token.
-`,
+Changes a key's scope, expiry or limits without changing its token; a
+limit given as none (--rate none, --budget seo=none) is removed.
+${LIMITS_HELP}`,
 };
 
 export class UsageError extends Error {
@@ -135,7 +152,7 @@ export function parse(args: string[], options: ParseArgsOptionsConfig, command: 
   }
   const seen = new Set<string>();
   for (const t of parsed.tokens ?? []) {
-    if (t.kind !== 'option') continue;
+    if (t.kind !== 'option' || options[t.name]?.multiple === true) continue;
     if (seen.has(t.name)) throw new UsageError(`--${t.name} was given more than once`, help);
     seen.add(t.name);
   }

@@ -4,13 +4,14 @@ import type { parseArgs } from 'node:util';
 import { effectiveEnv, keysFilePath, loadConfig, type Env } from '../config.ts';
 import { KeysFileError, parseKeysFile, serialiseKeysFile } from '../keys/file-store.ts';
 import type { KeyRecord } from '../keys/keyset.ts';
-import { createKey, importKeys, KeyUsageError, listKeys, revokeKey, rotateKey, updateKey } from '../keys/manage.ts';
+import { createKey, importKeys, KeyUsageError, listKeys, revokeKey, rotateKey, updateKey, type KeyChanges } from '../keys/manage.ts';
 import { openKeyStore } from '../keys/open.ts';
 import type { KeyStore } from '../keys/store.ts';
+import { applyLimits, describeLimits, LIMIT_OPTIONS, limitChanges } from './limits.ts';
 import { durationOption, EXIT_OK, HELP, HelpRequested, line, parse, readText, routesOption, UsageError, type Io } from './args.ts';
 
 function publicView(r: KeyRecord, lastUsed: string | null = null): Record<string, unknown> {
-  return { id: r.id, name: r.name, routes: r.routes ?? null, created: r.created, expires: r.expires, revoked: r.revoked, lastUsed };
+  return { id: r.id, name: r.name, routes: r.routes ?? null, created: r.created, expires: r.expires, revoked: r.revoked, lastUsed, ...(r.limits === undefined ? {} : { limits: r.limits }) };
 }
 
 export async function keysCommand(args: string[], io: Io): Promise<number> {
@@ -66,18 +67,20 @@ function keysAction(sub: string, rest: string[], command: string, help: string):
   };
   switch (sub) {
     case 'create': {
-      const { values } = parse(rest, { name: { type: 'string' }, routes: { type: 'string' }, 'expires-in': { type: 'string' }, json: { type: 'boolean' }, ...FORCE }, command);
+      const { values } = parse(rest, { name: { type: 'string' }, routes: { type: 'string' }, 'expires-in': { type: 'string' }, json: { type: 'boolean' }, ...LIMIT_OPTIONS, ...FORCE }, command);
       if (typeof values.name !== 'string') throw new UsageError('keys create needs --name NAME', help);
       const name = values.name;
       const expiresInMs = typeof values['expires-in'] === 'string' ? durationOption('expires-in', values['expires-in'], help) : null;
       const routes = typeof values.routes === 'string' ? routesOption(values.routes, help, false) : null;
+      const limits = applyLimits(undefined, limitChanges(values, help, false));
+      if (values.burst !== undefined && limits?.rate === undefined) throw new UsageError('--burst needs --rate', help);
       return async (store, io, noteForced) => {
-        const { record, token } = await createKey(store, name, { expiresInMs, routes }, Date.now(), { force: values.force === true });
+        const { record, token } = await createKey(store, name, { expiresInMs, routes, ...(limits === undefined ? {} : { limits }) }, Date.now(), { force: values.force === true });
         noteForced();
         if (values.json === true) {
           line(io.stdout, JSON.stringify({ ...publicView(record), token }));
         } else {
-          line(io.stdout, `Created key ${record.id} (name ${record.name}, routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}).`);
+          line(io.stdout, `Created key ${record.id} (name ${record.name}, routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}${record.limits === undefined ? '' : `, limits ${describeLimits(record.limits)}`}).`);
           line(io.stdout, 'Token (shown this once; only its SHA-256 digest is stored):');
           line(io.stdout, token);
         }
@@ -92,9 +95,11 @@ function keysAction(sub: string, rest: string[], command: string, help: string):
           line(io.stdout, JSON.stringify(records.map((r) => publicView(r, used.get(r.id) ?? null))));
           return EXIT_OK;
         }
+        // A LIMITS column only once some key has limits: the table stays as it was for those who use none.
+        const limited = records.some((r) => r.limits !== undefined);
         const rows = [
-          ['ID', 'NAME', 'ROUTES', 'CREATED', 'EXPIRES', 'REVOKED', 'LAST USED'],
-          ...records.map((r) => [r.id, r.name, r.routes?.join(',') ?? 'all', r.created, r.expires ?? '-', r.revoked ?? '-', used.get(r.id) ?? '-']),
+          ['ID', 'NAME', 'ROUTES', 'CREATED', 'EXPIRES', 'REVOKED', 'LAST USED', ...(limited ? ['LIMITS'] : [])],
+          ...records.map((r) => [r.id, r.name, r.routes?.join(',') ?? 'all', r.created, r.expires ?? '-', r.revoked ?? '-', used.get(r.id) ?? '-', ...(limited ? [describeLimits(r.limits)] : [])]),
         ];
         const widths = rows[0]!.map((_, c) => Math.max(...rows.map((row) => row[c]!.length)));
         for (const row of rows) line(io.stdout, row.map((cell, c) => cell.padEnd(widths[c]!)).join('  ').trimEnd());
@@ -148,17 +153,25 @@ function keysAction(sub: string, rest: string[], command: string, help: string):
     }
     default: {
       // update
-      const parsed = parse(rest, { routes: { type: 'string' }, 'expires-in': { type: 'string' }, ...FORCE }, command, 1);
+      const parsed = parse(rest, { routes: { type: 'string' }, 'expires-in': { type: 'string' }, ...LIMIT_OPTIONS, ...FORCE }, command, 1);
       const target = needTarget(parsed);
       const { values } = parsed;
-      const changes: { routes?: string[] | null; expiresInMs?: number | null } = {};
+      const changes: { routes?: string[] | null; expiresInMs?: number | null; limits?: KeyChanges['limits'] } = {};
       if (typeof values.routes === 'string') changes.routes = routesOption(values.routes, help, true);
       if (typeof values['expires-in'] === 'string') changes.expiresInMs = values['expires-in'] === 'never' ? null : durationOption('expires-in', values['expires-in'], help);
-      if (Object.keys(changes).length === 0) throw new UsageError('keys update needs --routes or --expires-in', help);
+      const limitEdits = limitChanges(values, help, true);
+      if (Object.keys(limitEdits).length > 0) {
+        changes.limits = (current) => {
+          const next = applyLimits(current, limitEdits);
+          if (limitEdits.burst !== undefined && limitEdits.burst !== null && next?.rate === undefined) throw new KeyUsageError('--burst needs a rate (give --rate too)');
+          return next;
+        };
+      }
+      if (Object.keys(changes).length === 0) throw new UsageError('keys update needs --routes or --expires-in, or a limit (--rate, --burst, --concurrency, --quota, --budget)', help);
       return async (store, io, noteForced) => {
         const record = await updateKey(store, target, changes, Date.now(), { force: values.force === true });
         noteForced();
-        line(io.stdout, `Updated key ${record.id} (name ${record.name}): routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}.`);
+        line(io.stdout, `Updated key ${record.id} (name ${record.name}): routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}${record.limits === undefined ? '' : `, limits ${describeLimits(record.limits)}`}.`);
         return EXIT_OK;
       };
     }

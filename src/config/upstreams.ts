@@ -52,6 +52,7 @@ function route(o: Options, spec: UpstreamSpec, index: number, readFile: ReadFile
     native: native.has(spec.name) ? spec.native : null,
     dropQuery: new Set(spec.dropQuery.map((q) => q.toLowerCase())),
     overrideQuery: new Set(spec.overrideQuery.map((q) => q.toLowerCase())),
+    cost: spec.cost,
     stripHeaders: requestStripSet([...spec.stripHeaders, ...METHOD_OVERRIDE_HEADERS], credential === null ? null : credential[0]),
   };
 }

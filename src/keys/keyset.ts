@@ -1,5 +1,6 @@
 // The in-memory key set the request path reads. Built whole from a list of
 // records and swapped whole, so a lookup never sees a half-applied change.
+import type { Limits } from '../usage/policy.ts';
 import { isWellFormed, tokenDigestBytes } from './token.ts';
 
 /** A digest that still opens the key until `until` (the grace period of `keys rotate`). */
@@ -21,6 +22,8 @@ export interface KeyRecord {
   readonly routes?: readonly string[] | null;
   /** Digests of earlier tokens still accepted until their time (rotation). */
   readonly previous?: readonly PreviousDigest[];
+  /** Rate, concurrency, quota and budgets (docs/limits.md); absent: none. */
+  readonly limits?: Limits;
 }
 
 /** What the request path learns about a caller: the record itself (ids, name, scope). */

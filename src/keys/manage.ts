@@ -1,5 +1,6 @@
 // What `keyward keys …` does, over any KeyStore (docs/cli.md, keys.md).
 import { randomBytes } from 'node:crypto';
+import type { Limits } from '../usage/policy.ts';
 import type { KeyRecord } from './keyset.ts';
 import type { KeyStore, UpdateOptions } from './store.ts';
 import { generateToken, tokenDigest } from './token.ts';
@@ -23,6 +24,7 @@ export interface KeyOptions {
   readonly expiresInMs?: number | null;
   /** Routes the key may use; null for every route. */
   readonly routes?: readonly string[] | null;
+  readonly limits?: Limits;
 }
 
 function checkLifetime(ms: number | null | undefined): void {
@@ -59,6 +61,7 @@ export async function createKey(store: KeyStore, name: string, options: KeyOptio
     expires: options.expiresInMs === null || options.expiresInMs === undefined ? null : new Date(now + options.expiresInMs).toISOString(),
     revoked: null,
     ...(options.routes === null || options.routes === undefined ? {} : { routes: [...options.routes] }),
+    ...(options.limits === undefined ? {} : { limits: options.limits }),
   };
   await store.update((records) => {
     if (records.some((r) => r.name === name && r.revoked === null)) {
@@ -125,9 +128,11 @@ export async function importKeys(store: KeyStore, incoming: readonly KeyRecord[]
 export interface KeyChanges {
   readonly routes?: readonly string[] | null;
   readonly expiresInMs?: number | null;
+  /** The key's limits from here on (undefined in `limits`: none). */
+  readonly limits?: (current: Limits | undefined) => Limits | undefined;
 }
 
-/** Change a key's scope or expiry without changing its token. */
+/** Change a key's scope, expiry or limits without changing its token. */
 export async function updateKey(store: KeyStore, idOrName: string, changes: KeyChanges, now = Date.now(), update: UpdateOptions = {}): Promise<KeyRecord> {
   checkLifetime(changes.expiresInMs);
   return store.update((records) => {
@@ -138,6 +143,11 @@ export async function updateKey(store: KeyStore, idOrName: string, changes: KeyC
       next = { ...next, routes: changes.routes === null ? null : [...changes.routes] };
     }
     if (changes.expiresInMs !== undefined) next = { ...next, expires: changes.expiresInMs === null ? null : new Date(now + changes.expiresInMs).toISOString() };
+    if (changes.limits !== undefined) {
+      const limits = changes.limits(target.limits);
+      next = { ...next, limits };
+      if (limits === undefined) delete (next as { limits?: unknown }).limits;
+    }
     return { records: replace(records, target, next), result: next };
   }, update);
 }

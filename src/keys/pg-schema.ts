@@ -88,6 +88,31 @@ export const MIGRATIONS: readonly string[] = [
    create trigger keyward_keys_truncate before truncate on keyward_keys for each statement execute procedure keyward_keys_truncate();
    create trigger keyward_keys_notify after insert or delete or truncate or update of id, name, digest, created, expires, revoked, routes, previous, version
      on keyward_keys for each statement execute procedure keyward_keys_notify();`,
+  // 3: per-key limits (docs/limits.md), a column the triggers watch like the others.
+  `alter table keyward_keys add column limits jsonb;
+   create or replace function keyward_keys_stamp() returns trigger language plpgsql as $$
+   begin
+     if tg_op = 'UPDATE' then
+       if (old.id, old.name, old.digest, old.created, old.expires, old.revoked, old.routes, old.previous, old.limits)
+          is not distinct from (new.id, new.name, new.digest, new.created, new.expires, new.revoked, new.routes, new.previous, new.limits) then
+         return new;
+       end if;
+       if old.id <> new.id then
+         insert into keyward_keys_deleted (id, version) values (old.id, nextval('keyward_keys_version'));
+       end if;
+     end if;
+     new.version := nextval('keyward_keys_version');
+     return new;
+   end $$;
+   drop trigger keyward_keys_lock on keyward_keys;
+   drop trigger keyward_keys_stamp on keyward_keys;
+   drop trigger keyward_keys_notify on keyward_keys;
+   create trigger keyward_keys_lock before insert or delete or update of id, name, digest, created, expires, revoked, routes, previous, limits, version
+     on keyward_keys for each statement execute procedure keyward_keys_lock();
+   create trigger keyward_keys_stamp before insert or update of id, name, digest, created, expires, revoked, routes, previous, limits, version
+     on keyward_keys for each row execute procedure keyward_keys_stamp();
+   create trigger keyward_keys_notify after insert or delete or truncate or update of id, name, digest, created, expires, revoked, routes, previous, limits, version
+     on keyward_keys for each statement execute procedure keyward_keys_notify();`,
 ];
 
 export interface Row {
@@ -99,12 +124,13 @@ export interface Row {
   revoked: Date | null;
   routes: string[] | null;
   previous: unknown;
+  limits: unknown;
   version: string;
   /** The row's hash (ROW_HASH), for the consistency check. */
   h: string;
 }
 
-export const COLUMNS = 'id, name, digest, created, expires, revoked, routes, previous, version';
+export const COLUMNS = 'id, name, digest, created, expires, revoked, routes, previous, limits, version';
 
 /** Every key, in creation order: the whole set a load, a resync and a write start from. */
 export const allRows = (sql: postgres.Sql | postgres.TransactionSql, hashed = false): Promise<Row[]> =>
@@ -127,7 +153,8 @@ const iso = (d: Date | null): string | null => (d === null ? null : d.toISOStrin
 export function toRecord(r: Row): KeyRecord {
   const rec: KeyRecord = { id: r.id, name: r.name, digest: r.digest, created: r.created.toISOString(), expires: iso(r.expires), revoked: iso(r.revoked) };
   const previous = Array.isArray(r.previous) && r.previous.length === 0 ? {} : { previous: r.previous as KeyRecord['previous'] };
-  return { ...rec, ...(r.routes === null ? {} : { routes: r.routes }), ...previous };
+  const limits = r.limits === null || r.limits === undefined ? {} : { limits: r.limits as KeyRecord['limits'] };
+  return { ...rec, ...(r.routes === null ? {} : { routes: r.routes }), ...previous, ...limits };
 }
 
 // NOTIFY payloads are limited to 8000 bytes by default.

@@ -105,10 +105,10 @@ export class PgKeyStore implements KeyStore {
       let top = '0';
       for (const r of changed) {
         const [row] = await tx<Array<{ version: string }>>`
-          insert into keyward_keys (id, name, digest, created, expires, revoked, routes, previous, version)
-          values (${r.id}, ${r.name}, ${r.digest}, ${r.created}, ${r.expires}, ${r.revoked}, ${r.routes ?? null}, ${tx.json((r.previous ?? []) as never)}, nextval('keyward_keys_version'))
+          insert into keyward_keys (id, name, digest, created, expires, revoked, routes, previous, limits, version)
+          values (${r.id}, ${r.name}, ${r.digest}, ${r.created}, ${r.expires}, ${r.revoked}, ${r.routes ?? null}, ${tx.json((r.previous ?? []) as never)}, ${r.limits === undefined ? null : tx.json(r.limits as never)}, nextval('keyward_keys_version'))
           on conflict (id) do update set name = excluded.name, digest = excluded.digest, expires = excluded.expires,
-            revoked = excluded.revoked, routes = excluded.routes, previous = excluded.previous, version = excluded.version
+            revoked = excluded.revoked, routes = excluded.routes, previous = excluded.previous, limits = excluded.limits, version = excluded.version
           returning version::text`;
         top = row?.version ?? top;
       }

@@ -4,6 +4,7 @@
 // written whole by keyward, so a bad entry means a damaged file and the file
 // is refused whole; a table row can be written by anyone with SQL, so a bad
 // row is skipped alone and the rest of the set serves.
+import { limitsProblem } from '../usage/policy.ts';
 import type { KeyRecord } from './keyset.ts';
 
 const isString = (v: unknown): v is string => typeof v === 'string';
@@ -30,6 +31,8 @@ export function recordProblem(k: unknown): string | null {
   if (r.expires !== null && !isDate(r.expires)) return '.expires must be a date or null';
   if (r.revoked !== null && !isDate(r.revoked)) return '.revoked must be a date or null';
   if (r.routes !== undefined && r.routes !== null && !(Array.isArray(r.routes) && r.routes.every(isString))) return '.routes must be a list of route names or null';
+  const limits = limitsProblem(r.limits);
+  if (limits !== null) return limits;
   if (r.previous !== undefined) {
     if (!Array.isArray(r.previous)) return '.previous must be a list';
     for (const p of r.previous as unknown[]) {

@@ -26,6 +26,7 @@ const weather: UpstreamSpec = {
   overrideQuery: [],
   stripHeaders: [],
   native: { kind: 'header', name: 'x-weather-key' },
+  cost: null,
   sampleSecrets: (tag) => [`wk_${tag}`],
   demo: { title: 'weather: today (JSON)', examples: [{ method: 'GET', path: '/v1/today', status: 200 }] },
 };

@@ -12,6 +12,8 @@ import { createKey } from '../../src/keys/manage.ts';
 import { createLogger } from '../../src/log.ts';
 import { providerEnv, UPSTREAMS, type UpstreamSpec } from '../../src/routes.ts';
 import { createGateway, type Gateway } from '../../src/server.ts';
+import type { UsageStore } from '../../src/usage/ledger.ts';
+import type { Limits } from '../../src/usage/policy.ts';
 
 export interface Secrets {
   readonly scraperToken: string;
@@ -50,6 +52,10 @@ export interface GatewayOptions {
   readonly env?: Record<string, string>;
   /** How often last-use times are written, ms. */
   readonly lastUseFlushMs?: number;
+  /** The usage ledger's store (default: the SQLite file beside the keys file). */
+  readonly usageStore?: UsageStore;
+  /** Limits of the test key, as `keys create` stores them. */
+  readonly limits?: Limits;
 }
 
 /** Each provider's sample secrets (routes.ts), by route name, with a tag of their own. */
@@ -85,7 +91,7 @@ export async function startGateway(options: GatewayOptions = {}): Promise<TestGa
   };
   const config = loadConfig(env, (p) => readFileSync(p, 'utf8'), dir, providers);
   const store = new FileKeyStore(config.keysFile);
-  const { token, record } = await createKey(store, 'tester');
+  const { token, record } = await createKey(store, 'tester', options.limits === undefined ? {} : { limits: options.limits });
   let text = '';
   const sink = new Writable({
     write(chunk: Buffer, _enc, cb) {
@@ -94,7 +100,10 @@ export async function startGateway(options: GatewayOptions = {}): Promise<TestGa
     },
   });
   const log = createLogger(config.logLevel, sink);
-  const gateway = await createGateway(config, store, log.logger, options.lastUseFlushMs === undefined ? {} : { lastUseFlushMs: options.lastUseFlushMs });
+  const gateway = await createGateway(config, store, log.logger, {
+    ...(options.lastUseFlushMs === undefined ? {} : { lastUseFlushMs: options.lastUseFlushMs }),
+    ...(options.usageStore === undefined ? {} : { usageStore: options.usageStore }),
+  });
   const address = await gateway.listen();
   return {
     url: `http://127.0.0.1:${address.port}`,

@@ -1,0 +1,91 @@
+// `keyward usage` (docs/limits.md): the ledger, per key, route and UTC day,
+// as a table, JSON rows or CSV.
+import { existsSync } from 'node:fs';
+import { effectiveEnv, keysFilePath } from '../config.ts';
+import { openKeyStore } from '../keys/open.ts';
+import { UPSTREAMS } from '../routes.ts';
+import { parseDuration } from '../units.ts';
+import type { UsageRow } from '../usage/ledger.ts';
+import { SqliteUsageStore, usagePath } from '../usage/sqlite-store.ts';
+import { EXIT_OK, HELP, line, parse, readText, UsageError, type Io } from './args.ts';
+import { loadConfigForStore } from './keys.ts';
+
+const DAY_MS = 86_400_000;
+
+/** `--since`: a duration back from today (7d) or a UTC day (2026-11-01). */
+function sinceDay(text: string, now: number, help: string): string {
+  if (/^\d{4}-\d{2}-\d{2}$/.test(text) && !Number.isNaN(Date.parse(`${text}T00:00:00Z`))) return text;
+  const ms = parseDuration(text);
+  if (ms === null || ms < 0) throw new UsageError('--since must be a duration back from today (7d) or a day (2026-11-01)', help);
+  return new Date(now - ms).toISOString().slice(0, 10);
+}
+
+const UNITS: Readonly<Record<string, string | null>> = Object.fromEntries(UPSTREAMS.map((u) => [u.name, u.cost?.unit ?? null]));
+
+/** A row as `--json` prints it. */
+function view(r: UsageRow, names: ReadonlyMap<string, string>): Record<string, unknown> {
+  return {
+    keyId: r.keyId,
+    key: names.get(r.keyId) ?? null,
+    route: r.route,
+    day: r.day,
+    requests: r.requests,
+    status: { '2xx': r.s2xx, '3xx': r.s3xx, '4xx': r.s4xx, '5xx': r.s5xx, other: r.other },
+    limited: r.limited,
+    bytesIn: r.bytesIn,
+    bytesOut: r.bytesOut,
+    cost: r.cost,
+    costUnit: UNITS[r.route] ?? null,
+  };
+}
+
+export async function usageCommand(args: string[], io: Io): Promise<number> {
+  const help = HELP.usage as string;
+  const { values } = parse(args, { key: { type: 'string' }, route: { type: 'string' }, since: { type: 'string' }, json: { type: 'boolean' }, csv: { type: 'boolean' } }, 'usage');
+  if (values.json === true && values.csv === true) throw new UsageError('--json and --csv: choose one', help);
+  const route = typeof values.route === 'string' ? values.route : undefined;
+  if (route !== undefined && !UPSTREAMS.some((u) => u.name === route)) throw new UsageError(`--route: unknown route ${route}`, help);
+  const since = typeof values.since === 'string' ? sinceDay(values.since, Date.now(), help) : new Date(Date.now() - 30 * DAY_MS).toISOString().slice(0, 10);
+  const env = effectiveEnv(io.env, readText);
+  const databaseUrl = loadConfigForStore(env, io.cwd).databaseUrl;
+  if (databaseUrl !== null) throw new UsageError('usage: the ledger is kept in PostgreSQL in a later version; with KEYWARD_DATABASE_URL each gateway counts for itself', help);
+  const keysFile = keysFilePath(env, io.cwd);
+  const keys = openKeyStore({ databaseUrl: null, keysFile });
+  const records = await keys.load();
+  const names = new Map(records.map((r) => [r.id, r.name]));
+  let keyId: string | undefined;
+  if (typeof values.key === 'string') {
+    const want = values.key;
+    keyId = records.find((r) => r.id === want)?.id ?? records.findLast((r) => r.name === want)?.id;
+    if (keyId === undefined) throw new UsageError(`--key: no key with id or name ${want}`, help);
+  }
+  const path = usagePath(keysFile);
+  line(io.stderr, `keyward: usage ledger ${path}`);
+  let rows: UsageRow[] = [];
+  if (existsSync(path)) {
+    const store = new SqliteUsageStore(path);
+    try {
+      rows = await store.rows({ since, ...(keyId === undefined ? {} : { keyId }), ...(route === undefined ? {} : { route }) });
+    } finally {
+      await store.close();
+    }
+  }
+  if (values.json === true) {
+    line(io.stdout, JSON.stringify(rows.map((r) => view(r, names))));
+    return EXIT_OK;
+  }
+  const header = ['day', 'key', 'route', 'requests', '2xx', '3xx', '4xx', '5xx', 'other', 'limited', 'bytesIn', 'bytesOut', 'cost', 'costUnit'];
+  const cells = rows.map((r) => [r.day, names.get(r.keyId) ?? r.keyId, r.route, r.requests, r.s2xx, r.s3xx, r.s4xx, r.s5xx, r.other, r.limited, r.bytesIn, r.bytesOut, r.cost, UNITS[r.route] ?? ''].map(String));
+  if (values.csv === true) {
+    for (const row of [header, ...cells]) line(io.stdout, row.map((c) => (/[",\n]/.test(c) ? `"${c.replace(/"/g, '""')}"` : c)).join(','));
+    return EXIT_OK;
+  }
+  if (cells.length === 0) {
+    line(io.stdout, `No usage recorded since ${since}.`);
+    return EXIT_OK;
+  }
+  const table = [header.map((h) => h.toUpperCase()), ...cells];
+  const widths = (table[0] as string[]).map((_, c) => Math.max(...table.map((row) => (row[c] as string).length)));
+  for (const row of table) line(io.stdout, row.map((cell, c) => cell.padEnd(widths[c] as number)).join('  ').trimEnd());
+  return EXIT_OK;
+}

@@ -1,0 +1,109 @@
+// Reading what a call cost as the response streams past (docs/limits.md):
+// from a header, or from a top-level number field of a JSON body found by a
+// small incremental scanner. It only watches the bytes on their way to the
+// client — it never holds or delays one — survives any chunk boundary, and
+// ignores fields of the same name deeper down (each task of an SEO answer
+// carries its own `cost`). Pure.
+import type { IncomingHttpHeaders } from 'node:http';
+
+/** The first of `names` present as a finite, non-negative number, or null (absent or not a number). */
+export function headerCost(headers: IncomingHttpHeaders, names: readonly string[]): { value: number | null; bad: boolean } {
+  for (const name of names) {
+    const v = headers[name];
+    if (typeof v !== 'string') continue;
+    const n = Number(v.trim());
+    return Number.isFinite(n) && n >= 0 && v.trim() !== '' ? { value: n, bad: false } : { value: null, bad: true };
+  }
+  return { value: null, bad: false };
+}
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const COLON = 0x3a;
+const OPEN = new Set([0x7b, 0x5b]); // { [
+const CLOSE = new Set([0x7d, 0x5d]); // } ]
+const NUMBER = /^-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?$/;
+const KEY_MAX = 64;
+
+/** Finds `"field": <number>` at the top level of a streamed JSON object. */
+export class TopLevelField {
+  readonly #field: string;
+  #depth = 0;
+  #inString = false;
+  #escaped = false;
+  /** The string being read, when it may be a top-level key (null: not collecting). */
+  #string: string | null = null;
+  #lastString: string | null = null;
+  /** After `"field":` at the top level: the value's text so far. */
+  #value: string | null = null;
+  #done = false;
+  /** The field's number once read; null while not (yet) found. */
+  value: number | null = null;
+  /** The field was there but not a non-negative number. */
+  bad = false;
+
+  constructor(field: string) {
+    this.#field = field;
+  }
+
+  push(chunk: Buffer): void {
+    if (this.#done) return;
+    for (let i = 0; i < chunk.length; i++) {
+      const c = chunk[i] as number;
+      if (this.#value !== null) {
+        // Reading the value: a number ends at the first byte that cannot be in one.
+        if ((c >= 0x30 && c <= 0x39) || c === 0x2d || c === 0x2b || c === 0x2e || c === 0x65 || c === 0x45) {
+          if (this.#value.length > 40) return this.#finish();
+          this.#value += String.fromCharCode(c);
+          continue;
+        }
+        if (this.#value === '' && (c === 0x20 || c === 0x09 || c === 0x0a || c === 0x0d)) continue;
+        return this.#finish();
+      }
+      if (this.#inString) {
+        if (this.#escaped) this.#escaped = false;
+        else if (c === BACKSLASH) this.#escaped = true;
+        else if (c === QUOTE) {
+          this.#inString = false;
+          this.#lastString = this.#string;
+          this.#string = null;
+          continue;
+        }
+        if (this.#string !== null) this.#string = this.#string.length < KEY_MAX ? this.#string + String.fromCharCode(c) : null;
+        continue;
+      }
+      if (c === QUOTE) {
+        this.#inString = true;
+        this.#string = this.#depth === 1 ? '' : null;
+        this.#lastString = null;
+      } else if (OPEN.has(c)) {
+        // The body must be an object for a top-level field to exist.
+        if (this.#depth === 0 && c !== 0x7b) return void (this.#done = true);
+        this.#depth++;
+        this.#lastString = null;
+      } else if (CLOSE.has(c)) {
+        this.#depth--;
+        if (this.#depth <= 0) return void (this.#done = true);
+      } else if (c === COLON && this.#depth === 1 && this.#lastString === this.#field) {
+        this.#value = '';
+      } else if (c !== 0x20 && c !== 0x09 && c !== 0x0a && c !== 0x0d) {
+        this.#lastString = null;
+      }
+    }
+  }
+
+  /** The body ended: a number still being read is complete. */
+  end(): void {
+    if (this.#value !== null) this.#finish();
+    this.#done = true;
+  }
+
+  #finish(): void {
+    const text = this.#value ?? '';
+    this.#value = null;
+    this.#done = true;
+    const n = NUMBER.test(text) ? Number(text) : Number.NaN;
+    if (Number.isFinite(n) && n >= 0) this.value = n;
+    else this.bad = true;
+  }
+}

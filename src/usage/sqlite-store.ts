@@ -1,0 +1,98 @@
+// The usage ledger in a SQLite file beside the keys file (docs/limits.md),
+// through Node's built-in node:sqlite: no dependency, WAL so that `keyward
+// usage` can read while a gateway writes. The keys file is never rewritten
+// for usage.
+import { DatabaseSync } from 'node:sqlite';
+import type { UsageRow, UsageStore } from './ledger.ts';
+
+const SCHEMA = `
+  create table if not exists usage (
+    key_id text not null, route text not null, day text not null,
+    requests integer not null default 0, s2xx integer not null default 0, s3xx integer not null default 0,
+    s4xx integer not null default 0, s5xx integer not null default 0, other integer not null default 0,
+    limited integer not null default 0, bytes_in integer not null default 0, bytes_out integer not null default 0,
+    cost real not null default 0,
+    primary key (key_id, route, day)
+  )`;
+
+const UPSERT = `
+  insert into usage (key_id, route, day, requests, s2xx, s3xx, s4xx, s5xx, other, limited, bytes_in, bytes_out, cost)
+  values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+  on conflict (key_id, route, day) do update set
+    requests = requests + excluded.requests, s2xx = s2xx + excluded.s2xx, s3xx = s3xx + excluded.s3xx,
+    s4xx = s4xx + excluded.s4xx, s5xx = s5xx + excluded.s5xx, other = other + excluded.other,
+    limited = limited + excluded.limited, bytes_in = bytes_in + excluded.bytes_in,
+    bytes_out = bytes_out + excluded.bytes_out, cost = cost + excluded.cost`;
+
+interface Stored {
+  key_id: string;
+  route: string;
+  day: string;
+  requests: number;
+  s2xx: number;
+  s3xx: number;
+  s4xx: number;
+  s5xx: number;
+  other: number;
+  limited: number;
+  bytes_in: number;
+  bytes_out: number;
+  cost: number;
+}
+
+export class SqliteUsageStore implements UsageStore {
+  readonly location: string;
+  readonly #db: DatabaseSync;
+
+  constructor(path: string) {
+    this.location = path;
+    this.#db = new DatabaseSync(path);
+    this.#db.exec('pragma journal_mode = wal; pragma busy_timeout = 5000;');
+    this.#db.exec(SCHEMA);
+  }
+
+  add(rows: readonly UsageRow[]): Promise<void> {
+    const upsert = this.#db.prepare(UPSERT);
+    // One transaction per batch: all of it or none of it.
+    this.#db.exec('begin immediate');
+    try {
+      for (const r of rows) upsert.run(r.keyId, r.route, r.day, r.requests, r.s2xx, r.s3xx, r.s4xx, r.s5xx, r.other, r.limited, r.bytesIn, r.bytesOut, r.cost);
+      this.#db.exec('commit');
+    } catch (err) {
+      this.#db.exec('rollback');
+      return Promise.reject(err as Error);
+    }
+    return Promise.resolve();
+  }
+
+  rows(filter: { since?: string; keyId?: string; route?: string }): Promise<UsageRow[]> {
+    const found = this.#db
+      .prepare('select * from usage where day >= ? and (? is null or key_id = ?) and (? is null or route = ?) order by day, key_id, route')
+      .all(filter.since ?? '', filter.keyId ?? null, filter.keyId ?? null, filter.route ?? null, filter.route ?? null) as unknown as Stored[];
+    return Promise.resolve(
+      found.map((r) => ({
+        keyId: r.key_id,
+        route: r.route,
+        day: r.day,
+        requests: r.requests,
+        s2xx: r.s2xx,
+        s3xx: r.s3xx,
+        s4xx: r.s4xx,
+        s5xx: r.s5xx,
+        other: r.other,
+        limited: r.limited,
+        bytesIn: r.bytes_in,
+        bytesOut: r.bytes_out,
+        cost: r.cost,
+      })),
+    );
+  }
+
+  close(): Promise<void> {
+    if (this.#db.isOpen) this.#db.close();
+    return Promise.resolve();
+  }
+}
+
+/** The ledger's file for a keys file: `keys.json` → `keys.json.usage.sqlite`. */
+export const usagePath = (keysFile: string): string => `${keysFile}.usage.sqlite`;
