@@ -30,8 +30,16 @@ import { SqliteUsageStore, usagePath } from './usage/sqlite-store.ts';
  * The ledger's store: SQLite beside the keys file. With keys in PostgreSQL
  * the ledger is not kept across restarts yet (docs/limits.md).
  */
-function usageStoreFor(config: Config, store: KeyStore): UsageStore {
-  return store.shared === true ? new MemoryUsageStore() : new SqliteUsageStore(usagePath(config.keysFile));
+function usageStoreFor(config: Config, store: KeyStore, logger: Logger): UsageStore {
+  if (store.shared === true) return new MemoryUsageStore();
+  const path = usagePath(config.keysFile);
+  try {
+    return new SqliteUsageStore(path);
+  } catch (err) {
+    // Serving matters more than the ledger: said loudly, and limits then count from zero after a restart.
+    logger.error({ err, usageLedger: path }, 'usage ledger cannot be opened; counting in memory only');
+    return new MemoryUsageStore();
+  }
 }
 
 export interface Readiness {
@@ -99,7 +107,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     logger.warn({ err }, 'last-use times not written'),
   );
   const sweeper = new Sweeper(() => runtime.config, expire);
-  const ledger = new Ledger(options.usageStore ?? usageStoreFor(config, store), (err) => {
+  const ledger = new Ledger(options.usageStore ?? usageStoreFor(config, store, logger), (err) => {
     metrics.usageFlushFailed();
     logger.warn({ err }, 'usage not written; kept for the next flush');
   });

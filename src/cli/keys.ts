@@ -7,6 +7,11 @@ import type { KeyRecord } from '../keys/keyset.ts';
 import { createKey, importKeys, KeyUsageError, listKeys, revokeKey, rotateKey, updateKey, type KeyChanges } from '../keys/manage.ts';
 import { openKeyStore } from '../keys/open.ts';
 import type { KeyStore } from '../keys/store.ts';
+import { existsSync } from 'node:fs';
+import type { UsageRow } from '../usage/ledger.ts';
+import { leftFor } from '../usage/left.ts';
+import { periodOf } from '../usage/policy.ts';
+import { SqliteUsageStore, usagePath } from '../usage/sqlite-store.ts';
 import { applyLimits, describeLimits, LIMIT_OPTIONS, limitChanges } from './limits.ts';
 import { durationOption, EXIT_OK, HELP, HelpRequested, line, parse, readText, routesOption, UsageError, type Io } from './args.ts';
 
@@ -91,15 +96,17 @@ function keysAction(sub: string, rest: string[], command: string, help: string):
       const { values } = parse(rest, { json: { type: 'boolean' } }, command);
       return async (store, io) => {
         const [records, used] = await Promise.all([listKeys(store), store.lastUse()]);
+        const usage = await usageThisMonth(store, records);
+        const left = new Map(records.map((r) => [r.id, leftFor(r, usage)]));
         if (values.json === true) {
-          line(io.stdout, JSON.stringify(records.map((r) => publicView(r, used.get(r.id) ?? null))));
+          line(io.stdout, JSON.stringify(records.map((r) => ({ ...publicView(r, used.get(r.id) ?? null), ...(left.get(r.id) ? { left: left.get(r.id) } : {}) }))));
           return EXIT_OK;
         }
         // A LIMITS column only once some key has limits: the table stays as it was for those who use none.
         const limited = records.some((r) => r.limits !== undefined);
         const rows = [
           ['ID', 'NAME', 'ROUTES', 'CREATED', 'EXPIRES', 'REVOKED', 'LAST USED', ...(limited ? ['LIMITS'] : [])],
-          ...records.map((r) => [r.id, r.name, r.routes?.join(',') ?? 'all', r.created, r.expires ?? '-', r.revoked ?? '-', used.get(r.id) ?? '-', ...(limited ? [describeLimits(r.limits)] : [])]),
+          ...records.map((r) => [r.id, r.name, r.routes?.join(',') ?? 'all', r.created, r.expires ?? '-', r.revoked ?? '-', used.get(r.id) ?? '-', ...(limited ? [describeLimits(r.limits, left.get(r.id) ?? null)] : [])]),
         ];
         const widths = rows[0]!.map((_, c) => Math.max(...rows.map((row) => row[c]!.length)));
         for (const row of rows) line(io.stdout, row.map((cell, c) => cell.padEnd(widths[c]!)).join('  ').trimEnd());
@@ -196,3 +203,16 @@ function readKeysArgument(file: string): KeyRecord[] {
   }
 }
 
+
+/** This month's ledger rows, when some key has a quota or budget and the store keeps a ledger file. */
+async function usageThisMonth(store: KeyStore, records: readonly KeyRecord[]): Promise<UsageRow[]> {
+  if (store.shared === true || !records.some((r) => r.limits?.quota !== undefined || r.limits?.budgets !== undefined)) return [];
+  const path = usagePath(store.location);
+  if (!existsSync(path)) return [];
+  const ledger = new SqliteUsageStore(path);
+  try {
+    return await ledger.rows({ since: `${periodOf('month', Date.now()).key}-01` });
+  } finally {
+    await ledger.close();
+  }
+}

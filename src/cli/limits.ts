@@ -2,6 +2,7 @@
 // checked before the store is opened, turned into changes of a key's limits.
 import type { ParseArgsOptionsConfig } from 'node:util';
 import { UPSTREAMS } from '../routes.ts';
+import type { Left } from '../usage/left.ts';
 import { limitsProblem, type Limits } from '../usage/policy.ts';
 import { UsageError } from './args.ts';
 
@@ -96,13 +97,13 @@ export function applyLimits(limits: Limits | undefined, changes: LimitChanges): 
   return Object.keys(next).length === 0 ? undefined : (next as Limits);
 }
 
-/** One line for `keys list` and the create/update messages: `rate 10/s burst 20, quota 1000/day, budget seo 5/day`. */
-export function describeLimits(limits: Limits | undefined): string {
+/** One line for `keys list` and the create/update messages: `rate 10/s burst 20, quota 1000/day (988 left), budget seo 5/day`. */
+export function describeLimits(limits: Limits | undefined, left: Left | null = null): string {
   if (limits === undefined) return 'none';
   const parts: string[] = [];
   if (limits.rate !== undefined) parts.push(`rate ${limits.rate}${limits.burst !== undefined ? ` burst ${limits.burst}` : ''}`);
   if (limits.concurrency !== undefined) parts.push(`concurrency ${limits.concurrency}`);
-  if (limits.quota !== undefined) parts.push(`quota ${limits.quota}`);
-  for (const [route, b] of Object.entries(limits.budgets ?? {})) parts.push(`budget ${route} ${b}`);
+  if (limits.quota !== undefined) parts.push(`quota ${limits.quota}${left?.quota !== undefined ? ` (${left.quota} left)` : ''}`);
+  for (const [route, b] of Object.entries(limits.budgets ?? {})) parts.push(`budget ${route} ${b}${left?.budgets?.[route] !== undefined ? ` (${left.budgets[route]} left)` : ''}`);
   return parts.join(', ');
 }
