@@ -172,7 +172,7 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
     // A key without limits pays one property read here.
     if (principal.limits !== undefined) {
       const policy = policyFor(principal);
-      const admitted = policy === null ? null : deps.limiter.admit(principal.id, policy, route.name, Date.now());
+      const admitted = policy === null ? null : deps.limiter.admit(principal.id, policy, route.name, Date.now(), deps.ledger.gateways);
       if (admitted !== null && 'code' in admitted) return refuseLimited(ex, req, res, route.index, admitted);
       ex.admission = admitted;
     }

@@ -26,12 +26,10 @@ import { Ledger, MemoryUsageStore, type UsageStore } from './usage/ledger.ts';
 import { Limiter } from './usage/limiter.ts';
 import { SqliteUsageStore, usagePath } from './usage/sqlite-store.ts';
 
-/**
- * The ledger's store: SQLite beside the keys file. With keys in PostgreSQL
- * the ledger is not kept across restarts yet (docs/limits.md).
- */
+/** The ledger's store: the key store's own (PostgreSQL, shared by the fleet), else SQLite beside the keys file. */
 function usageStoreFor(config: Config, store: KeyStore, logger: Logger): UsageStore {
-  if (store.shared === true) return new MemoryUsageStore();
+  const shared = store.usage?.();
+  if (shared !== undefined) return shared;
   const path = usagePath(config.keysFile);
   try {
     return new SqliteUsageStore(path);
@@ -219,6 +217,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
       closing ??= new Promise<void>((resolve) => {
         draining = true;
         keys.stop();
+        void ledger.leave();
         logger.info({ drainTimeoutMs: runtime.config.drainTimeoutMs }, 'draining');
         // Connections become idle as their last response ends; close them as they do.
         const sweep = setInterval(() => server.closeIdleConnections(), 100);

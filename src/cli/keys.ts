@@ -206,12 +206,15 @@ function readKeysArgument(file: string): KeyRecord[] {
 
 /** This month's ledger rows, when some key has a quota or budget and the store keeps a ledger file. */
 async function usageThisMonth(store: KeyStore, records: readonly KeyRecord[]): Promise<UsageRow[]> {
-  if (store.shared === true || !records.some((r) => r.limits?.quota !== undefined || r.limits?.budgets !== undefined)) return [];
+  if (!records.some((r) => r.limits?.quota !== undefined || r.limits?.budgets !== undefined)) return [];
+  const since = `${periodOf('month', Date.now()).key}-01`;
+  const shared = store.usage?.();
+  if (shared !== undefined) return shared.rows({ since });
   const path = usagePath(store.location);
   if (!existsSync(path)) return [];
   const ledger = new SqliteUsageStore(path);
   try {
-    return await ledger.rows({ since: `${periodOf('month', Date.now()).key}-01` });
+    return await ledger.rows({ since });
   } finally {
     await ledger.close();
   }

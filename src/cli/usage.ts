@@ -47,29 +47,42 @@ export async function usageCommand(args: string[], io: Io): Promise<number> {
   if (route !== undefined && !UPSTREAMS.some((u) => u.name === route)) throw new UsageError(`--route: unknown route ${route}`, help);
   const since = typeof values.since === 'string' ? sinceDay(values.since, Date.now(), help) : new Date(Date.now() - 30 * DAY_MS).toISOString().slice(0, 10);
   const env = effectiveEnv(io.env, readText);
-  const databaseUrl = loadConfigForStore(env, io.cwd).databaseUrl;
-  if (databaseUrl !== null) throw new UsageError('usage: the ledger is kept in PostgreSQL in a later version; with KEYWARD_DATABASE_URL each gateway counts for itself', help);
   const keysFile = keysFilePath(env, io.cwd);
-  const keys = openKeyStore({ databaseUrl: null, keysFile });
-  const records = await keys.load();
-  const names = new Map(records.map((r) => [r.id, r.name]));
-  let keyId: string | undefined;
-  if (typeof values.key === 'string') {
-    const want = values.key;
-    keyId = records.find((r) => r.id === want)?.id ?? records.findLast((r) => r.name === want)?.id;
-    if (keyId === undefined) throw new UsageError(`--key: no key with id or name ${want}`, help);
-  }
-  const path = usagePath(keysFile);
-  line(io.stderr, `keyward: usage ledger ${path}`);
+  const keys = openKeyStore({ databaseUrl: loadConfigForStore(env, io.cwd).databaseUrl, keysFile });
   let rows: UsageRow[] = [];
-  if (existsSync(path)) {
-    const store = new SqliteUsageStore(path);
-    try {
-      rows = await store.rows({ since, ...(keyId === undefined ? {} : { keyId }), ...(route === undefined ? {} : { route }) });
-    } finally {
-      await store.close();
+  try {
+    const records = await keys.load();
+    const names = new Map(records.map((r) => [r.id, r.name]));
+    let keyId: string | undefined;
+    if (typeof values.key === 'string') {
+      const want = values.key;
+      keyId = records.find((r) => r.id === want)?.id ?? records.findLast((r) => r.name === want)?.id;
+      if (keyId === undefined) throw new UsageError(`--key: no key with id or name ${want}`, help);
     }
+    const filter = { since, ...(keyId === undefined ? {} : { keyId }), ...(route === undefined ? {} : { route }) };
+    const shared = keys.usage?.();
+    if (shared !== undefined) {
+      line(io.stderr, `keyward: usage ledger in ${shared.location}`);
+      rows = await shared.rows(filter);
+    } else {
+      const path = usagePath(keysFile);
+      line(io.stderr, `keyward: usage ledger ${path}`);
+      if (existsSync(path)) {
+        const store = new SqliteUsageStore(path);
+        try {
+          rows = await store.rows(filter);
+        } finally {
+          await store.close();
+        }
+      }
+    }
+    return print(rows, names, values, since, io);
+  } finally {
+    await keys.close?.();
   }
+}
+
+function print(rows: readonly UsageRow[], names: ReadonlyMap<string, string>, values: { json?: unknown; csv?: unknown }, since: string, io: Io): number {
   if (values.json === true) {
     line(io.stdout, JSON.stringify(rows.map((r) => view(r, names))));
     return EXIT_OK;

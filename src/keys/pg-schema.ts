@@ -113,6 +113,28 @@ export const MIGRATIONS: readonly string[] = [
      on keyward_keys for each row execute procedure keyward_keys_stamp();
    create trigger keyward_keys_notify after insert or delete or truncate or update of id, name, digest, created, expires, revoked, routes, previous, limits, version
      on keyward_keys for each statement execute procedure keyward_keys_notify();`,
+  // 4: the usage ledger shared by the fleet, and the gateways alive in it (docs/limits.md).
+  `create table keyward_usage (
+     key_id text not null,
+     route text not null,
+     day date not null,
+     requests bigint not null default 0,
+     s2xx bigint not null default 0,
+     s3xx bigint not null default 0,
+     s4xx bigint not null default 0,
+     s5xx bigint not null default 0,
+     other bigint not null default 0,
+     limited bigint not null default 0,
+     bytes_in bigint not null default 0,
+     bytes_out bigint not null default 0,
+     cost double precision not null default 0,
+     primary key (key_id, route, day)
+   );
+   create index keyward_usage_day on keyward_usage (day);
+   create table keyward_gateways (
+     id text primary key,
+     seen timestamptz not null
+   );`,
 ];
 
 export interface Row {

@@ -8,6 +8,7 @@
 import postgres from 'postgres';
 import type { KeyRecord } from './keyset.ts';
 import { allRows, CHANNEL, MIGRATION_LOCK, MIGRATIONS, notice, toRecord, WRITE_LOCK } from './pg-schema.ts';
+import { PgUsageStore } from './pg-usage.ts';
 import { reconnectDelayMs, watchTable } from './pg-watch.ts';
 import { validRecords } from './record.ts';
 import type { Change, KeyStore, UpdateOptions } from './store.ts';
@@ -131,6 +132,10 @@ export class PgKeyStore implements KeyStore {
     await this.migrate();
     const rows = await this.#sql<Array<{ id: string; last_used: Date }>>`select id, last_used from keyward_keys where last_used is not null`;
     return new Map(rows.map((r) => [r.id, r.last_used.toISOString()]));
+  }
+
+  usage(): PgUsageStore {
+    return new PgUsageStore(this.#sql, this.location, () => this.migrate());
   }
 
   async close(): Promise<void> {

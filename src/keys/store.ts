@@ -1,6 +1,7 @@
 // The key store seam (docs/keys.md): load the full set, watch for changes, apply
 // a change. The file store is one implementation; a shared store for a fleet
 // implements the same calls and the request path does not change.
+import type { UsageStore } from '../usage/ledger.ts';
 import type { KeyRecord } from './keyset.ts';
 
 export interface Change<T> {
@@ -31,6 +32,8 @@ export interface KeyStore {
   watch(onChange: (records: readonly KeyRecord[]) => void, onError: (err: Error) => void, onStatus?: (up: boolean, err?: Error) => void, onInvalid?: (invalid: ReadonlyMap<string, string>) => void): () => void;
   /** A store shared by a fleet (PostgreSQL): a gateway may start before it is reachable. */
   readonly shared?: boolean;
+  /** The usage ledger kept beside these keys, when the store keeps one (PostgreSQL). */
+  usage?(): UsageStore;
   /** Release connections (the CLI's exit). */
   close?(): Promise<void>;
   /** Apply `change` to the current set under the store's lock and persist the result. */

@@ -27,9 +27,19 @@ export interface UsageRow {
   cost: number;
 }
 
+/** The gateways sharing a ledger: each says it is alive and learns how many are. */
+export interface FleetView {
+  /** Mark this gateway alive; the number of live gateways, this one included. */
+  heartbeat(id: string): Promise<number>;
+  /** This gateway leaves the fleet (drain): the others take over its share at once. */
+  leave(id: string): Promise<void>;
+}
+
 /** Where the ledger is kept: the SQLite file beside the keys file, or PostgreSQL. */
 export interface UsageStore {
   readonly location: string;
+  /** Set for a ledger shared by a fleet: totals are re-read at each flush and limits shared. */
+  readonly fleet?: FleetView;
   /** Add these counts to the stored ones (additive upserts, one batch). */
   add(rows: readonly UsageRow[]): Promise<void>;
   /** Stored rows from `since` (a UTC day) on, optionally for one key or route. */
@@ -59,6 +69,9 @@ export class Ledger implements PeriodUse {
   readonly #totals = new Map<string, number>();
   #monthKey = '';
   #timer: NodeJS.Timeout | null = null;
+  /** Live gateways sharing the keys' rates and concurrency (1 alone). */
+  gateways = 1;
+  readonly #id = `${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
   #flushing: Promise<void> | null = null;
   readonly #onError: (err: Error) => void;
 
@@ -72,8 +85,36 @@ export class Ledger implements PeriodUse {
     const month = periodOf('month', now);
     this.#monthKey = month.key;
     for (const row of await this.#store.rows({ since: `${month.key}-01` })) this.#count(row);
-    this.#timer = setInterval(() => void this.flush(), flushMs);
+    await this.#beat();
+    this.#timer = setInterval(() => void this.#tick(), flushMs);
     this.#timer.unref();
+  }
+
+  /** Flush; with a fleet, re-read the period totals everyone wrote and say this gateway is alive. */
+  async #tick(): Promise<void> {
+    await this.flush();
+    if (this.#store.fleet === undefined) return;
+    try {
+      await this.#refresh();
+      await this.#beat();
+    } catch (err) {
+      this.#onError(err as Error);
+    }
+  }
+
+  async #beat(): Promise<void> {
+    const fleet = this.#store.fleet;
+    if (fleet !== undefined) this.gateways = await fleet.heartbeat(this.#id).catch(() => this.gateways);
+  }
+
+  /** Totals = what the fleet has written this month + what this gateway has not written yet. */
+  async #refresh(now = Date.now()): Promise<void> {
+    const month = periodOf('month', now).key;
+    const stored = await this.#store.rows({ since: `${month}-01` });
+    this.#totals.clear();
+    this.#monthKey = month;
+    for (const row of stored) this.#count(row);
+    for (const row of this.#pending.values()) this.#count(row);
   }
 
   /** A forwarded request, once it completed: its status (null: none reached the client), body bytes and reported cost. */
@@ -111,9 +152,15 @@ export class Ledger implements PeriodUse {
     return this.#flushing;
   }
 
+  /** Leave the fleet (the drain's first step): the others take this gateway's share at once. */
+  leave(): Promise<void> {
+    return this.#store.fleet?.leave(this.#id).catch(() => undefined) ?? Promise.resolve();
+  }
+
   /** The final flush (drain): stop the timer, write everything, close the store. */
   async stop(): Promise<void> {
     if (this.#timer !== null) clearInterval(this.#timer);
+    await this.leave();
     await this.flush();
     // A write still failing at shutdown: one more try, then it is reported.
     if (this.#pending.size > 0) await this.#write();

@@ -40,7 +40,12 @@ export class Limiter {
     this.#use = use;
   }
 
-  admit(keyId: string, policy: Policy, route: string, now: number): Admission | Refused {
+  /**
+   * `share`: the live gateways of a fleet (1 alone). Each takes 1/share of a
+   * key's rate and burst, and of its concurrency rounded up, so the fleet
+   * together admits at most the limit plus share-1 (docs/limits.md).
+   */
+  admit(keyId: string, policy: Policy, route: string, now: number, share = 1): Admission | Refused {
     if (policy.quota !== null) {
       const used = this.#use.requests(keyId, policy.quota.period, now);
       if (used >= policy.quota.count) return this.#periodOver('quota_exceeded', policy.quota.count, policy.quota.period, now);
@@ -49,13 +54,14 @@ export class Limiter {
     if (budget !== undefined && this.#use.cost(keyId, route, budget.period, now) >= budget.amount) {
       return this.#periodOver('budget_exceeded', budget.amount, budget.period, now);
     }
-    const limit = policy.concurrency;
+    const limit = policy.concurrency === null ? null : Math.max(1, Math.ceil(policy.concurrency / share));
     const running = this.#inFlight.get(keyId) ?? 0;
     if (limit !== null && running >= limit) return { code: 'concurrency_limited', retryAfter: 1, limit, remaining: 0, reset: 1 };
     let bucket: { tokens: number; at: number } | undefined;
     if (policy.rate !== null) {
-      const { count, seconds: per, burst } = policy.rate;
-      const perMs = count / (per * 1000);
+      const { count, seconds: per } = policy.rate;
+      const burst = Math.max(1, policy.rate.burst / share);
+      const perMs = count / share / (per * 1000);
       bucket = this.#buckets.get(keyId) ?? { tokens: burst, at: now };
       bucket.tokens = Math.min(burst, bucket.tokens + (now - bucket.at) * perMs);
       bucket.at = now;
