@@ -49,13 +49,14 @@ const only = args.only?.split(',');
 const dir = mkdtempSync(join(tmpdir(), 'keyward-bench-'));
 const secrets: Secrets = benchSecrets(randomBytes(8).toString('hex'), generateToken());
 
-function keysFile(count: number): string {
+/** A keys file with the bench key and `count - 1` others; `limits` on the bench key (none by default). */
+function keysFile(count: number, limits?: KeyRecord['limits']): string {
   const now = new Date().toISOString();
-  const records: KeyRecord[] = [{ id: 'key_bench', name: 'bench', digest: `sha256:${tokenDigest(secrets.clientToken)}`, created: now, expires: null, revoked: null }];
+  const records: KeyRecord[] = [{ id: 'key_bench', name: 'bench', digest: `sha256:${tokenDigest(secrets.clientToken)}`, created: now, expires: null, revoked: null, ...(limits === undefined ? {} : { limits }) }];
   for (let i = 1; i < count; i++) {
     records.push({ id: `key_${i.toString(16).padStart(8, '0')}`, name: `client-${i}`, digest: `sha256:${randomBytes(32).toString('hex')}`, created: now, expires: null, revoked: null });
   }
-  const path = join(dir, `keys-${count}.json`);
+  const path = join(dir, `keys-${count}${limits === undefined ? '' : '-limited'}.json`);
   writeFileSync(path, serialiseKeysFile(records));
   return path;
 }
@@ -63,13 +64,17 @@ function keysFile(count: number): string {
 const QUIET = 'keyward, no log line or metrics';
 const NO_LOG = 'keyward, no log line';
 const NO_FILTER = 'keyward, egress filter off';
+const LIMITED = 'keyward, key with every limit';
+/** Every limit set, none ever reached: what admission and accounting cost a request. */
+const EVERY_LIMIT = { rate: '100000000/s', burst: 100_000_000, concurrency: 1_000_000, quota: '1000000000/month', budgets: { seo: '1000000000/month', speech: '1000000000000/month' } };
 /** Systems measured in some scenarios only (the rest would add minutes and say nothing new). */
-const LIMITED: ReadonlyMap<string, readonly string[]> = new Map([
+const ONLY: ReadonlyMap<string, readonly string[]> = new Map([
   [QUIET, ['small']],
   [NO_LOG, ['small']],
   [NO_FILTER, ['small', 'stream']],
+  [LIMITED, ['small']],
 ]);
-const runs = (system: string, scenario: string): boolean => LIMITED.get(system)?.includes(scenario) ?? true;
+const runs = (system: string, scenario: string): boolean => ONLY.get(system)?.includes(scenario) ?? true;
 
 const median = (xs: number[]): number | null => {
   if (xs.length === 0) return null;
@@ -130,6 +135,8 @@ async function main(): Promise<void> {
     systems.push(await keyward(up.port, secrets, keysFile(10), QUIET, { KEYWARD_LOG_LEVEL: 'warn', KEYWARD_ADMIN_PORT: 'off' }));
     // The same gateway without the egress filter: what scanning responses for upstream secrets costs.
     systems.push(await keyward(up.port, secrets, keysFile(10), NO_FILTER, { KEYWARD_EGRESS_FILTER: 'off' }));
+    // The same gateway whose bench key has every limit (none reached): admission and the ledger per request.
+    systems.push(await keyward(up.port, secrets, keysFile(10, EVERY_LIMIT), LIMITED));
     for (const v of args.variant ?? []) {
       const [label, settings = ''] = v.split(':');
       const env = Object.fromEntries(settings.split(',').filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
@@ -326,6 +333,16 @@ function report(results: Record<string, Record<string, Measurement[]>>, keyScale
     );
     add('egress filter: CPU per small request', filterCost, 2, '<=', ' µs');
     add('egress filter: stream throughput, on vs off', streamRatio, 0.95, '>=');
+  }
+  const limitsCost = median(perRound(LIMITED, 'keyward'));
+  if (limitsCost !== null) {
+    lines.push(
+      '## per-key limits',
+      '',
+      `The bench key with every limit set (rate, burst, concurrency, quota, budgets; none reached) against the same gateway whose key has none, same run, small request: **${fmt(limitsCost, 1)} µs** of CPU per request (rounds ${perRound(LIMITED, 'keyward').map((x) => fmt(x, 1)).join(', ')}). Keys without limits are not checked; every key's requests go to the ledger in both.`,
+      '',
+    );
+    add('limits: CPU per small request, every limit vs none', limitsCost, 3, '<=', ' µs');
   }
   if (logLine !== null) {
     lines.push(

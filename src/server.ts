@@ -105,10 +105,15 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     logger.warn({ err }, 'last-use times not written'),
   );
   const sweeper = new Sweeper(() => runtime.config, expire);
-  const ledger = new Ledger(options.usageStore ?? usageStoreFor(config, store, logger), (err) => {
-    metrics.usageFlushFailed();
-    logger.warn({ err }, 'usage not written; kept for the next flush');
-  });
+  const ledger = new Ledger(
+    options.usageStore ?? usageStoreFor(config, store, logger),
+    (err, first) => {
+      metrics.usageFlushFailed();
+      // Said once per outage, not every flush.
+      if (first) logger.warn({ err }, 'usage not written; kept and retried at every flush');
+    },
+    () => logger.info('usage written again'),
+  );
   await ledger.start(config.usageFlushMs);
   const limiter = new Limiter(ledger);
   const credentialParams = (): ReadonlySet<string> => {

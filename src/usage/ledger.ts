@@ -73,18 +73,27 @@ export class Ledger implements PeriodUse {
   gateways = 1;
   readonly #id = `${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
   #flushing: Promise<void> | null = null;
-  readonly #onError: (err: Error) => void;
+  /** Every failed write (`first`: the first since the last success, for a log said once per outage); `recovered` after one. */
+  readonly #onError: (err: Error, first: boolean) => void;
+  readonly #onRecovered: () => void;
+  #failing = false;
 
-  constructor(store: UsageStore, onError: (err: Error) => void) {
+  constructor(store: UsageStore, onError: (err: Error, first: boolean) => void, onRecovered: () => void = () => undefined) {
     this.#store = store;
     this.#onError = onError;
+    this.#onRecovered = onRecovered;
   }
 
   /** Read this month's totals, then write every `flushMs`. */
   async start(flushMs: number, now = Date.now()): Promise<void> {
     const month = periodOf('month', now);
     this.#monthKey = month.key;
-    for (const row of await this.#store.rows({ since: `${month.key}-01` })) this.#count(row);
+    try {
+      for (const row of await this.#store.rows({ since: `${month.key}-01` })) this.#count(row);
+    } catch {
+      // A shared store may be down while a gateway starts (it serves anyway,
+      // docs/fleet.md): the totals are read at the next flush that reaches it.
+    }
     await this.#beat();
     this.#timer = setInterval(() => void this.#tick(), flushMs);
     this.#timer.unref();
@@ -97,8 +106,8 @@ export class Ledger implements PeriodUse {
     try {
       await this.#refresh();
       await this.#beat();
-    } catch (err) {
-      this.#onError(err as Error);
+    } catch {
+      // The store is unreachable: the last totals stand until it is back (the flush says so).
     }
   }
 
@@ -173,6 +182,10 @@ export class Ledger implements PeriodUse {
     this.#pending = new Map();
     try {
       await this.#store.add([...batch.values()]);
+      if (this.#failing) {
+        this.#failing = false;
+        this.#onRecovered();
+      }
     } catch (err) {
       // Kept, and merged with what came meanwhile: written once, by a later flush.
       for (const [k, row] of batch) {
@@ -180,7 +193,8 @@ export class Ledger implements PeriodUse {
         if (now === undefined) this.#pending.set(k, row);
         else merge(now, row);
       }
-      this.#onError(err as Error);
+      this.#onError(err as Error, !this.#failing);
+      this.#failing = true;
     }
   }
 

@@ -174,7 +174,8 @@ test('a ledger write that fails is retried with its counts kept; none is lost or
     assert.equal(written.reduce((a, r) => a + r.requests, 0), 8, 'every request counted once');
     const m = parseProm(await gw.gateway.metrics.text());
     assert.equal(m.sum('keyward_usage_flush_errors_total'), 2);
-    assert.equal(gw.logs().filter((l) => l.msg === 'usage not written; kept for the next flush').length, 2);
+    assert.equal(gw.logs().filter((l) => l.msg === 'usage not written; kept and retried at every flush').length, 1, 'said once per outage');
+    assert.equal(gw.logs().filter((l) => l.msg === 'usage written again').length, 1);
   } finally {
     await gw.close();
     await up.close();
@@ -229,6 +230,38 @@ test('a spent quota stays spent across a restart; SIGTERM writes what was counte
     const csv = (await runCli(['usage', '--csv', '--key', 'q'], env)).stdout.split('\n');
     assert.equal(csv[0], 'day,key,route,requests,2xx,3xx,4xx,5xx,other,limited,bytesIn,bytesOut,cost,costUnit');
     assert.equal(csv.length, 3);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+    await up.close();
+  }
+});
+
+test('a crash loses at most one flush interval of the ledger; a cost that is not a number is counted as none and said once per route', { timeout: 60_000 }, async () => {
+  const up = await startUpstream((req, res) => {
+    req.resume();
+    res.writeHead(200, { 'content-type': 'audio/mpeg', 'character-cost': 'lots', 'content-length': 2 });
+    res.end('ok');
+  });
+  const { mkdtempSync, rmSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const dir = mkdtempSync(join(tmpdir(), 'keyward-crash-'));
+  const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_PORT: '0', KEYWARD_SPEECH_URL: up.url, KEYWARD_SPEECH_KEY: 'speech-secret-value', KEYWARD_USAGE_FLUSH: '300ms' };
+  try {
+    const { token } = JSON.parse((await runCli(['keys', 'create', '--name', 'c', '--json'], env)).stdout) as { token: string };
+    const gw = await startCli(['serve'], env, '"msg":"keyward listening"');
+    const port = (JSON.parse(gw.output().split('\n').find((l) => l.includes('keyward listening')) as string) as { port: number }).port;
+    for (let i = 0; i < 5; i++) assert.equal((await request(`http://127.0.0.1:${port}/speech/v1/x`, { headers: auth(token) })).status, 200);
+    await sleep(1_000); // several flushes
+    for (let i = 0; i < 3; i++) assert.equal((await request(`http://127.0.0.1:${port}/speech/v1/y`, { headers: auth(token) })).status, 200);
+    gw.child.kill('SIGKILL');
+    await deadline(gw.done, 10_000, 'killed');
+    const bad = gw.output().split('\n').filter((l) => l.includes('reported a cost that is not a number'));
+    assert.equal(bad.length, 1, 'said once for the route');
+    const rows = JSON.parse((await runCli(['usage', '--json'], env)).stdout) as Array<{ requests: number; cost: number }>;
+    const counted = rows.reduce((a, r) => a + r.requests, 0);
+    assert.ok(counted >= 5 && counted <= 8, `after a crash the ledger holds ${counted} of 8`);
+    assert.equal(rows.reduce((a, r) => a + r.cost, 0), 0);
   } finally {
     rmSync(dir, { recursive: true, force: true });
     await up.close();
