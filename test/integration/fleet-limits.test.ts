@@ -18,6 +18,10 @@ test('three gateways share quota, rate and concurrency within the stated oversho
   const held: http.ServerResponse[] = [];
   const up = await startUpstream((req, res) => {
     req.resume();
+    if (req.url?.startsWith('/v1/') === true) {
+      res.writeHead(200, { 'content-type': 'audio/mpeg', 'character-cost': '10', 'content-length': 2 });
+      return void res.end('ok');
+    }
     if (req.url?.includes('hold') === true) {
       res.writeHead(200, { 'content-type': 'text/plain' });
       res.write('held');
@@ -27,7 +31,7 @@ test('three gateways share quota, rate and concurrency within the stated oversho
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': 2 });
     res.end('{}');
   });
-  const env = { KEYWARD_DATABASE_URL: db.url, KEYWARD_PORT: '0', KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p', KEYWARD_USAGE_FLUSH: `${FLUSH_MS}ms` };
+  const env = { KEYWARD_DATABASE_URL: db.url, KEYWARD_PORT: '0', KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p', KEYWARD_SPEECH_URL: up.url, KEYWARD_SPEECH_KEY: 'speech-secret-value', KEYWARD_USAGE_FLUSH: `${FLUSH_MS}ms` };
   const gateways: Array<Awaited<ReturnType<typeof startCli>>> = [];
   try {
     const key = async (name: string, ...limits: string[]): Promise<string> => {
@@ -38,6 +42,7 @@ test('three gateways share quota, rate and concurrency within the stated oversho
     const quota = await key('quota', '--quota', '60/day');
     const rate = await key('rate', '--rate', '6/m', '--burst', '6');
     const conc = await key('conc', '--concurrency', '3');
+    const budget = await key('budget', '--budget', 'speech=200/day');
     for (let i = 0; i < 3; i++) gateways.push(await startCli(['serve'], env, '"msg":"keyward listening"'));
     const bases = gateways.map((g) => `http://127.0.0.1:${(JSON.parse(g.output().split('\n').find((l) => l.includes('keyward listening')) as string) as { port: number }).port}`);
     const get = async (base: string, token: string, path = '/seo/v3/x'): Promise<number> => (await request(`${base}${path}`, { headers: { authorization: `Bearer ${token}` } })).status;
@@ -61,6 +66,21 @@ test('three gateways share quota, rate and concurrency within the stated oversho
     const bound = 60 + 2 * Math.ceil(20 * 2 * (FLUSH_MS / 1000));
     console.log(`quota 60/day on 3 gateways: admitted ${total} (${admitted.join(' + ')}); overshoot ${total - 60}, bound ${bound - 60}`);
     assert.ok(total >= 60 && total <= bound, `admitted ${total}`);
+
+    // Budget 200 characters a day, each call reporting 10: the same mechanism, in the route's unit.
+    const spentBy = [0, 0, 0];
+    await Promise.all(
+      bases.map(async (base, g) => {
+        for (let i = 0; i < 30; i++) {
+          if ((await get(base, budget, '/speech/v1/tts')) === 200) spentBy[g] = (spentBy[g] as number) + 10;
+          await sleep(50);
+        }
+      }),
+    );
+    const spent = spentBy.reduce((a, b) => a + b, 0);
+    const budgetBound = 200 + 2 * Math.ceil(20 * 2 * (FLUSH_MS / 1000)) * 10;
+    console.log(`budget speech=200/day on 3 gateways: ${spent} characters admitted (${spentBy.join(' + ')}); overshoot ${spent - 200}, bound ${budgetBound - 200}`);
+    assert.ok(spent >= 200 && spent <= budgetBound, `spent ${spent}`);
 
     // Rate 6/m burst 6: each gateway takes a third, so a burst at all three passes 6 in all.
     const burst = await Promise.all(bases.map(async (base) => (await Promise.all(Array.from({ length: 5 }, () => get(base, rate)))).filter((s) => s === 200).length));
