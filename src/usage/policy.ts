@@ -67,13 +67,22 @@ export function policyOf(limits: Limits | undefined | null): Policy | null {
   return policy.rate === null && policy.concurrency === null && policy.quota === null && budgets.size === 0 ? null : policy;
 }
 
+/** The last period computed, by kind: most calls fall in it (a Date and a string per call otherwise). */
+const LAST: Record<Period, { key: string; starts: number; ends: number } | null> = { day: null, month: null };
+
 /** The UTC calendar period `at` falls in: its key (`2026-11-23` or `2026-11`) and when it ends, ms. */
 export function periodOf(period: Period, at: number): { readonly key: string; readonly ends: number } {
+  const last = LAST[period];
+  if (last !== null && at >= last.starts && at < last.ends) return last;
   const d = new Date(at);
   const y = d.getUTCFullYear();
   const m = d.getUTCMonth();
-  if (period === 'month') return { key: `${y}-${String(m + 1).padStart(2, '0')}`, ends: Date.UTC(y, m + 1, 1) };
-  return { key: d.toISOString().slice(0, 10), ends: Date.UTC(y, m, d.getUTCDate() + 1) };
+  const next =
+    period === 'month'
+      ? { key: `${y}-${String(m + 1).padStart(2, '0')}`, starts: Date.UTC(y, m, 1), ends: Date.UTC(y, m + 1, 1) }
+      : { key: d.toISOString().slice(0, 10), starts: Date.UTC(y, m, d.getUTCDate()), ends: Date.UTC(y, m, d.getUTCDate() + 1) };
+  LAST[period] = next;
+  return next;
 }
 
 const POLICIES = new WeakMap<object, Policy | null>();
