@@ -57,17 +57,24 @@ function merge(into: UsageRow, from: UsageRow): void {
   for (const c of COUNTS) into[c] += from[c];
 }
 
+/** One key's totals for the current day and month, kept per request with no string built. */
+interface KeyTotals {
+  day: string;
+  month: string;
+  dayRequests: number;
+  monthRequests: number;
+  /** By route: cost this day and this month. */
+  readonly cost: Map<string, { day: string; month: string; dayCost: number; monthCost: number }>;
+}
+
 export class Ledger implements PeriodUse {
   readonly #store: UsageStore;
   /** Counted, not yet written: key|route|day → row. */
   #pending = new Map<string, UsageRow>();
-  /**
-   * This month's totals known here (stored at start plus counted since), for
-   * quotas and budgets: requests by `key|day` and `key|month`, cost by
-   * `key|route|day` and `key|route|month`. One lookup per check.
-   */
-  readonly #totals = new Map<string, number>();
-  #monthKey = '';
+  /** The pending row of each key and route for the current day, found with two lookups and no string. */
+  #current = new Map<string, Map<string, UsageRow>>();
+  /** This month's totals known here (stored, re-read in a fleet, plus counted since), for quotas and budgets. */
+  readonly #totals = new Map<string, KeyTotals>();
   #timer: NodeJS.Timeout | null = null;
   /** Live gateways sharing the keys' rates and concurrency (1 alone). */
   gateways = 1;
@@ -86,10 +93,8 @@ export class Ledger implements PeriodUse {
 
   /** Read this month's totals, then write every `flushMs`. */
   async start(flushMs: number, now = Date.now()): Promise<void> {
-    const month = periodOf('month', now);
-    this.#monthKey = month.key;
     try {
-      for (const row of await this.#store.rows({ since: `${month.key}-01` })) this.#count(row);
+      for (const row of await this.#store.rows({ since: `${periodOf('month', now).key}-01` })) this.#count(row, now);
     } catch {
       // A shared store may be down while a gateway starts (it serves anyway,
       // docs/fleet.md): the totals are read at the next flush that reaches it.
@@ -118,39 +123,42 @@ export class Ledger implements PeriodUse {
 
   /** Totals = what the fleet has written this month + what this gateway has not written yet. */
   async #refresh(now = Date.now()): Promise<void> {
-    const month = periodOf('month', now).key;
-    const stored = await this.#store.rows({ since: `${month}-01` });
+    const stored = await this.#store.rows({ since: `${periodOf('month', now).key}-01` });
     this.#totals.clear();
-    this.#monthKey = month;
-    for (const row of stored) this.#count(row);
-    for (const row of this.#pending.values()) this.#count(row);
+    for (const row of stored) this.#count(row, now);
+    for (const row of this.#pending.values()) this.#count(row, now);
   }
 
   /** A forwarded request, once it completed: its status (null: none reached the client), body bytes and reported cost. */
   record(keyId: string, route: string, status: number | null, bytesIn: number, bytesOut: number, cost: number, now = Date.now()): void {
-    const cls = status === null || status < 200 || status > 599 ? 'other' : (`s${Math.floor(status / 100)}xx` as 's2xx' | 's3xx' | 's4xx' | 's5xx');
-    const delta = empty(keyId, route, periodOf('day', now).key);
-    delta.requests = 1;
-    delta[cls] = 1;
-    delta.bytesIn = bytesIn;
-    delta.bytesOut = bytesOut;
-    delta.cost = cost;
-    this.#add(delta, now);
+    const row = this.#row(keyId, route, now);
+    row.requests++;
+    if (status === null || status < 200 || status > 599) row.other++;
+    else if (status < 300) row.s2xx++;
+    else if (status < 400) row.s3xx++;
+    else if (status < 500) row.s4xx++;
+    else row.s5xx++;
+    row.bytesIn += bytesIn;
+    row.bytesOut += bytesOut;
+    row.cost += cost;
+    this.#counted(keyId, route, 1, cost, now);
   }
 
   /** A request the key's limits refused. */
   limited(keyId: string, route: string, now = Date.now()): void {
-    const delta = empty(keyId, route, periodOf('day', now).key);
-    delta.limited = 1;
-    this.#add(delta, now);
+    this.#row(keyId, route, now).limited++;
   }
 
   requests(keyId: string, period: Period, now: number): number {
-    return this.#sum(keyId, null, period, now, 'requests');
+    const t = this.#totals.get(keyId);
+    if (t === undefined) return 0;
+    return period === 'day' ? (t.day === periodOf('day', now).key ? t.dayRequests : 0) : t.month === periodOf('month', now).key ? t.monthRequests : 0;
   }
 
   cost(keyId: string, route: string, period: Period, now: number): number {
-    return this.#sum(keyId, route, period, now, 'cost');
+    const c = this.#totals.get(keyId)?.cost.get(route);
+    if (c === undefined) return 0;
+    return period === 'day' ? (c.day === periodOf('day', now).key ? c.dayCost : 0) : c.month === periodOf('month', now).key ? c.monthCost : 0;
   }
 
   /** Write what was counted since the last flush; a failed write keeps it for the next. */
@@ -180,6 +188,8 @@ export class Ledger implements PeriodUse {
     if (this.#pending.size === 0) return;
     const batch = this.#pending;
     this.#pending = new Map();
+    // Rows in the batch are no longer the ones to count into.
+    this.#current.clear();
     try {
       await this.#store.add([...batch.values()]);
       if (this.#failing) {
@@ -193,43 +203,91 @@ export class Ledger implements PeriodUse {
         if (now === undefined) this.#pending.set(k, row);
         else merge(now, row);
       }
+      this.#current.clear();
       this.#onError(err as Error, !this.#failing);
       this.#failing = true;
     }
   }
 
-  #add(delta: UsageRow, now: number): void {
-    this.#row(this.#pending, delta.keyId, delta.route, delta.day, delta);
-    const month = periodOf('month', now).key;
-    if (month !== this.#monthKey) {
-      this.#totals.clear();
-      this.#monthKey = month;
-    }
-    this.#count(delta);
-  }
-
-  #count(row: UsageRow): void {
-    const month = row.day.slice(0, 7);
-    for (const k of [`${row.keyId}\u0000${row.day}`, `${row.keyId}\u0000${month}`]) this.#totals.set(`r${k}`, (this.#totals.get(`r${k}`) ?? 0) + row.requests);
-    if (row.cost === 0) return;
-    for (const k of [`${row.keyId}\u0000${row.route}\u0000${row.day}`, `${row.keyId}\u0000${row.route}\u0000${month}`]) this.#totals.set(`c${k}`, (this.#totals.get(`c${k}`) ?? 0) + row.cost);
-  }
-
-  #row(map: Map<string, UsageRow>, keyId: string, route: string, day: string, add: UsageRow): void {
+  /** The pending row of a key and route for today. */
+  #row(keyId: string, route: string, now: number): UsageRow {
+    const day = periodOf('day', now).key;
+    let byRoute = this.#current.get(keyId);
+    let row = byRoute?.get(route);
+    if (row !== undefined && row.day === day) return row;
     const k = `${keyId}\u0000${route}\u0000${day}`;
-    let row = map.get(k);
+    row = this.#pending.get(k);
     if (row === undefined) {
       row = empty(keyId, route, day);
-      map.set(k, row);
+      this.#pending.set(k, row);
     }
-    merge(row, add);
+    if (byRoute === undefined) {
+      byRoute = new Map();
+      this.#current.set(keyId, byRoute);
+    }
+    byRoute.set(route, row);
+    return row;
   }
 
-  #sum(keyId: string, route: string | null, period: Period, now: number, field: 'requests' | 'cost'): number {
-    const p = periodOf(period, now).key;
-    if (p.slice(0, 7) !== this.#monthKey) return 0;
-    const k = route === null ? `r${keyId}\u0000${p}` : `c${keyId}\u0000${route}\u0000${p}`;
-    return field === 'requests' || route !== null ? (this.#totals.get(k) ?? 0) : 0;
+  /** Count a stored row into the period totals. */
+  #count(row: UsageRow, now: number): void {
+    const day = periodOf('day', now).key;
+    const month = periodOf('month', now).key;
+    if (!row.day.startsWith(month)) return;
+    const t = this.#keyTotals(row.keyId, day, month);
+    t.monthRequests += row.requests;
+    if (row.day === day) t.dayRequests += row.requests;
+    if (row.cost === 0) return;
+    const c = this.#routeCost(t, row.route, day, month);
+    c.monthCost += row.cost;
+    if (row.day === day) c.dayCost += row.cost;
+  }
+
+  #counted(keyId: string, route: string, requests: number, cost: number, now: number): void {
+    const day = periodOf('day', now).key;
+    const month = periodOf('month', now).key;
+    const t = this.#keyTotals(keyId, day, month);
+    t.dayRequests += requests;
+    t.monthRequests += requests;
+    if (cost === 0) return;
+    const c = this.#routeCost(t, route, day, month);
+    c.dayCost += cost;
+    c.monthCost += cost;
+  }
+
+  /** A key's totals, rolled over to `day` and `month` when they have passed. */
+  #keyTotals(keyId: string, day: string, month: string): KeyTotals {
+    let t = this.#totals.get(keyId);
+    if (t === undefined) {
+      t = { day, month, dayRequests: 0, monthRequests: 0, cost: new Map() };
+      this.#totals.set(keyId, t);
+    }
+    if (t.month !== month) {
+      t.month = month;
+      t.monthRequests = 0;
+    }
+    if (t.day !== day) {
+      t.day = day;
+      t.dayRequests = 0;
+    }
+    return t;
+  }
+
+  #routeCost(t: KeyTotals, route: string, day: string, month: string): { day: string; month: string; dayCost: number; monthCost: number } {
+    let c = t.cost.get(route);
+    if (c === undefined) {
+      c = { day, month, dayCost: 0, monthCost: 0 };
+      t.cost.set(route, c);
+    }
+    if (c.month !== month) {
+      c.month = month;
+      c.monthCost = 0;
+    }
+    if (c.day !== day) {
+      c.day = day;
+      c.dayCost = 0;
+    }
+    return c;
   }
 }
 
