@@ -31,7 +31,7 @@ import { ERRORS, upstreamFailure } from './errors.ts';
 import type { Exchange, GatewayRequest } from './exchange.ts';
 import { downstreamResponseHeaders } from './headers.ts';
 import { upstream } from './outcome.ts';
-import { headerCost, TopLevelField } from './usage/cost.ts';
+import { readCost } from './usage/cost.ts';
 import { decodersFor, relayCompressed, relayPlain } from './relay.ts';
 import { answer } from './reply.ts';
 import type { Route } from './routes.ts';
@@ -160,22 +160,6 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
   else relayCompressed(proxyRes, res, ex, secrets, decoders, onSecret, cost);
 }
 
-/**
- * What the call cost, as the route's upstream reports it: from a header now,
- * or a body reader the relay feeds. A compressed body is read decompressed,
- * which the egress filter does; with the filter off it is not read.
- */
-function readCost(ex: Exchange, proxyRes: http.IncomingMessage, unfiltered: boolean): TopLevelField | null {
-  const how = ex.route?.cost ?? null;
-  if (how === null || ex.bodiless) return null;
-  if (how.headers !== undefined) {
-    const { value, bad } = headerCost(proxyRes.headers, how.headers);
-    ex.cost = value ?? 0;
-    ex.costBad = bad;
-  }
-  if (how.jsonField === undefined || (unfiltered && proxyRes.headers['content-encoding'] !== undefined)) return null;
-  return new TopLevelField(how.jsonField);
-}
 
 /** Secrets found in a body: masked (plain), or the response cut (compressed). */
 function onSecret(ex: Exchange, found: readonly SecretForm[], cut: boolean): void {

@@ -22,7 +22,8 @@ import { Metrics } from './metrics.ts';
 import { createPipeline } from './pipeline.ts';
 import { buildRuntime, idleReason, restartOnlyChanges } from './runtime.ts';
 import { Sweeper } from './timers.ts';
-import { Ledger, MemoryUsageStore, type UsageStore } from './usage/ledger.ts';
+import { Ledger, type UsageStore } from './usage/ledger.ts';
+import { MemoryUsageStore } from './usage/memory-store.ts';
 import { Limiter } from './usage/limiter.ts';
 import { SqliteUsageStore, usagePath } from './usage/sqlite-store.ts';
 

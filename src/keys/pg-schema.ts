@@ -9,6 +9,29 @@ export const CHANNEL = 'keyward_keys';
 export const MIGRATION_LOCK = 0x6b657977; // "keyw"
 export const WRITE_LOCK = 0x6b657978;
 
+/**
+ * The trigger function that gives an inserted or changed row the next
+ * version (an update that leaves `columns` as they were keeps its version),
+ * and leaves a tombstone for an id that changed.
+ */
+function stamp(verb: 'create' | 'create or replace', columns: readonly string[]): string {
+  const row = (r: string): string => `(${columns.map((c) => `${r}.${c}`).join(', ')})`;
+  return `${verb} function keyward_keys_stamp() returns trigger language plpgsql as $$
+   begin
+     if tg_op = 'UPDATE' then
+       if ${row('old')}
+          is not distinct from ${row('new')} then
+         return new;
+       end if;
+       if old.id <> new.id then
+         insert into keyward_keys_deleted (id, version) values (old.id, nextval('keyward_keys_version'));
+       end if;
+     end if;
+     new.version := nextval('keyward_keys_version');
+     return new;
+   end $$;`;
+}
+
 /** Versioned migrations, applied in order; never edit one that has shipped. */
 export const MIGRATIONS: readonly string[] = [
   `create table keyward_keys (
@@ -38,20 +61,7 @@ export const MIGRATIONS: readonly string[] = [
      perform pg_advisory_xact_lock(${WRITE_LOCK});
      return null;
    end $$;
-   create function keyward_keys_stamp() returns trigger language plpgsql as $$
-   begin
-     if tg_op = 'UPDATE' then
-       if (old.id, old.name, old.digest, old.created, old.expires, old.revoked, old.routes, old.previous)
-          is not distinct from (new.id, new.name, new.digest, new.created, new.expires, new.revoked, new.routes, new.previous) then
-         return new;
-       end if;
-       if old.id <> new.id then
-         insert into keyward_keys_deleted (id, version) values (old.id, nextval('keyward_keys_version'));
-       end if;
-     end if;
-     new.version := nextval('keyward_keys_version');
-     return new;
-   end $$;
+   ${stamp('create', ['id', 'name', 'digest', 'created', 'expires', 'revoked', 'routes', 'previous'])}
    create function keyward_keys_tombstone() returns trigger language plpgsql as $$
    begin
      insert into keyward_keys_deleted (id, version) values (old.id, nextval('keyward_keys_version'));
@@ -90,20 +100,7 @@ export const MIGRATIONS: readonly string[] = [
      on keyward_keys for each statement execute procedure keyward_keys_notify();`,
   // 3: per-key limits (docs/limits.md), a column the triggers watch like the others.
   `alter table keyward_keys add column limits jsonb;
-   create or replace function keyward_keys_stamp() returns trigger language plpgsql as $$
-   begin
-     if tg_op = 'UPDATE' then
-       if (old.id, old.name, old.digest, old.created, old.expires, old.revoked, old.routes, old.previous, old.limits)
-          is not distinct from (new.id, new.name, new.digest, new.created, new.expires, new.revoked, new.routes, new.previous, new.limits) then
-         return new;
-       end if;
-       if old.id <> new.id then
-         insert into keyward_keys_deleted (id, version) values (old.id, nextval('keyward_keys_version'));
-       end if;
-     end if;
-     new.version := nextval('keyward_keys_version');
-     return new;
-   end $$;
+   ${stamp('create or replace', ['id', 'name', 'digest', 'created', 'expires', 'revoked', 'routes', 'previous', 'limits'])}
    drop trigger keyward_keys_lock on keyward_keys;
    drop trigger keyward_keys_stamp on keyward_keys;
    drop trigger keyward_keys_notify on keyward_keys;

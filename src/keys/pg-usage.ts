@@ -3,26 +3,11 @@
 // knows how many share the keys' rates and concurrency. Takes its connection
 // from pg-store.ts.
 import type postgres from 'postgres';
-import type { FleetView, UsageRow, UsageStore } from '../usage/ledger.ts';
+import { rowColumns, type FleetView, type UsageRow, type UsageStore } from '../usage/ledger.ts';
 
 /** A gateway not seen for this long has left the fleet. */
 const ALIVE_S = 10;
 
-interface Stored {
-  key_id: string;
-  route: string;
-  day: string;
-  requests: number;
-  s2xx: number;
-  s3xx: number;
-  s4xx: number;
-  s5xx: number;
-  other: number;
-  limited: number;
-  bytes_in: number;
-  bytes_out: number;
-  cost: number;
-}
 
 export class PgUsageStore implements UsageStore, FleetView {
   readonly location: string;
@@ -58,28 +43,13 @@ export class PgUsageStore implements UsageStore, FleetView {
 
   async rows(filter: { since?: string; keyId?: string; route?: string }): Promise<UsageRow[]> {
     await this.#ready();
-    const found = await this.#sql<Stored[]>`
-      select key_id, route, day::text as day, requests::float8 as requests, s2xx::float8 as s2xx, s3xx::float8 as s3xx, s4xx::float8 as s4xx,
-        s5xx::float8 as s5xx, other::float8 as other, limited::float8 as limited, bytes_in::float8 as bytes_in, bytes_out::float8 as bytes_out, cost
-      from keyward_usage
-      where day >= ${filter.since ?? '1970-01-01'}::date and (${filter.keyId ?? null}::text is null or key_id = ${filter.keyId ?? null})
-        and (${filter.route ?? null}::text is null or route = ${filter.route ?? null})
-      order by day, key_id, route`;
-    return found.map((r) => ({
-      keyId: r.key_id,
-      route: r.route,
-      day: r.day,
-      requests: r.requests,
-      s2xx: r.s2xx,
-      s3xx: r.s3xx,
-      s4xx: r.s4xx,
-      s5xx: r.s5xx,
-      other: r.other,
-      limited: r.limited,
-      bytesIn: r.bytes_in,
-      bytesOut: r.bytes_out,
-      cost: r.cost,
-    }));
+    // Counts as float8: JavaScript numbers, not bigint strings.
+    // Counts as float8: JavaScript numbers rather than bigint strings.
+    return await this.#sql.unsafe<UsageRow[]>(
+      `select ${rowColumns((c) => `${c}::float8`, 'day::text')} from keyward_usage
+       where day >= $1::date and ($2::text is null or key_id = $2) and ($3::text is null or route = $3) order by day, key_id, route`,
+      [filter.since ?? '1970-01-01', filter.keyId ?? null, filter.route ?? null],
+    );
   }
 
   async heartbeat(id: string): Promise<number> {

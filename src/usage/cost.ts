@@ -3,8 +3,9 @@
 // small incremental scanner. It only watches the bytes on their way to the
 // client — it never holds or delays one — survives any chunk boundary, and
 // ignores fields of the same name deeper down (each task of an SEO answer
-// carries its own `cost`). Pure.
-import type { IncomingHttpHeaders } from 'node:http';
+// carries its own `cost`). Pure but for the exchange it records on.
+import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
+import type { Exchange } from '../exchange.ts';
 
 /** The first of `names` present as a finite, non-negative number, or null (absent or not a number). */
 export function headerCost(headers: IncomingHttpHeaders, names: readonly string[]): { value: number | null; bad: boolean } {
@@ -106,4 +107,21 @@ export class TopLevelField {
     if (Number.isFinite(n) && n >= 0) this.value = n;
     else this.bad = true;
   }
+}
+
+/**
+ * What the call cost, as the route's upstream reports it: from a header now,
+ * or a body reader the relay feeds. A compressed body is read decompressed,
+ * which the egress filter does; with the filter off it is not read.
+ */
+export function readCost(ex: Exchange, proxyRes: IncomingMessage, unfiltered: boolean): TopLevelField | null {
+  const how = ex.route?.cost ?? null;
+  if (how === null || ex.bodiless) return null;
+  if (how.headers !== undefined) {
+    const { value, bad } = headerCost(proxyRes.headers, how.headers);
+    ex.cost = value ?? 0;
+    ex.costBad = bad;
+  }
+  if (how.jsonField === undefined || (unfiltered && proxyRes.headers['content-encoding'] !== undefined)) return null;
+  return new TopLevelField(how.jsonField);
 }

@@ -49,6 +49,12 @@ export interface UsageStore {
 
 const COUNTS = ['requests', 's2xx', 's3xx', 's4xx', 's5xx', 'other', 'limited', 'bytesIn', 'bytesOut', 'cost'] as const;
 
+/** A stored row's columns as a UsageRow's fields (both stores name them key_id, bytes_in…); `num` may cast the counts. */
+export function rowColumns(num: (column: string) => string = (c) => c, day = 'day'): string {
+  const counts = ['requests', 's2xx', 's3xx', 's4xx', 's5xx', 'other', 'limited'].map((c) => `${num(c)} as ${c}`);
+  return `key_id as "keyId", route, ${day} as day, ${counts.join(', ')}, ${num('bytes_in')} as "bytesIn", ${num('bytes_out')} as "bytesOut", cost`;
+}
+
 function empty(keyId: string, route: string, day: string): UsageRow {
   return { keyId, route, day, requests: 0, s2xx: 0, s3xx: 0, s4xx: 0, s5xx: 0, other: 0, limited: 0, bytesIn: 0, bytesOut: 0, cost: 0 };
 }
@@ -57,15 +63,35 @@ function merge(into: UsageRow, from: UsageRow): void {
   for (const c of COUNTS) into[c] += from[c];
 }
 
-/** One key's totals for the current day and month, kept per request with no string built. */
-interface KeyTotals {
+/** A count for the current day and month, rolled over when they pass. */
+interface Tally {
   day: string;
   month: string;
-  dayRequests: number;
-  monthRequests: number;
-  /** By route: cost this day and this month. */
-  readonly cost: Map<string, { day: string; month: string; dayCost: number; monthCost: number }>;
+  d: number;
+  m: number;
 }
+
+/** One key's totals, kept per request with no string built: requests, and cost by route. */
+interface KeyTotals {
+  readonly requests: Tally;
+  readonly cost: Map<string, Tally>;
+}
+
+/** `t` rolled over to `day` and `month` (a count of a period that has passed starts again from 0). */
+function rolled(t: Tally, day: string, month: string): Tally {
+  if (t.month !== month) {
+    t.month = month;
+    t.m = 0;
+  }
+  if (t.day !== day) {
+    t.day = day;
+    t.d = 0;
+  }
+  return t;
+}
+
+const current = (t: Tally | undefined, period: Period, now: number): number =>
+  t === undefined ? 0 : period === 'day' ? (t.day === periodOf('day', now).key ? t.d : 0) : t.month === periodOf('month', now).key ? t.m : 0;
 
 export class Ledger implements PeriodUse {
   readonly #store: UsageStore;
@@ -150,15 +176,11 @@ export class Ledger implements PeriodUse {
   }
 
   requests(keyId: string, period: Period, now: number): number {
-    const t = this.#totals.get(keyId);
-    if (t === undefined) return 0;
-    return period === 'day' ? (t.day === periodOf('day', now).key ? t.dayRequests : 0) : t.month === periodOf('month', now).key ? t.monthRequests : 0;
+    return current(this.#totals.get(keyId)?.requests, period, now);
   }
 
   cost(keyId: string, route: string, period: Period, now: number): number {
-    const c = this.#totals.get(keyId)?.cost.get(route);
-    if (c === undefined) return 0;
-    return period === 'day' ? (c.day === periodOf('day', now).key ? c.dayCost : 0) : c.month === periodOf('month', now).key ? c.monthCost : 0;
+    return current(this.#totals.get(keyId)?.cost.get(route), period, now);
   }
 
   /** Write what was counted since the last flush; a failed write keeps it for the next. */
@@ -231,81 +253,34 @@ export class Ledger implements PeriodUse {
 
   /** Count a stored row into the period totals. */
   #count(row: UsageRow, now: number): void {
-    const day = periodOf('day', now).key;
     const month = periodOf('month', now).key;
     if (!row.day.startsWith(month)) return;
-    const t = this.#keyTotals(row.keyId, day, month);
-    t.monthRequests += row.requests;
-    if (row.day === day) t.dayRequests += row.requests;
-    if (row.cost === 0) return;
-    const c = this.#routeCost(t, row.route, day, month);
-    c.monthCost += row.cost;
-    if (row.day === day) c.dayCost += row.cost;
+    const today = row.day === periodOf('day', now).key;
+    this.#add(row.keyId, row.route, row.requests, row.cost, today, now);
   }
 
   #counted(keyId: string, route: string, requests: number, cost: number, now: number): void {
+    this.#add(keyId, route, requests, cost, true, now);
+  }
+
+  #add(keyId: string, route: string, requests: number, cost: number, today: boolean, now: number): void {
     const day = periodOf('day', now).key;
     const month = periodOf('month', now).key;
-    const t = this.#keyTotals(keyId, day, month);
-    t.dayRequests += requests;
-    t.monthRequests += requests;
-    if (cost === 0) return;
-    const c = this.#routeCost(t, route, day, month);
-    c.dayCost += cost;
-    c.monthCost += cost;
-  }
-
-  /** A key's totals, rolled over to `day` and `month` when they have passed. */
-  #keyTotals(keyId: string, day: string, month: string): KeyTotals {
     let t = this.#totals.get(keyId);
     if (t === undefined) {
-      t = { day, month, dayRequests: 0, monthRequests: 0, cost: new Map() };
+      t = { requests: { day, month, d: 0, m: 0 }, cost: new Map() };
       this.#totals.set(keyId, t);
     }
-    if (t.month !== month) {
-      t.month = month;
-      t.monthRequests = 0;
-    }
-    if (t.day !== day) {
-      t.day = day;
-      t.dayRequests = 0;
-    }
-    return t;
-  }
-
-  #routeCost(t: KeyTotals, route: string, day: string, month: string): { day: string; month: string; dayCost: number; monthCost: number } {
+    const r = rolled(t.requests, day, month);
+    r.m += requests;
+    if (today) r.d += requests;
+    if (cost === 0) return;
     let c = t.cost.get(route);
     if (c === undefined) {
-      c = { day, month, dayCost: 0, monthCost: 0 };
+      c = { day, month, d: 0, m: 0 };
       t.cost.set(route, c);
     }
-    if (c.month !== month) {
-      c.month = month;
-      c.monthCost = 0;
-    }
-    if (c.day !== day) {
-      c.day = day;
-      c.dayCost = 0;
-    }
-    return c;
-  }
-}
-
-/** A store that keeps nothing past the process (no ledger file or table configured). */
-export class MemoryUsageStore implements UsageStore {
-  readonly location = 'memory';
-  readonly #rows: UsageRow[] = [];
-
-  add(rows: readonly UsageRow[]): Promise<void> {
-    this.#rows.push(...rows.map((r) => ({ ...r })));
-    return Promise.resolve();
-  }
-
-  rows(filter: { since?: string; keyId?: string; route?: string }): Promise<UsageRow[]> {
-    return Promise.resolve(this.#rows.filter((r) => r.day >= (filter.since ?? '') && (filter.keyId === undefined || r.keyId === filter.keyId) && (filter.route === undefined || r.route === filter.route)));
-  }
-
-  close(): Promise<void> {
-    return Promise.resolve();
+    rolled(c, day, month).m += cost;
+    if (today) c.d += cost;
   }
 }

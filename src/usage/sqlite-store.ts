@@ -3,7 +3,7 @@
 // usage` can read while a gateway writes. The keys file is never rewritten
 // for usage.
 import { DatabaseSync } from 'node:sqlite';
-import type { UsageRow, UsageStore } from './ledger.ts';
+import { rowColumns, type UsageRow, type UsageStore } from './ledger.ts';
 
 const SCHEMA = `
   create table if not exists usage (
@@ -24,21 +24,6 @@ const UPSERT = `
     limited = limited + excluded.limited, bytes_in = bytes_in + excluded.bytes_in,
     bytes_out = bytes_out + excluded.bytes_out, cost = cost + excluded.cost`;
 
-interface Stored {
-  key_id: string;
-  route: string;
-  day: string;
-  requests: number;
-  s2xx: number;
-  s3xx: number;
-  s4xx: number;
-  s5xx: number;
-  other: number;
-  limited: number;
-  bytes_in: number;
-  bytes_out: number;
-  cost: number;
-}
 
 export class SqliteUsageStore implements UsageStore {
   readonly location: string;
@@ -67,25 +52,9 @@ export class SqliteUsageStore implements UsageStore {
 
   rows(filter: { since?: string; keyId?: string; route?: string }): Promise<UsageRow[]> {
     const found = this.#db
-      .prepare('select * from usage where day >= ? and (? is null or key_id = ?) and (? is null or route = ?) order by day, key_id, route')
-      .all(filter.since ?? '', filter.keyId ?? null, filter.keyId ?? null, filter.route ?? null, filter.route ?? null) as unknown as Stored[];
-    return Promise.resolve(
-      found.map((r) => ({
-        keyId: r.key_id,
-        route: r.route,
-        day: r.day,
-        requests: r.requests,
-        s2xx: r.s2xx,
-        s3xx: r.s3xx,
-        s4xx: r.s4xx,
-        s5xx: r.s5xx,
-        other: r.other,
-        limited: r.limited,
-        bytesIn: r.bytes_in,
-        bytesOut: r.bytes_out,
-        cost: r.cost,
-      })),
-    );
+      .prepare(`select ${rowColumns()} from usage where day >= ? and (? is null or key_id = ?) and (? is null or route = ?) order by day, key_id, route`)
+      .all(filter.since ?? '', filter.keyId ?? null, filter.keyId ?? null, filter.route ?? null, filter.route ?? null);
+    return Promise.resolve(found as unknown as UsageRow[]);
   }
 
   close(): Promise<void> {
