@@ -32,6 +32,7 @@ const RESTART_ONLY: ReadonlyArray<readonly [string, (c: Config) => unknown]> = [
   ['KEYWARD_KEYS_FILE', (c) => c.keysFile],
   ['KEYWARD_DATABASE_URL', (c) => c.databaseUrl],
   ['KEYWARD_MAX_HEADER_SIZE', (c) => c.maxHeaderBytes],
+  ['KEYWARD_USAGE_FLUSH', (c) => c.usageFlushMs],
   ['KEYWARD_ADMIN_HOST', (c) => c.admin?.host ?? null],
   ['KEYWARD_ADMIN_PORT', (c) => c.admin?.port ?? null],
   // Certificates are re-read; switching between HTTP and HTTPS is not.
