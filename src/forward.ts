@@ -26,7 +26,7 @@ import { rootCertificates } from 'node:tls';
 import { freeSockets, upstreamAgent } from './agent.ts';
 import type { Duplex } from 'node:stream';
 import { ProxyServer } from 'http-proxy-3';
-import { maskHeaders, secretForms, Secrets, type SecretForm } from './egress.ts';
+import { maskHeaders, type SecretForm, type Secrets } from './egress.ts';
 import { ERRORS, upstreamFailure } from './errors.ts';
 import type { Exchange, GatewayRequest } from './exchange.ts';
 import { downstreamResponseHeaders } from './headers.ts';
@@ -43,9 +43,6 @@ export interface ForwardOptions {
   readonly upstreamCa: string | null;
   readonly upstreamIdleMs: number;
   readonly upstreamMaxHeaderBytes: number;
-  readonly egressFilter: boolean;
-  /** Every route: the secrets of all of them are kept out of every response. */
-  readonly routes: readonly Route[];
 }
 
 type ErrorWithCode = Error & { code?: string };
@@ -223,9 +220,9 @@ export class Forwarder {
   readonly #agent: http.Agent;
   readonly #onError: (err: ErrorWithCode, req: http.IncomingMessage, res: ServerResponse | Socket) => void;
 
-  constructor(route: Route, options: ForwardOptions) {
+  /** `secrets`: the configuration's upstream secrets, with their scan tables (built once per configuration, shared by its forwarders). */
+  constructor(route: Route, options: ForwardOptions, secrets: Secrets) {
     this.#agent = upstreamAgent(route.target, options);
-    const secrets = new Secrets(options.egressFilter ? secretForms(options.routes).forms : []);
     this.#proxy = new ProxyServer({
       target: route.target,
       agent: this.#agent,

@@ -2,6 +2,7 @@
 // path reads, built once from a frozen Config and swapped whole on reload,
 // and what a reload can and cannot change.
 import type { Config } from './config.ts';
+import { secretForms, Secrets } from './egress.ts';
 import { Forwarder } from './forward.ts';
 import { routeTable, UPSTREAMS, type RouteTable } from './routes.ts';
 
@@ -13,10 +14,12 @@ export interface Runtime {
 }
 
 export function buildRuntime(config: Config): Runtime {
+  // Every route's secrets are kept out of every response (egress.ts).
+  const secrets = new Secrets(config.egressFilter ? secretForms(config.routes).forms : []);
   return {
     config,
     table: routeTable(config.routes),
-    forwarders: new Map(config.routes.map((r) => [r.name, new Forwarder(r, config)])),
+    forwarders: new Map(config.routes.map((r) => [r.name, new Forwarder(r, config, secrets)])),
   };
 }
 
