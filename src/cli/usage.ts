@@ -12,12 +12,25 @@ import { loadConfigForStore } from './keys.ts';
 
 const DAY_MS = 86_400_000;
 
-/** `--since`: a duration back from today (7d) or a UTC day (2026-11-01). */
-function sinceDay(text: string, now: number, help: string): string {
-  if (/^\d{4}-\d{2}-\d{2}$/.test(text) && !Number.isNaN(Date.parse(`${text}T00:00:00Z`))) return text;
-  const ms = parseDuration(text);
-  if (ms === null || ms < 0) throw new UsageError('--since must be a duration back from today (7d) or a day (2026-11-01)', help);
-  return new Date(now - ms).toISOString().slice(0, 10);
+/** The earliest day `--since` takes: nothing is counted before it, and year 0 or a year before the Common Era is no day PostgreSQL or SQLite compare as keyward writes them. */
+const EARLIEST = '1970-01-01';
+
+/** `--since`: a duration back from today (7d) or a UTC day (2026-11-01) that exists, from 1970-01-01 on. */
+export function sinceDay(text: string, now: number, help: string): string {
+  const shape = '--since must be a duration back from today (7d) or a day (2026-11-01)';
+  let day: string;
+  if (/^\d{4}-\d{2}-\d{2}$/.test(text)) {
+    const t = Date.parse(`${text}T00:00:00Z`);
+    // Date.parse takes 2026-02-31 as 3 March: the day must come back as written.
+    if (Number.isNaN(t) || new Date(t).toISOString().slice(0, 10) !== text) throw new UsageError(`--since: ${text} is not a day of the calendar`, help);
+    day = text;
+  } else {
+    const ms = parseDuration(text);
+    if (ms === null || ms < 0) throw new UsageError(shape, help);
+    day = now - ms < Date.parse(`${EARLIEST}T00:00:00Z`) ? '' : new Date(now - ms).toISOString().slice(0, 10);
+  }
+  if (day < EARLIEST) throw new UsageError(`--since reaches back before ${EARLIEST}; give a later day or a shorter duration`, help);
+  return day;
 }
 
 const UNITS: Readonly<Record<string, string | null>> = Object.fromEntries(UPSTREAMS.map((u) => [u.name, u.cost?.unit ?? null]));
@@ -48,7 +61,7 @@ export async function usageCommand(args: string[], io: Io): Promise<number> {
   const since = typeof values.since === 'string' ? sinceDay(values.since, Date.now(), help) : new Date(Date.now() - 30 * DAY_MS).toISOString().slice(0, 10);
   const env = effectiveEnv(io.env, readText);
   const keysFile = keysFilePath(env, io.cwd);
-  const keys = openKeyStore({ databaseUrl: loadConfigForStore(env, io.cwd).databaseUrl, keysFile });
+  const keys = openKeyStore({ ...loadConfigForStore(env, io.cwd), keysFile });
   let rows: UsageRow[] = [];
   try {
     const records = await keys.load();

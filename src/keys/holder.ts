@@ -50,6 +50,7 @@ export class KeyHolder {
       (err) => (this.#store.shared === true ? this.#metrics.keysReloadFailed() : this.#failed(err)),
       (up, err) => this.#status(up, err),
       (invalid) => this.#invalidRows(invalid),
+      (message, fields) => this.#logger.warn({ keyStore: this.#store.location, ...fields }, message),
     );
   }
 

@@ -4,6 +4,6 @@ import { FileKeyStore } from './file-store.ts';
 import { PgKeyStore } from './pg-store.ts';
 import type { KeyStore } from './store.ts';
 
-export function openKeyStore(options: { readonly databaseUrl: string | null; readonly keysFile: string }): KeyStore {
-  return options.databaseUrl !== null ? new PgKeyStore(options.databaseUrl) : new FileKeyStore(options.keysFile);
+export function openKeyStore(options: { readonly databaseUrl: string | null; readonly databaseTimeoutMs?: number; readonly keysFile: string }): KeyStore {
+  return options.databaseUrl !== null ? new PgKeyStore(options.databaseUrl, options.databaseTimeoutMs) : new FileKeyStore(options.keysFile);
 }

@@ -132,15 +132,24 @@ export const MIGRATIONS: readonly string[] = [
      id text primary key,
      seen timestamptz not null
    );`,
+  // 5: flushes applied once. Each gateway numbers its batches; a batch at or
+  // below the number recorded here was applied already (its reply was lost,
+  // or it was kept on disk at a drain and is written again at the next start).
+  `create table keyward_usage_batches (
+     gateway text primary key,
+     seq bigint not null,
+     at timestamptz not null default now()
+   );`,
 ];
 
 export interface Row {
   id: string;
   name: string;
   digest: string;
-  created: Date;
-  expires: Date | null;
-  revoked: Date | null;
+  /** Instants as milliseconds since the epoch (INSTANT): ±Infinity for PostgreSQL's infinities. */
+  created: number;
+  expires: number | null;
+  revoked: number | null;
   routes: string[] | null;
   previous: unknown;
   limits: unknown;
@@ -149,11 +158,24 @@ export interface Row {
   h: string;
 }
 
+/** The stored columns, as hashed (ROW_HASH). */
 export const COLUMNS = 'id, name, digest, created, expires, revoked, routes, previous, limits, version';
+
+/**
+ * A timestamptz read as milliseconds since the epoch. postgres.js would turn
+ * `infinity`, `-infinity` and years JavaScript cannot hold into an invalid
+ * Date, whose conversion throws before the record check could judge the row
+ * (docs/fleet.md, "Rows keyward would never write"); a float8 carries all of
+ * them, infinities included.
+ */
+export const instant = (column: string): string => `(extract(epoch from ${column}) * 1000)::float8`;
+
+/** The columns as read: instants as numbers (INSTANT), the rest as stored. */
+export const SELECTED = `id, name, digest, ${['created', 'expires', 'revoked'].map((c) => `${instant(c)} as ${c}`).join(', ')}, routes, previous, limits, version`;
 
 /** Every key, in creation order: the whole set a load, a resync and a write start from. */
 export const allRows = (sql: postgres.Sql | postgres.TransactionSql, hashed = false): Promise<Row[]> =>
-  sql<Row[]>`select ${sql.unsafe(COLUMNS)}${sql.unsafe(hashed ? `, ${ROW_HASH}::text as h` : '')} from keyward_keys order by created, id`;
+  sql<Row[]>`select ${sql.unsafe(SELECTED)}${sql.unsafe(hashed ? `, ${ROW_HASH}::text as h` : '')} from keyward_keys order by keyward_keys.created, id`;
 
 /** The highest version drawn for a key or a tombstone: what a gateway compares with the one it holds. */
 export const TOP = `greatest((select max(version) from keyward_keys), (select max(version) from keyward_keys_deleted))::text`;
@@ -166,11 +188,36 @@ export const TOP = `greatest((select max(version) from keyward_keys), (select ma
 export const ROW_HASH = `hashtextextended((${COLUMNS})::text, 0)`;
 export const CHECKSUM = `coalesce(sum(${ROW_HASH}), 0)::text`;
 
-const iso = (d: Date | null): string | null => (d === null ? null : d.toISOString());
+/** The largest distance from the epoch a JavaScript Date holds, ms (ECMA-262, "Time Values and Time Range"). */
+const DATE_RANGE_MS = 8.64e15;
+/** What the record check refuses as "not a date": an instant JavaScript cannot place. */
+export const UNPLACEABLE = 'not a date';
+const EPOCH = new Date(0).toISOString();
+
+/** An instant as ISO 8601, or UNPLACEABLE. */
+export function isoInstant(ms: number): string {
+  return Number.isFinite(ms) && Math.abs(ms) <= DATE_RANGE_MS ? new Date(Math.floor(ms)).toISOString() : UNPLACEABLE;
+}
+
+/**
+ * An `expires` or `revoked` instant as the record holds it. Only "has it
+ * passed?" matters for these, so an instant before 1970 is the epoch (an ISO
+ * date PostgreSQL reads back, unlike JavaScript's `-000043-…`) and
+ * `-infinity` is too: long past. `expires = infinity` is PostgreSQL's
+ * spelling of "never" (null); `revoked = infinity` and years out of
+ * JavaScript's range cannot be placed, so the row fails the record check
+ * and opens nothing (fail closed).
+ */
+function deadline(ms: number | null, infinity: string | null): string | null {
+  if (ms === null) return null;
+  if (ms === Infinity) return infinity;
+  if (ms < 0) return EPOCH;
+  return isoInstant(ms);
+}
 
 /** The row as a key record, unchecked: `previous` is whatever JSON the row holds. */
 export function toRecord(r: Row): KeyRecord {
-  const rec: KeyRecord = { id: r.id, name: r.name, digest: r.digest, created: r.created.toISOString(), expires: iso(r.expires), revoked: iso(r.revoked) };
+  const rec: KeyRecord = { id: r.id, name: r.name, digest: r.digest, created: isoInstant(r.created), expires: deadline(r.expires, null), revoked: deadline(r.revoked, UNPLACEABLE) };
   const previous = Array.isArray(r.previous) && r.previous.length === 0 ? {} : { previous: r.previous as KeyRecord['previous'] };
   const limits = r.limits === null || r.limits === undefined ? {} : { limits: r.limits as KeyRecord['limits'] };
   return { ...rec, ...(r.routes === null ? {} : { routes: r.routes }), ...previous, ...limits };

@@ -7,7 +7,7 @@
 // them.
 import postgres from 'postgres';
 import type { KeyRecord } from './keyset.ts';
-import { allRows, CHANNEL, MIGRATION_LOCK, MIGRATIONS, notice, toRecord, WRITE_LOCK } from './pg-schema.ts';
+import { allRows, CHANNEL, instant, isoInstant, MIGRATION_LOCK, MIGRATIONS, notice, toRecord, UNPLACEABLE, WRITE_LOCK } from './pg-schema.ts';
 import { PgUsageStore } from './pg-usage.ts';
 import { reconnectDelayMs, watchTable } from './pg-watch.ts';
 import { validRecords } from './record.ts';
@@ -36,23 +36,87 @@ export interface PgStatus {
   (up: boolean, err?: Error): void;
 }
 
+/** How long a query may go unanswered by default (KEYWARD_DATABASE_TIMEOUT), ms. */
+export const DATABASE_TIMEOUT_MS = 5_000;
+/** A read of the whole key set may take this many times longer (a million rows). */
+const FULL_READ_FACTOR = 12;
+
+/** A query that got no answer within its deadline: the path to the server may be dead without having said so. */
+export class DatabaseTimeout extends Error {
+  readonly code = 'KEYWARD_DATABASE_TIMEOUT';
+  constructor(ms: number) {
+    super(`no answer from PostgreSQL within ${ms} ms; connections dropped and opened again`);
+    this.name = 'DatabaseTimeout';
+  }
+}
+
 export class PgKeyStore implements KeyStore {
   readonly location: string;
   readonly shared = true;
   get title(): string {
     return `keys in ${this.location}`;
   }
-  readonly #sql: postgres.Sql;
+  readonly #url: string;
+  /** Every query's deadline, ms (KEYWARD_DATABASE_TIMEOUT). */
+  readonly timeoutMs: number;
+  #sql: postgres.Sql;
   #migrated: Promise<Migration> | null = null;
 
-  constructor(url: string) {
+  constructor(url: string, timeoutMs = DATABASE_TIMEOUT_MS) {
     this.location = describeDatabase(url);
-    this.#sql = postgres(url, { max: 4, onnotice: () => undefined, connect_timeout: 5, idle_timeout: 60, backoff: (retries: number) => reconnectDelayMs(retries) / 1000 });
+    this.#url = url;
+    this.timeoutMs = timeoutMs;
+    this.#sql = this.#connect();
+  }
+
+  #connect(): postgres.Sql {
+    const seconds = Math.max(1, Math.ceil(this.timeoutMs / 1000));
+    return postgres(this.#url, {
+      max: 4,
+      onnotice: () => undefined,
+      connect_timeout: seconds,
+      idle_timeout: 60,
+      // TCP keepalive: a peer that vanished is noticed by the kernel too, not only by the deadlines below.
+      keep_alive: seconds,
+      backoff: (retries: number) => reconnectDelayMs(retries) / 1000,
+    });
+  }
+
+  /** The connection pool in use (replaced after a query passed its deadline). */
+  get sql(): postgres.Sql {
+    return this.#sql;
+  }
+
+  /**
+   * `work` against the pool, rejected with DatabaseTimeout once `ms` pass
+   * without an answer. A silent partition never errors: a query sent into it
+   * waits for ever, and so would every later one queued behind it. Past the
+   * deadline the whole pool (LISTEN connection included) is dropped, which
+   * fails what still waits on it, and a fresh one is opened.
+   */
+  within<T>(work: (sql: postgres.Sql) => Promise<T>, ms = this.timeoutMs): Promise<T> {
+    const used = this.#sql;
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        if (this.#sql === used) this.#reset();
+        reject(new DatabaseTimeout(ms));
+      }, ms);
+      timer.unref();
+    });
+    return Promise.race([work(used), late]).finally(() => clearTimeout(timer));
+  }
+
+  #reset(): void {
+    const old = this.#sql;
+    this.#sql = this.#connect();
+    this.#migrated = null;
+    void old.end({ timeout: 0 }).catch(() => undefined);
   }
 
   /** Apply pending migrations under an advisory lock (several gateways may start at once); says which versions it went between. */
   migrate(): Promise<Migration> {
-    this.#migrated ??= this.#sql
+    this.#migrated ??= this.within((sql) => sql
       .begin(async (tx) => {
         await tx`select pg_advisory_xact_lock(${MIGRATION_LOCK})`;
         await tx`create table if not exists keyward_schema (version int primary key, applied timestamptz not null default now())`;
@@ -63,7 +127,7 @@ export class PgKeyStore implements KeyStore {
           await tx`insert into keyward_schema (version) values (${v})`;
         }
         return { from, to: Math.max(from, MIGRATIONS.length) };
-      })
+      }) as Promise<Migration>, this.timeoutMs * FULL_READ_FACTOR)
       .catch((err: Error) => {
         this.#migrated = null;
         throw err;
@@ -74,7 +138,7 @@ export class PgKeyStore implements KeyStore {
   /** The valid keys: a row that fails the record check is left out here too (the watch reports it). */
   async load(): Promise<readonly KeyRecord[]> {
     await this.migrate();
-    return validRecords((await allRows(this.#sql)).map(toRecord)).valid;
+    return validRecords((await this.within((sql) => allRows(sql), this.timeoutMs * FULL_READ_FACTOR)).map(toRecord)).valid;
   }
 
   watch(
@@ -82,18 +146,22 @@ export class PgKeyStore implements KeyStore {
     onError: (err: Error) => void,
     onStatus?: PgStatus,
     onInvalid?: (invalid: ReadonlyMap<string, string>) => void,
+    onWarning?: (message: string, fields: Record<string, unknown>) => void,
   ): () => void {
-    return watchTable({ sql: this.#sql, migrate: () => this.migrate(), snapshot: (read) => this.#snapshot(read) }, { onChange, onError, onStatus, onInvalid });
-  }
-
-  /** Run `read` in one read-only snapshot, so rows, tombstones and checksum agree. */
-  #snapshot<T>(read: (tx: postgres.TransactionSql) => Promise<T>): Promise<T> {
-    return this.#sql.begin('isolation level repeatable read read only', read) as Promise<T>;
+    return watchTable(
+      {
+        sql: () => this.#sql,
+        migrate: () => this.migrate(),
+        within: (work, full) => this.within(work, full ? this.timeoutMs * FULL_READ_FACTOR : this.timeoutMs),
+        snapshot: (read, full) => this.within((sql) => sql.begin('isolation level repeatable read read only', read) as Promise<Awaited<ReturnType<typeof read>>>, full ? this.timeoutMs * FULL_READ_FACTOR : this.timeoutMs),
+      },
+      { onChange, onError, onStatus, onInvalid, onWarning },
+    );
   }
 
   async update<T>(change: (records: readonly KeyRecord[]) => Change<T>, _options: UpdateOptions = {}): Promise<T> {
     await this.migrate();
-    return this.#sql.begin(async (tx) => {
+    return this.within((sql) => sql.begin(async (tx) => {
       // One writer at a time across the fleet and every CLI: the change sees the set it replaces.
       await tx`select pg_advisory_xact_lock(${WRITE_LOCK})`;
       // This write announces itself below, naming its keys; the triggers' own notice would repeat it.
@@ -115,7 +183,7 @@ export class PgKeyStore implements KeyStore {
       }
       if (changed.length > 0) await tx`select pg_notify(${CHANNEL}, ${notice(top, changed.map((r) => r.id))})`;
       return next.result;
-    }) as Promise<T>;
+    }) as Promise<T>, this.timeoutMs * FULL_READ_FACTOR);
   }
 
   async recordUse(uses: ReadonlyMap<string, number>): Promise<void> {
@@ -123,19 +191,20 @@ export class PgKeyStore implements KeyStore {
     const ids = [...uses.keys()];
     const times = ids.map((id) => new Date(uses.get(id) as number).toISOString());
     // Not a key change: no new version, no notification, no reload anywhere.
-    await this.#sql`
+    await this.within((sql) => sql`
       update keyward_keys k set last_used = greatest(k.last_used, u.t)
-      from (select unnest(${ids}::text[]) as id, unnest(${times}::timestamptz[]) as t) u where k.id = u.id`;
+      from (select unnest(${ids}::text[]) as id, unnest(${times}::timestamptz[]) as t) u where k.id = u.id`);
   }
 
   async lastUse(): Promise<ReadonlyMap<string, string>> {
     await this.migrate();
-    const rows = await this.#sql<Array<{ id: string; last_used: Date }>>`select id, last_used from keyward_keys where last_used is not null`;
-    return new Map(rows.map((r) => [r.id, r.last_used.toISOString()]));
+    const rows = await this.within((sql) => sql<Array<{ id: string; last_used: number }>>`select id, ${sql.unsafe(instant('last_used'))} as last_used from keyward_keys where last_used is not null`, this.timeoutMs * FULL_READ_FACTOR);
+    // A time JavaScript cannot place (written by SQL) is left out rather than failing the whole list.
+    return new Map(rows.map((r) => [r.id, isoInstant(r.last_used)] as const).filter(([, t]) => t !== UNPLACEABLE));
   }
 
   usage(): PgUsageStore {
-    return new PgUsageStore(this.#sql, this.location, () => this.migrate());
+    return new PgUsageStore(this, this.location);
   }
 
   async close(): Promise<void> {

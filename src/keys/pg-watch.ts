@@ -5,10 +5,12 @@
 // forward only once onChange has accepted it.
 import type postgres from 'postgres';
 import type { KeyRecord } from './keyset.ts';
-import { allRows, CHANNEL, CHECKSUM, COLUMNS, noticeVersion, ROW_HASH, TOP, toRecord, type Row } from './pg-schema.ts';
+import { allRows, CHANNEL, CHECKSUM, noticeVersion, ROW_HASH, SELECTED, TOP, toRecord, type Row } from './pg-schema.ts';
 import { recordProblem } from './record.ts';
 
 const CHECK_MS = 1_000;
+/** The version sequence's last value: below the highest version held, it was set back. */
+const SEQUENCE = `(select last_value from keyward_keys_version)::text`;
 /** Every this many checks, the count and checksum are compared too (a full scan of the table). */
 const CONSISTENCY_EVERY = 10;
 
@@ -28,10 +30,13 @@ export function reconnectDelayMs(retries: number): number {
 const RECONNECT_MAX_MS = 1_000;
 
 export interface Db {
-  readonly sql: postgres.Sql;
+  /** The pool in use; a new one after a query passed its deadline. */
+  sql(): postgres.Sql;
   migrate(): Promise<unknown>;
-  /** Run `read` in one read-only snapshot. */
-  snapshot<T>(read: (tx: postgres.TransactionSql) => Promise<T>): Promise<T>;
+  /** `work` with a deadline (the longer one for reads of the whole set); past it the pool is replaced. */
+  within<T>(work: (sql: postgres.Sql) => Promise<T>, full?: boolean): Promise<T>;
+  /** Run `read` in one read-only snapshot, with a deadline. */
+  snapshot<T>(read: (tx: postgres.TransactionSql) => Promise<T>, full?: boolean): Promise<T>;
 }
 
 export interface Handlers {
@@ -39,10 +44,12 @@ export interface Handlers {
   onError(err: Error): void;
   onStatus?: ((up: boolean, err?: Error) => void) | undefined;
   onInvalid?: ((invalid: ReadonlyMap<string, string>) => void) | undefined;
+  /** Something an operator should fix (a version sequence set back), said once per occurrence. */
+  onWarning?: ((message: string, fields: Record<string, unknown>) => void) | undefined;
 }
 
 /** Follow the table until the returned `stop` is called. */
-export function watchTable(db: Db, { onChange, onError, onStatus, onInvalid }: Handlers): () => void {
+export function watchTable(db: Db, { onChange, onError, onStatus, onInvalid, onWarning }: Handlers): () => void {
   let stopped = false;
   // What is in force: the valid records (creation order, new keys last),
   // their positions by id and row hashes by position, the rows skipped as
@@ -59,6 +66,9 @@ export function watchTable(db: Db, { onChange, onError, onStatus, onInvalid }: H
   let dirty = false;
   let up = true;
   let busy: Promise<void> = Promise.resolve();
+  // The version sequence's value at the last full reload; see the periodic check.
+  let reloadedAt = -1n;
+  let warnedBack = false;
   const status = (now: boolean, err?: Error): void => {
     if (now !== up) {
       up = now;
@@ -82,10 +92,11 @@ export function watchTable(db: Db, { onChange, onError, onStatus, onInvalid }: H
   };
   const full = async (): Promise<void> => {
     await db.migrate();
-    const { rows, top } = await db.snapshot(async (tx) => {
-      const [[mark], all] = await Promise.all([tx<Array<{ top: string | null }>>`select ${tx.unsafe(TOP)} as top`, allRows(tx, true)]);
-      return { rows: all, top: BigInt(mark?.top ?? '0') };
-    });
+    const { rows, top, seq } = await db.snapshot(async (tx) => {
+      const [[mark], all] = await Promise.all([tx<Array<{ top: string | null; seq: string }>>`select ${tx.unsafe(TOP)} as top, ${tx.unsafe(SEQUENCE)} as seq`, allRows(tx, true)]);
+      return { rows: all, top: BigInt(mark?.top ?? '0'), seq: BigInt(mark?.seq ?? '0') };
+    }, true);
+    reloadedAt = seq;
     const next: Held = { records: [], hashes: new BigInt64Array(rows.length), index: new Map(), invalid: new Map(), version: top, sum: 0n };
     for (const row of rows) {
       const rec = toRecord(row);
@@ -105,7 +116,7 @@ export function watchTable(db: Db, { onChange, onError, onStatus, onInvalid }: H
     const from = version.toString();
     const { rows, dead } = await db.snapshot(async (tx) => {
       const [changed, deleted] = await Promise.all([
-        tx<Row[]>`select ${tx.unsafe(COLUMNS)}, ${tx.unsafe(ROW_HASH)}::text as h from keyward_keys where version > ${from} order by version`,
+        tx<Row[]>`select ${tx.unsafe(SELECTED)}, ${tx.unsafe(ROW_HASH)}::text as h from keyward_keys where version > ${from} order by version`,
         tx<Array<{ id: string; version: string }>>`select id, version::text from keyward_keys_deleted where version > ${from} order by version`,
       ]);
       return { rows: changed, dead: deleted };
@@ -183,9 +194,13 @@ export function watchTable(db: Db, { onChange, onError, onStatus, onInvalid }: H
 
   let attempt = 0;
   let listening: { unlisten(): Promise<void> } | null = null;
+  // The pool the subscription lives on: a replaced pool (a query passed its deadline) means subscribing again.
+  let listenedOn: postgres.Sql | null = null;
   let retry: NodeJS.Timeout | null = null;
   const subscribe = (): void => {
-    db.sql
+    const sql = db.sql();
+    listenedOn = sql;
+    sql
       .listen(
         CHANNEL,
         (payload) => serial(async () => {
@@ -199,11 +214,12 @@ export function watchTable(db: Db, { onChange, onError, onStatus, onInvalid }: H
       .then((l) => {
         attempt = 0;
         listening = l;
-        if (stopped) void l.unlisten();
+        if (stopped) void l.unlisten().catch(() => undefined);
       })
       .catch((err: Error) => {
         status(false, err);
-        if (stopped) return;
+        if (stopped || listenedOn !== sql) return;
+        listenedOn = null;
         const delay = reconnectDelayMs(attempt++);
         retry = setTimeout(subscribe, delay);
         retry.unref();
@@ -211,24 +227,57 @@ export function watchTable(db: Db, { onChange, onError, onStatus, onInvalid }: H
   };
   subscribe();
   // The periodic check: reachability, any change a notification missed,
-  // and (every tenth) a change made with the triggers switched off.
+  // and (every tenth) a change made with the triggers switched off. It runs
+  // beside the serial work, not behind it, with its own deadline: a store
+  // that does not answer is down within KEYWARD_DATABASE_TIMEOUT whatever a
+  // slower read is waiting for.
   let ticks = 0;
+  let pinging = false;
   const check = setInterval(() => {
-    if (listening === null) return;
+    if (listenedOn !== null && listenedOn !== db.sql()) {
+      // The pool was replaced: the subscription went with the old one.
+      listening = null;
+      subscribe();
+    }
+    if (listening === null || pinging) return;
     const consistency = ++ticks % CONSISTENCY_EVERY === 0;
-    serial(async () => {
-      if (dirty) return full();
-      if (!consistency) {
-        const [row] = await db.sql<Array<{ v: string | null }>>`select ${db.sql.unsafe(TOP)} as v`;
-        if (row?.v !== null && row?.v !== undefined && BigInt(row.v) > version) await since();
-        return;
-      }
-      const [row] = await db.sql<Array<{ top: string | null; n: number; sum: string }>>`select ${db.sql.unsafe(TOP)} as top, count(*)::int as n, ${db.sql.unsafe(CHECKSUM)} as sum from keyward_keys`;
-      if (row === undefined) return;
-      if (BigInt(row.top ?? '0') > version) return since();
-      // Same version, yet not the rows held: changed with the triggers off (or by a restore).
-      if (row.n !== records.length + invalid.size || BigInt(row.sum) !== sum) return full();
-    });
+    pinging = true;
+    db.within(async (sql) => {
+      const [row] = await sql<Array<{ top: string | null; seq: string; n: number | null; sum: string | null }>>`select ${sql.unsafe(TOP)} as top, ${sql.unsafe(SEQUENCE)} as seq${sql.unsafe(consistency ? `, (select count(*)::int from keyward_keys) as n, (select ${CHECKSUM} from keyward_keys) as sum` : ', null as n, null as sum')}`;
+      return row;
+    })
+      .then(
+        (row) => {
+          if (row === undefined || stopped) return;
+          const seq = BigInt(row.seq);
+          if (seq < version) {
+            // The sequence was set back (setval): new versions fall at or
+            // below the one held and no increment would fetch them. Each
+            // time it moves, the whole set is read again, until it passes
+            // the highest version.
+            if (!warnedBack) {
+              warnedBack = true;
+              onWarning?.('the key version sequence is behind the highest version; every key change is read in full until it is set forward', { sequence: seq.toString(), highest: version.toString(), fix: `select setval('keyward_keys_version', ${version.toString()})` });
+            }
+            if (seq !== reloadedAt || dirty) serial(full);
+            return;
+          }
+          warnedBack = false;
+          if (dirty) return serial(full);
+          // Answered, and what is held is in force: up (after a failed check, say).
+          status(true);
+          if (BigInt(row.top ?? '0') > version) return serial(since);
+          // Same version, yet not the rows held: changed with the triggers off (or by a restore).
+          if (consistency && (row.n !== records.length + invalid.size || BigInt(row.sum ?? '0') !== sum)) serial(full);
+        },
+        (err: Error) => {
+          status(false, err);
+          if (!stopped) onError(err);
+        },
+      )
+      .finally(() => {
+        pinging = false;
+      });
   }, CHECK_MS);
   check.unref();
   return () => {
@@ -236,5 +285,6 @@ export function watchTable(db: Db, { onChange, onError, onStatus, onInvalid }: H
     clearInterval(check);
     if (retry !== null) clearTimeout(retry);
     if (listening !== null) void (listening as { unlisten(): Promise<void> }).unlisten().catch(() => undefined);
+    listenedOn = null;
   };
 }

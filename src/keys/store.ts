@@ -27,9 +27,16 @@ export interface KeyStore {
    * not be read; the caller keeps serving its last good set. `onChange` may
    * throw: the change is then not in force, the store reports itself down
    * and tries again. `onInvalid` gets the rows skipped because they fail the
-   * record check (id → problem), whenever that list changes. Returns `stop`.
+   * record check (id → problem), whenever that list changes; `onWarning`
+   * what an operator should fix in the store. Returns `stop`.
    */
-  watch(onChange: (records: readonly KeyRecord[]) => void, onError: (err: Error) => void, onStatus?: (up: boolean, err?: Error) => void, onInvalid?: (invalid: ReadonlyMap<string, string>) => void): () => void;
+  watch(
+    onChange: (records: readonly KeyRecord[]) => void,
+    onError: (err: Error) => void,
+    onStatus?: (up: boolean, err?: Error) => void,
+    onInvalid?: (invalid: ReadonlyMap<string, string>) => void,
+    onWarning?: (message: string, fields: Record<string, unknown>) => void,
+  ): () => void;
   /** A store shared by a fleet (PostgreSQL): a gateway may start before it is reachable. */
   readonly shared?: boolean;
   /** The usage ledger kept beside these keys, when the store keeps one (PostgreSQL). */

@@ -1,11 +1,15 @@
 // The usage ledger (docs/limits.md): per key, route and UTC day, what was
 // forwarded and what the upstream said it cost. Counted in memory as
 // requests complete, written to a store in batches (every
-// KEYWARD_USAGE_FLUSH and at drain), never a write per request. A batch that
-// cannot be written is kept and merged into the next: counts are never
-// dropped and never written twice. The period totals that quotas and
-// budgets read are the store's at start plus everything counted since.
+// KEYWARD_USAGE_FLUSH and at drain), never a write per request. Each batch
+// carries this gateway's id and a sequence number, and a store applies a
+// batch once: one that cannot be written (or whose reply was lost) is sent
+// again as it was, so counts are never dropped and never written twice.
+// What a drain could not write is kept on local disk (spool.ts) and written
+// at the next start. The period totals that quotas and budgets read are the
+// store's at start plus everything counted since.
 import type { PeriodUse } from './limiter.ts';
+import { readSpool, writeSpool, type Batch } from './spool.ts';
 import { periodOf, type Period } from './policy.ts';
 
 export interface UsageRow {
@@ -35,19 +39,36 @@ export interface FleetView {
   leave(id: string): Promise<void>;
 }
 
+/** Where a drain keeps unwritten usage (spool.ts), and what is said about it. */
+export interface Spool {
+  readonly prefix: string;
+  /** At start: the files found, how many batches they held, and files that could not be read (left in place). */
+  onRead(files: readonly string[], batches: number, bad: readonly string[]): void;
+  /** At a drain: usage not written by its deadline was kept in `file`, `requests` requests of it. */
+  onKept(file: string, requests: number): void;
+}
+
+/** Which batch: the gateway that counted it and its number there (1, 2, …, increasing). */
+export interface BatchId {
+  readonly gateway: string;
+  readonly seq: number;
+}
+
 /** Where the ledger is kept: the SQLite file beside the keys file, or PostgreSQL. */
 export interface UsageStore {
   readonly location: string;
   /** Set for a ledger shared by a fleet: totals are re-read at each flush and limits shared. */
   readonly fleet?: FleetView;
-  /** Add these counts to the stored ones (additive upserts, one batch). */
-  add(rows: readonly UsageRow[]): Promise<void>;
+  /**
+   * Add these counts to the stored ones (additive upserts, one transaction),
+   * unless the store has applied this gateway's batch `seq` or a later one
+   * already: then nothing, so that sending a batch again never doubles it.
+   */
+  add(rows: readonly UsageRow[], batch: BatchId): Promise<void>;
   /** Stored rows from `since` (a UTC day) on, optionally for one key or route. */
   rows(filter: { since?: string; keyId?: string; route?: string }): Promise<UsageRow[]>;
   close(): Promise<void>;
 }
-
-const COUNTS = ['requests', 's2xx', 's3xx', 's4xx', 's5xx', 'other', 'limited', 'bytesIn', 'bytesOut', 'cost'] as const;
 
 /** A stored row's columns as a UsageRow's fields (both stores name them key_id, bytes_in…); `num` may cast the counts. */
 export function rowColumns(num: (column: string) => string = (c) => c, day = 'day'): string {
@@ -57,10 +78,6 @@ export function rowColumns(num: (column: string) => string = (c) => c, day = 'da
 
 function empty(keyId: string, route: string, day: string): UsageRow {
   return { keyId, route, day, requests: 0, s2xx: 0, s3xx: 0, s4xx: 0, s5xx: 0, other: 0, limited: 0, bytesIn: 0, bytesOut: 0, cost: 0 };
-}
-
-function merge(into: UsageRow, from: UsageRow): void {
-  for (const c of COUNTS) into[c] += from[c];
 }
 
 /** A count for the current day and month, rolled over when they pass. */
@@ -105,20 +122,34 @@ export class Ledger implements PeriodUse {
   /** Live gateways sharing the keys' rates and concurrency (1 alone). */
   gateways = 1;
   readonly #id = `${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
+  /** Batches made and not yet written, oldest first (this gateway's, and any a drain kept on disk). */
+  #queue: Batch[] = [];
+  #seq = 0;
+  /** Where a drain keeps what it could not write (null: nowhere), and the files read from there at start. */
+  readonly #spool: Spool | null;
+  #spooled: string[] = [];
   #flushing: Promise<void> | null = null;
   /** Every failed write (`first`: the first since the last success, for a log said once per outage); `recovered` after one. */
   readonly #onError: (err: Error, first: boolean) => void;
   readonly #onRecovered: () => void;
   #failing = false;
 
-  constructor(store: UsageStore, onError: (err: Error, first: boolean) => void, onRecovered: () => void = () => undefined) {
+  constructor(store: UsageStore, onError: (err: Error, first: boolean) => void, onRecovered: () => void = () => undefined, spool: Spool | null = null) {
     this.#store = store;
     this.#onError = onError;
     this.#onRecovered = onRecovered;
+    this.#spool = spool;
   }
 
-  /** Read this month's totals, then write every `flushMs`. */
+  /** What a drain kept on disk is written first; then this month's totals are read, and the ledger written every `flushMs`. */
   async start(flushMs: number, now = Date.now()): Promise<void> {
+    if (this.#spool !== null) {
+      const kept = readSpool(this.#spool.prefix);
+      this.#queue.push(...kept.batches);
+      this.#spooled = kept.files;
+      this.#spool.onRead(kept.files, kept.batches.length, kept.bad);
+      if (kept.batches.length > 0) await this.flush();
+    }
     try {
       for (const row of await this.#store.rows({ since: `${periodOf('month', now).key}-01` })) this.#count(row, now);
     } catch {
@@ -152,6 +183,7 @@ export class Ledger implements PeriodUse {
     const stored = await this.#store.rows({ since: `${periodOf('month', now).key}-01` });
     this.#totals.clear();
     for (const row of stored) this.#count(row, now);
+    for (const b of this.#queue) for (const row of b.rows) this.#count(row, now);
     for (const row of this.#pending.values()) this.#count(row, now);
   }
 
@@ -196,36 +228,75 @@ export class Ledger implements PeriodUse {
     return this.#store.fleet?.leave(this.#id).catch(() => undefined) ?? Promise.resolve();
   }
 
-  /** The final flush (drain): stop the timer, write everything, close the store. */
-  async stop(): Promise<void> {
+  /**
+   * The final flush (drain): stop the timer, leave the fleet, write
+   * everything, close the store, all within `withinMs`. What could not be
+   * written by then is kept on disk for the next start; the store may be
+   * unreachable, and a drain never waits on it past its deadline.
+   */
+  async stop(withinMs = Infinity): Promise<void> {
     if (this.#timer !== null) clearInterval(this.#timer);
-    await this.leave();
-    await this.flush();
-    // A write still failing at shutdown: one more try, then it is reported.
-    if (this.#pending.size > 0) await this.#write();
-    await this.#store.close().catch(() => undefined);
+    const end = Date.now() + withinMs;
+    const bounded = <T>(p: Promise<T>): Promise<T | undefined> => {
+      const left = end - Date.now();
+      if (left === Infinity) return p;
+      let timer: NodeJS.Timeout | undefined;
+      return Promise.race([p, new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), Math.max(0, left))))]).finally(() => clearTimeout(timer));
+    };
+    await bounded(this.leave());
+    await bounded(this.flush());
+    // A write still failing at shutdown: one more try, then it is kept.
+    if (this.#unwritten() && this.#flushing === null) await bounded(this.flush());
+    this.#keep();
+    await bounded(this.#store.close().catch(() => undefined));
+  }
+
+  #unwritten(): boolean {
+    return this.#queue.length > 0 || this.#pending.size > 0;
+  }
+
+  /** Keep what is not written yet on disk (a batch in flight too: applied once, whichever copy arrives first). */
+  #keep(): void {
+    if (this.#spool === null) return;
+    const batches = [...this.#queue];
+    if (this.#pending.size > 0) batches.push({ gateway: this.#id, seq: ++this.#seq, rows: [...this.#pending.values()] });
+    this.#pending = new Map();
+    this.#current.clear();
+    this.#queue = batches;
+    if (batches.length === 0 && this.#spooled.length === 0) return;
+    try {
+      const file = writeSpool(this.#spool.prefix, this.#id, batches, this.#spooled);
+      this.#spooled = file === null ? [] : [file];
+      if (file !== null) this.#spool.onKept(file, batches.reduce((n, b) => n + b.rows.reduce((m, r) => m + r.requests, 0), 0));
+    } catch (err) {
+      this.#onError(err as Error, true);
+    }
   }
 
   async #write(): Promise<void> {
-    if (this.#pending.size === 0) return;
-    const batch = this.#pending;
-    this.#pending = new Map();
-    // Rows in the batch are no longer the ones to count into.
-    this.#current.clear();
+    if (this.#pending.size > 0) {
+      this.#queue.push({ gateway: this.#id, seq: ++this.#seq, rows: [...this.#pending.values()] });
+      this.#pending = new Map();
+      // Rows in the batch are no longer the ones to count into.
+      this.#current.clear();
+    }
     try {
-      await this.#store.add([...batch.values()]);
+      // Oldest first, each as it was made: a store skips a batch it applied already.
+      while (this.#queue.length > 0) {
+        const b = this.#queue[0] as Batch;
+        await this.#store.add(b.rows, b);
+        this.#queue.shift();
+      }
+      if (this.#spool !== null && this.#spooled.length > 0) {
+        writeSpool(this.#spool.prefix, this.#id, [], this.#spooled);
+        this.#spooled = [];
+      }
       if (this.#failing) {
         this.#failing = false;
         this.#onRecovered();
       }
     } catch (err) {
-      // Kept, and merged with what came meanwhile: written once, by a later flush.
-      for (const [k, row] of batch) {
-        const now = this.#pending.get(k);
-        if (now === undefined) this.#pending.set(k, row);
-        else merge(now, row);
-      }
-      this.#current.clear();
+      // Kept, and sent again as it is by a later flush.
       this.#onError(err as Error, !this.#failing);
       this.#failing = true;
     }

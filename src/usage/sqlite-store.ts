@@ -3,7 +3,7 @@
 // usage` can read while a gateway writes. The keys file is never rewritten
 // for usage.
 import { DatabaseSync } from 'node:sqlite';
-import { rowColumns, type UsageRow, type UsageStore } from './ledger.ts';
+import { rowColumns, type BatchId, type UsageRow, type UsageStore } from './ledger.ts';
 
 const SCHEMA = `
   create table if not exists usage (
@@ -13,7 +13,14 @@ const SCHEMA = `
     limited integer not null default 0, bytes_in integer not null default 0, bytes_out integer not null default 0,
     cost real not null default 0,
     primary key (key_id, route, day)
-  )`;
+  );
+  create table if not exists batches (gateway text primary key, seq integer not null, at text not null)`;
+
+// Applied once: a batch at or below the number recorded for its gateway is already counted (ledger.ts).
+const BATCH = `
+  insert into batches (gateway, seq, at) values (?, ?, ?)
+  on conflict (gateway) do update set seq = excluded.seq, at = excluded.at where batches.seq < excluded.seq
+  returning seq`;
 
 const UPSERT = `
   insert into usage (key_id, route, day, requests, s2xx, s3xx, s4xx, s5xx, other, limited, bytes_in, bytes_out, cost)
@@ -36,15 +43,19 @@ export class SqliteUsageStore implements UsageStore {
     this.#db.exec(SCHEMA);
   }
 
-  add(rows: readonly UsageRow[]): Promise<void> {
+  add(rows: readonly UsageRow[], batch: BatchId): Promise<void> {
     const upsert = this.#db.prepare(UPSERT);
     // One transaction per batch: all of it or none of it.
     this.#db.exec('begin immediate');
     try {
-      for (const r of rows) upsert.run(r.keyId, r.route, r.day, r.requests, r.s2xx, r.s3xx, r.s4xx, r.s5xx, r.other, r.limited, r.bytesIn, r.bytesOut, r.cost);
+      if (this.#db.prepare(BATCH).get(batch.gateway, batch.seq, new Date().toISOString()) !== undefined) {
+        for (const r of rows) upsert.run(r.keyId, r.route, r.day, r.requests, r.s2xx, r.s3xx, r.s4xx, r.s5xx, r.other, r.limited, r.bytesIn, r.bytesOut, r.cost);
+      }
       this.#db.exec('commit');
     } catch (err) {
-      this.#db.exec('rollback');
+      // SQLite may have rolled the transaction back itself (a full disk does:
+      // SQLITE_FULL); the rollback's own error would then hide the cause.
+      if (this.#db.isTransaction) this.#db.exec('rollback');
       return Promise.reject(err as Error);
     }
     return Promise.resolve();
