@@ -208,6 +208,8 @@ export function watchTable(db: Db, { onChange, onError, onStatus, onInvalid, onW
           const announced = noticeVersion(payload);
           if (dirty) await full();
           else if (announced === null || announced > version) await since();
+          // With the sequence set back, a change announces a version below the one held.
+          else if (warnedBack) await full();
         }),
         () => serial(full),
       ) // onlisten: every (re)subscribe, then a full reload
