@@ -7,7 +7,7 @@
 // them.
 import postgres from 'postgres';
 import type { KeyRecord } from './keyset.ts';
-import { allRows, CHANNEL, instant, isoInstant, MIGRATION_LOCK, MIGRATIONS, notice, toRecord, UNPLACEABLE, WRITE_LOCK } from './pg-schema.ts';
+import { allRows, CHANNEL, instant, isoInstant, MIGRATION_LOCK, MIGRATIONS, msOf, notice, toRecord, UNPLACEABLE, WRITE_LOCK } from './pg-schema.ts';
 import { PgUsageStore } from './pg-usage.ts';
 import { reconnectDelayMs, watchTable } from './pg-watch.ts';
 import { validRecords } from './record.ts';
@@ -200,7 +200,7 @@ export class PgKeyStore implements KeyStore {
     await this.migrate();
     const rows = await this.within((sql) => sql<Array<{ id: string; last_used: number }>>`select id, ${sql.unsafe(instant('last_used'))} as last_used from keyward_keys where last_used is not null`, this.timeoutMs * FULL_READ_FACTOR);
     // A time JavaScript cannot place (written by SQL) is left out rather than failing the whole list.
-    return new Map(rows.map((r) => [r.id, isoInstant(r.last_used)] as const).filter(([, t]) => t !== UNPLACEABLE));
+    return new Map(rows.map((r) => [r.id, isoInstant(msOf(r.last_used))] as const).filter(([, t]) => t !== UNPLACEABLE));
   }
 
   usage(): PgUsageStore {

@@ -171,16 +171,19 @@ test('keyward usage --since: impossible days, year 0 and durations reaching befo
 });
 
 test('PostgreSQL instants as a record: infinity never expires, -infinity and BC are long past, what JavaScript cannot place fails the check', () => {
-  const base: Row = { id: 'k', name: 'n', digest: `sha256:${'0'.repeat(64)}`, created: Date.parse('2026-01-01T00:00:00Z'), expires: null, revoked: null, routes: null, previous: [], limits: null, version: '1', h: '0' };
+  const s = (ms: number): number => ms / 1000; // read as seconds
+  const base: Row = { id: 'k', name: 'n', digest: `sha256:${'0'.repeat(64)}`, created: s(Date.parse('2026-01-01T00:00:00Z')), expires: null, revoked: null, routes: null, previous: [], limits: null, version: '1', h: '0' };
   const at = (over: Partial<Row>): ReturnType<typeof toRecord> => toRecord({ ...base, ...over });
   assert.equal(at({ expires: Infinity }).expires, null);
   assert.equal(recordProblem(at({ expires: Infinity })), null);
   assert.equal(at({ expires: -Infinity }).expires, '1970-01-01T00:00:00.000Z');
   assert.equal(at({ revoked: -Infinity }).revoked, '1970-01-01T00:00:00.000Z');
-  assert.equal(at({ expires: Date.UTC(-43, 2, 15) }).expires, '1970-01-01T00:00:00.000Z', '44 BC: long past, in a form PostgreSQL reads back');
+  assert.equal(at({ expires: s(Date.UTC(-43, 2, 15)) }).expires, '1970-01-01T00:00:00.000Z', '44 BC: long past, in a form PostgreSQL reads back');
   assert.match(recordProblem(at({ revoked: Infinity })) ?? '', /revoked must be a date/);
-  assert.match(recordProblem(at({ expires: 8.64e15 + 86_400_000 })) ?? '', /expires must be a date/);
+  assert.match(recordProblem(at({ expires: s(8.64e15 + 86_400_000) })) ?? '', /expires must be a date/);
   assert.match(recordProblem(at({ created: Infinity })) ?? '', /created must be a date/);
-  assert.match(recordProblem(at({ created: Date.UTC(-43, 2, 15) })) ?? '', /created must be a date/);
-  assert.equal(at({ created: Date.parse('2026-01-01T00:00:00.123Z') + 0.456 }).created, '2026-01-01T00:00:00.123Z', 'microseconds cut to milliseconds');
+  assert.match(recordProblem(at({ created: s(Date.UTC(-43, 2, 15)) })) ?? '', /created must be a date/);
+  // 1764000058.123 is 1764000058.12299990654… as a double: read through microseconds, never 122.
+  assert.equal(at({ created: 1764000058.123 }).created, '2025-11-24T16:00:58.123Z');
+  assert.equal(at({ created: 1764000058.123999 }).created, '2025-11-24T16:00:58.123Z', 'microseconds cut to milliseconds');
 });
