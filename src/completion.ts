@@ -4,7 +4,7 @@ import type { Exchange } from './exchange.ts';
 import { redactTokens } from './keys/token.ts';
 import { requestLogger, type Logger } from './log.ts';
 import type { Metrics } from './metrics.ts';
-import { failureLabel } from './outcome.ts';
+import { failureLabel, neverConnected } from './outcome.ts';
 import type { Ledger } from './usage/ledger.ts';
 import { dropParams } from './query.ts';
 
@@ -69,7 +69,8 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
     if (ex.forwardStart > 0) metrics.inFlight(route, -1);
     if (ex.upstreamFailed) metrics.upstreamError(route, fields.error ?? 'error');
     const key = ex.principal;
-    if (ledger !== null && ex.forwardStart > 0 && key !== null && ex.route !== null) {
+    // A request whose connection to the upstream was never made was not forwarded: not counted (docs/limits.md).
+    if (ledger !== null && ex.forwardStart > 0 && key !== null && ex.route !== null && !neverConnected(ex.failure)) {
       // The upstream's own status only: one the gateway answered for it counts as `other`.
       ledger.record(key.id, ex.route.name, ex.ttfbMs >= 0 && !ex.settled ? status : null, bytesIn ?? 0, ex.bytesOut, ex.cost);
       if (ex.costBad && !badCost.has(ex.route.name)) {

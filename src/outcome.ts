@@ -50,6 +50,20 @@ export function failureLabel(f: Failure | null): string | null {
   return f.detail ?? UPSTREAM_LABELS[f.reason];
 }
 
+/**
+ * System codes of a connection to the upstream that was never made: refused,
+ * no route, no such host, the connect timer, or a TLS handshake that failed
+ * before the request was written. A request that failed so never reached the
+ * upstream (nothing was billed), and gives back what its admission took.
+ */
+const NEVER_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EAI_FAIL', 'EHOSTUNREACH', 'ENETUNREACH', 'EADDRNOTAVAIL', 'ECONNECT_TIMEOUT']);
+const TLS_FAILURE = /^(?:ERR_TLS_|ERR_SSL_|CERT_|UNABLE_TO_|DEPTH_ZERO_SELF_SIGNED_CERT$|SELF_SIGNED_CERT_IN_CHAIN$)/;
+
+/** Whether `f` says the request never reached the upstream at all. */
+export function neverConnected(f: Failure | null): boolean {
+  return f !== null && f.by === 'upstream' && (f.reason === 'unreachable' || f.reason === 'timeout') && f.detail !== null && (NEVER_CONNECTED.has(f.detail) || TLS_FAILURE.test(f.detail));
+}
+
 /** An upstream failure. */
 export function upstream(reason: UpstreamReason, detail: string | null = null): Failure {
   return { by: 'upstream', reason, detail };

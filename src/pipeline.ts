@@ -17,6 +17,7 @@ import { upstreamRequestHeaders } from './headers.ts';
 import type { LastUse } from './keys/last-use.ts';
 import type { KeySet } from './keys/keyset.ts';
 import { isWellFormed, redactTokens } from './keys/token.ts';
+import { neverConnected } from './outcome.ts';
 import type { AuthFailure, Metrics } from './metrics.ts';
 import { dropParams } from './query.ts';
 import { matchRoute, type RouteTable } from './routes.ts';
@@ -91,14 +92,16 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
     const req = this.req as GatewayRequest;
     const ex = req.exchange as Exchange;
     ex.closed = true;
-    // The concurrency slot comes back as the response ends or the client leaves.
-    ex.admission?.release();
     if (ex.forwardStart > 0) deps.sweeper.untrack(ex);
     // The client left (or the answer is complete) with its upload unfinished:
     // the upstream request must end too, whatever state the response is in,
     // or its socket stays open until the upstream gives up.
     if (!req.complete && ex.proxyReq !== null && !ex.proxyReq.destroyed) ex.proxyReq.destroy();
     complete(ex, this.headersSent ? this.statusCode : null, !this.writableFinished);
+    // In the same tick as the ledger's count: the slot comes back, and what
+    // was reserved becomes what was counted (or comes back, if the request
+    // never reached the upstream).
+    ex.admission?.done(ex.forwardStart > 0 && !neverConnected(ex.failure), ex.cost);
   }
 
   /** 429 from a key's limits: nothing forwarded, nothing consumed; counted in the ledger and the metrics. */

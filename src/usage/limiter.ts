@@ -1,8 +1,14 @@
 // Admission against a key's limits (docs/limits.md): an admission or the
 // refusal to answer with (429). Nothing is consumed by a refused request: the
-// checks run first, then the admission takes its token and its slot. The slot
-// comes back through `release`, called once the response is finished or the
-// client left, whichever comes first.
+// checks run first, then the admission takes its token, its slot and its
+// reservations. Quotas and budgets are reserved here, at admission, and
+// settled when the request is over: overlapping requests see each other's
+// reservations, so N at once cannot pass a quota that has one unit left.
+// `done` is called once the response is finished or the client left,
+// whichever comes first: the slot comes back, a request that never reached
+// the upstream gives back its quota unit and budget reservation, and a
+// budget's reservation becomes the cost the upstream reported (which the
+// ledger counts in the same tick).
 import { periodOf, type Period, type Policy } from './policy.ts';
 
 export type LimitCode = 'rate_limited' | 'concurrency_limited' | 'quota_exceeded' | 'budget_exceeded';
@@ -11,15 +17,19 @@ export interface Refused {
   readonly code: LimitCode;
   /** Whole seconds, at least 1: until a token, a slot, or the period's end. */
   readonly retryAfter: number;
-  /** For the RateLimit-* headers: the limit refused on, what is left of it (0), and when it resets, s. */
+  /** For the RateLimit-* headers: the limit refused on (a whole number), what is left of it (0), and when it resets, s. */
   readonly limit: number;
   readonly remaining: number;
   readonly reset: number;
 }
 
 export interface Admission {
-  /** Give back the concurrency slot; once, whatever calls it. */
-  release(): void;
+  /**
+   * The request is over. `reached`: any byte of it may have reached the
+   * upstream (false only when the connection was never made); `cost`: what
+   * the upstream reported. Once, whatever calls it.
+   */
+  done(reached: boolean, cost: number): void;
 }
 
 /** What the ledger knows of a period: requests forwarded for a key, cost reported for a key on a route. */
@@ -28,16 +38,41 @@ export interface PeriodUse {
   cost(keyId: string, route: string, period: Period, now: number): number;
 }
 
-const NOTHING: Admission = { release: () => undefined };
+const NOTHING: Admission = { done: () => undefined };
 const seconds = (ms: number): number => Math.max(1, Math.ceil(ms / 1000));
+/** Weight of the newest cost in a budget's estimate: recent calls count most, one odd call does not swing it. */
+const NEWEST = 0.5;
+
+/** A cost estimate learnt from completed calls. */
+const learn = (map: Map<string, number>, k: string, cost: number): void => {
+  const was = map.get(k);
+  map.set(k, was === undefined ? cost : was + NEWEST * (cost - was));
+};
 
 export class Limiter {
   readonly #use: PeriodUse;
   readonly #buckets = new Map<string, { tokens: number; at: number }>();
   readonly #inFlight = new Map<string, number>();
+  /** Quota units taken by requests in flight, by key. */
+  readonly #units = new Map<string, number>();
+  /** Budget reserved by requests in flight, by key and route (`key\0route`). */
+  readonly #reserved = new Map<string, number>();
+  /** What a call costs, learnt per key and route, and per route for a key's first calls. */
+  readonly #estimates = new Map<string, number>();
+  readonly #routeEstimates = new Map<string, number>();
 
   constructor(use: PeriodUse) {
     this.#use = use;
+  }
+
+  /** The estimate a budget reserves for the next call of `keyId` on `route`: its recent cost per call, else the route's, else 0. */
+  estimate(keyId: string, route: string): number {
+    return this.#estimates.get(`${keyId}\u0000${route}`) ?? this.#routeEstimates.get(route) ?? 0;
+  }
+
+  /** Quota units and budget held by requests of `keyId` in flight (for a key's status and the tests). */
+  reserved(keyId: string, route: string): { units: number; cost: number } {
+    return { units: this.#units.get(keyId) ?? 0, cost: this.#reserved.get(`${keyId}\u0000${route}`) ?? 0 };
   }
 
   /**
@@ -46,42 +81,51 @@ export class Limiter {
    * together admits at most the limit plus share-1 (docs/limits.md).
    */
   admit(keyId: string, policy: Policy, route: string, now: number, share = 1): Admission | Refused {
-    if (policy.quota !== null) {
-      const used = this.#use.requests(keyId, policy.quota.period, now);
-      if (used >= policy.quota.count) return this.#periodOver('quota_exceeded', policy.quota.count, policy.quota.period, now);
-    }
+    const quota = policy.quota;
+    const units = quota === null ? 0 : (this.#units.get(keyId) ?? 0);
+    if (quota !== null && this.#use.requests(keyId, quota.period, now) + units >= quota.count) return this.#periodOver('quota_exceeded', quota.count, quota.period, now);
     const budget = policy.budgets.get(route);
-    if (budget !== undefined && this.#use.cost(keyId, route, budget.period, now) >= budget.amount) {
+    const slot = `${keyId}\u0000${route}`;
+    const held = budget === undefined ? 0 : (this.#reserved.get(slot) ?? 0);
+    if (budget !== undefined && this.#use.cost(keyId, route, budget.period, now) + held >= budget.amount) {
       return this.#periodOver('budget_exceeded', budget.amount, budget.period, now);
     }
     const limit = policy.concurrency === null ? null : Math.max(1, Math.ceil(policy.concurrency / share));
     const running = this.#inFlight.get(keyId) ?? 0;
     if (limit !== null && running >= limit) return { code: 'concurrency_limited', retryAfter: 1, limit, remaining: 0, reset: 1 };
-    let bucket: { tokens: number; at: number } | undefined;
     if (policy.rate !== null) {
       const { count, seconds: per } = policy.rate;
       const burst = Math.max(1, policy.rate.burst / share);
       const perMs = count / share / (per * 1000);
-      bucket = this.#buckets.get(keyId) ?? { tokens: burst, at: now };
+      const bucket = this.#buckets.get(keyId) ?? { tokens: burst, at: now };
       bucket.tokens = Math.min(burst, bucket.tokens + (now - bucket.at) * perMs);
       bucket.at = now;
       this.#buckets.set(keyId, bucket);
       if (bucket.tokens < 1) {
         const wait = seconds((1 - bucket.tokens) / perMs);
-        return { code: 'rate_limited', retryAfter: wait, limit: burst, remaining: 0, reset: wait };
+        return { code: 'rate_limited', retryAfter: wait, limit: Math.floor(burst), remaining: 0, reset: wait };
       }
       bucket.tokens -= 1;
     }
-    if (limit === null) return NOTHING;
-    this.#inFlight.set(keyId, running + 1);
-    let released = false;
+    if (limit === null && quota === null && budget === undefined) return NOTHING;
+    if (limit !== null) this.#inFlight.set(keyId, running + 1);
+    if (quota !== null) this.#units.set(keyId, units + 1);
+    const estimate = budget === undefined ? 0 : this.estimate(keyId, route);
+    if (budget !== undefined) this.#reserved.set(slot, held + estimate);
+    let over = false;
     return {
-      release: () => {
-        if (released) return;
-        released = true;
-        const n = (this.#inFlight.get(keyId) ?? 1) - 1;
-        if (n <= 0) this.#inFlight.delete(keyId);
-        else this.#inFlight.set(keyId, n);
+      done: (reached, cost) => {
+        if (over) return;
+        over = true;
+        if (limit !== null) drop(this.#inFlight, keyId, 1);
+        if (quota !== null) drop(this.#units, keyId, 1);
+        if (budget !== undefined) {
+          drop(this.#reserved, slot, estimate);
+          if (reached) {
+            learn(this.#estimates, slot, cost);
+            learn(this.#routeEstimates, route, cost);
+          }
+        }
       },
     };
   }
@@ -90,4 +134,11 @@ export class Limiter {
     const wait = seconds(periodOf(period, now).ends - now);
     return { code, retryAfter: wait, limit, remaining: 0, reset: wait };
   }
+}
+
+/** Take `n` from `map`'s entry for `k`, removing it at zero (floating-point dust included). */
+function drop(map: Map<string, number>, k: string, n: number): void {
+  const left = (map.get(k) ?? n) - n;
+  if (left <= 1e-9) map.delete(k);
+  else map.set(k, left);
 }
