@@ -20,11 +20,12 @@ import { isWellFormed, redactTokens } from './keys/token.ts';
 import { neverConnected } from './outcome.ts';
 import type { AuthFailure, Metrics } from './metrics.ts';
 import { dropParams } from './query.ts';
-import { matchRoute, type RouteTable } from './routes.ts';
+import { matchRoute, type Route, type RouteTable } from './routes.ts';
 import type { Runtime } from './runtime.ts';
 import type { Sweeper } from './timers.ts';
 import type { Ledger } from './usage/ledger.ts';
-import type { LimitCode, Limiter, Refused } from './usage/limiter.ts';
+import type { Admit } from './usage/admissions.ts';
+import type { Admission, LimitCode, Refused } from './usage/limiter.ts';
 import { policyFor } from './usage/policy.ts';
 
 const LIMIT_ERRORS: Readonly<Record<LimitCode, GatewayError>> = {
@@ -44,8 +45,8 @@ export interface PipelineDeps {
   readonly metrics: Metrics;
   readonly lastUse: LastUse;
   readonly complete: Complete;
-  /** Admission against keys' limits and the ledger they read. */
-  readonly limiter: Limiter;
+  /** Admission against a key's limits: in this process, or asked of the primary (workers). */
+  readonly admit: Admit;
   readonly ledger: Ledger;
 }
 
@@ -173,14 +174,28 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
       return refuse(ex, req, res, refusal);
     }
     // A key without limits pays one property read here.
-    if (principal.limits !== undefined) {
-      const policy = policyFor(principal);
-      const admitted = policy === null ? null : deps.limiter.admit(principal.id, policy, route.name, Date.now(), deps.ledger.gateways);
-      if (admitted !== null && 'code' in admitted) return refuseLimited(ex, req, res, route.index, admitted);
-      ex.admission = admitted;
-    }
+    const policy = principal.limits === undefined ? null : policyFor(principal);
+    if (policy === null) return forwardAdmitted(ex, req, res, expect, rt, route, match.path, forwardQuery);
+    const admitted = deps.admit(principal, policy, route.name, Date.now());
+    if (!(admitted instanceof Promise)) return admittedOrNot(admitted, ex, req, res, expect, rt, route, match.path, forwardQuery);
+    // A worker waits for its primary's answer; the request is not read meanwhile.
+    void admitted.then((r) => admittedOrNot(r, ex, req, res, expect, rt, route, match.path, forwardQuery));
+  }
 
-    const suffix = forwardQuery === '' ? match.path : `${match.path}?${forwardQuery}`;
+  function admittedOrNot(r: Admission | Refused, ex: Exchange, req: GatewayRequest, res: ServerResponse, expect: Expect, rt: Runtime, route: Route, path: string, forwardQuery: string): void {
+    if ('code' in r) {
+      if (!ex.closed) refuseLimited(ex, req, res, route.index, r);
+      return;
+    }
+    // The client left while its primary decided: the admission is given back at once.
+    if (ex.closed) return r.done(false, 0);
+    ex.admission = r;
+    forwardAdmitted(ex, req, res, expect, rt, route, path, forwardQuery);
+  }
+
+  /** The rest of `handle` once admitted: rewrite and forward. */
+  function forwardAdmitted(ex: Exchange, req: GatewayRequest, res: ServerResponse, expect: Expect, rt: Runtime, route: Route, path: string, forwardQuery: string): void {
+    const suffix = forwardQuery === '' ? path : `${path}?${forwardQuery}`;
     ex.logPath = redactTokens(route.prefix + suffix.slice(1));
     req.url = route.basePath + suffix;
     // http-proxy-3 copies req.headers into the upstream request, whatever their declared type.
@@ -195,6 +210,7 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
       req.on('data', countChunk);
     }
   }
+
 
   function refuseRaw(req: GatewayRequest, socket: Duplex, err: GatewayError): void {
     const ex = new Exchange(`${boot}-${(++counter).toString(36)}`, req, req.url as string);

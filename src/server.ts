@@ -22,25 +22,11 @@ import { Metrics } from './metrics.ts';
 import { createPipeline } from './pipeline.ts';
 import { buildRuntime, idleReason, restartOnlyChanges } from './runtime.ts';
 import { Sweeper } from './timers.ts';
+import type { Admit } from './usage/admissions.ts';
 import { Ledger, type UsageStore } from './usage/ledger.ts';
-import { MemoryUsageStore } from './usage/memory-store.ts';
 import { Limiter } from './usage/limiter.ts';
-import { SqliteUsageStore, usagePath } from './usage/sqlite-store.ts';
+import { openUsageStore, writeOnly } from './usage/open.ts';
 import { spoolPrefix } from './usage/spool.ts';
-
-/** The ledger's store: the key store's own (PostgreSQL, shared by the fleet), else SQLite beside the keys file. */
-function usageStoreFor(config: Config, store: KeyStore, logger: Logger): UsageStore {
-  const shared = store.usage?.();
-  if (shared !== undefined) return shared;
-  const path = usagePath(config.keysFile);
-  try {
-    return new SqliteUsageStore(path);
-  } catch (err) {
-    // Serving matters more than the ledger: said loudly, and limits then count from zero after a restart.
-    logger.error({ err, usageLedger: path }, 'usage ledger cannot be opened; counting in memory only');
-    return new MemoryUsageStore();
-  }
-}
 
 /** The least time the ledger and the key store get after the last connection closed, ms. */
 const FINAL_WRITE_MS = 500;
@@ -84,6 +70,8 @@ export interface GatewayOptions {
   readonly lastUseFlushMs?: number;
   /** Where the usage ledger is kept (default: the SQLite file beside the keys file). */
   readonly usageStore?: UsageStore;
+  /** A worker's admission, decided by its primary (usage/admissions.ts); default: in this process. */
+  readonly admit?: Admit;
 }
 
 function serverOptions(config: Config): http.ServerOptions {
@@ -117,7 +105,8 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
   );
   const sweeper = new Sweeper(() => runtime.config, expire);
   const ledger = new Ledger(
-    options.usageStore ?? usageStoreFor(config, store, logger),
+    // A worker writes its counts; the primary decides limits and speaks for the machine in the fleet.
+    options.admit === undefined ? (options.usageStore ?? openUsageStore(config, store, logger)) : writeOnly(options.usageStore ?? openUsageStore(config, store, logger)),
     (err, first) => {
       metrics.usageFlushFailed();
       // Said once per outage, not every flush.
@@ -135,6 +124,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
   );
   await ledger.start(config.usageFlushMs);
   const limiter = new Limiter(ledger);
+  const admit: Admit = options.admit ?? ((principal, policy, route, now) => limiter.admit(principal.id, policy, route, now, ledger.gateways));
   const credentialParams = (): ReadonlySet<string> => {
     const names = new Set<string>();
     for (const r of runtime.table.values()) for (const n of r.dropQuery) names.add(n);
@@ -149,7 +139,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     metrics,
     lastUse,
     complete: createCompletion(logger, metrics, credentialParams, ledger),
-    limiter,
+    admit,
     ledger,
   });
 

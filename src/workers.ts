@@ -16,6 +16,21 @@ import cluster, { type Worker } from 'node:cluster';
 import type { Readable, Writable } from 'node:stream';
 import { EXIT_FAILURE, EXIT_USAGE } from './cli/args.ts';
 import type { Readiness } from './server.ts';
+import { remoteAdmit, serveAdmissions, type Admit } from './usage/admissions.ts';
+import type { Limiter } from './usage/limiter.ts';
+
+/** In a worker: admission for keys with limits, asked of the primary. */
+export function primaryAdmit(): Admit {
+  return remoteAdmit(
+    (m) => process.send?.(m),
+    (listener) => process.on('message', listener),
+  );
+}
+
+/** In the primary: decide admissions for every worker (usage/admissions.ts). */
+export function decideForWorkers(limiter: Limiter, share: () => number, counted: (keyId: string, route: string, cost: number) => void): void {
+  serveAdmissions(cluster, limiter, share, counted);
+}
 
 /** Relay `source` to `sink` one whole line at a time (a partial tail waits for its newline). */
 export function relayLines(source: Readable, sink: Writable): void {

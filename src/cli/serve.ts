@@ -6,6 +6,9 @@ import { openKeyStore } from '../keys/open.ts';
 import { createLogger } from '../log.ts';
 import { clusterMetrics, createMetrics } from '../metrics.ts';
 import { createGateway, type Gateway } from '../server.ts';
+import { Ledger } from '../usage/ledger.ts';
+import { Limiter } from '../usage/limiter.ts';
+import { countOnly, openUsageStore } from '../usage/open.ts';
 import { inheritedListenFd } from '../systemd.ts';
 import { EXIT_FAILURE, EXIT_OK, line, parse, readText, type Io } from './args.ts';
 
@@ -32,7 +35,9 @@ export async function serveCommand(args: string[], io: Io): Promise<number> {
   let admin: Admin | null = null;
   try {
     const store = openKeyStore(config);
-    gateway = await createGateway(config, store, log.logger, { listenFd, metrics });
+    // A worker's limits are decided by its primary, for the whole machine.
+    const admit = worker ? (await import('../workers.ts')).primaryAdmit() : undefined;
+    gateway = await createGateway(config, store, log.logger, { listenFd, metrics, ...(admit === undefined ? {} : { admit }) });
     await gateway.listen();
     if (worker) {
       metrics.serveToPrimary();
@@ -81,11 +86,21 @@ export async function serveCommand(args: string[], io: Io): Promise<number> {
 }
 
 async function servePrimary(config: Config, listenFd: number | null, io: Io): Promise<number> {
-  const { runPrimary } = await import('../workers.ts');
+  const { decideForWorkers, runPrimary } = await import('../workers.ts');
+  const log = createLogger(config.logLevel);
+  // One limiter for the machine: the workers ask it for every request of a
+  // key with limits (docs/limits.md). It counts what they report; the
+  // workers write the ledger.
+  const keys = openKeyStore(config);
+  const ledger = new Ledger(countOnly(openUsageStore(config, keys, log.logger)), (err, first) => {
+    if (first) log.logger.warn({ err }, 'usage totals not read; kept and retried');
+  });
+  await ledger.start(config.usageFlushMs);
+  const limiter = new Limiter(ledger);
+  decideForWorkers(limiter, () => ledger.gateways, (keyId, route, cost) => ledger.record(keyId, route, 200, 0, 0, cost));
   const primary = runPrimary(config.workers, ['serve'], io, listenFd === null ? {} : { KEYWARD_INHERITED_FD: String(listenFd) });
   let admin: Admin | null = null;
   if (config.admin !== null) {
-    const log = createLogger(config.logLevel);
     const summed = clusterMetrics();
     try {
       admin = await startAdmin(config.admin, { readiness: () => primary.readiness(), metrics: () => summed.text(), metricsContentType: summed.contentType }, log.logger);
@@ -96,6 +111,9 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io): Pr
   }
   const code = await primary.done;
   await admin?.close();
+  await ledger.stop(1_000);
+  await keys.close?.().catch(() => undefined);
+  await log.flush();
   return code;
 }
 

@@ -8,6 +8,8 @@ import { rowColumns, type BatchId, type FleetView, type UsageRow, type UsageStor
 
 /** A gateway not seen for this long has left the fleet. */
 const ALIVE_S = 10;
+/** A heartbeat may be this far ahead of the database's now (the statement's own start time) and still count. */
+const SKEW_S = 1;
 
 /** The key store's side this ledger uses: its pool with deadlines, and its migrations. */
 export interface Pool {
@@ -71,7 +73,8 @@ export class PgUsageStore implements UsageStore, FleetView {
     await this.#pool.migrate();
     return this.#pool.within(async (sql) => {
       await sql`insert into keyward_gateways (id, seen) values (${id}, now()) on conflict (id) do update set seen = now()`;
-      const [row] = await sql<Array<{ n: number }>>`select count(*)::int as n from keyward_gateways where seen > now() - make_interval(secs => ${ALIVE_S})`;
+      // Rows dated ahead of the database's clock are not counted: written by hand (a gateway stamps now()), they would never expire.
+      const [row] = await sql<Array<{ n: number }>>`select count(*)::int as n from keyward_gateways where seen > now() - make_interval(secs => ${ALIVE_S}) and seen <= now() + make_interval(secs => ${SKEW_S})`;
       return Math.max(1, row?.n ?? 1);
     });
   }

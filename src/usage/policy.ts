@@ -1,6 +1,7 @@
 // A key's limits (docs/limits.md): as stored on the key record, as written
 // on the command line, and parsed once into the numbers admission reads.
 // Pure.
+import { UPSTREAMS } from '../routes.ts';
 
 /** Limits as stored on a key record (keys file, PostgreSQL): readable strings, parsed when the key set is built. */
 export interface Limits {
@@ -29,18 +30,32 @@ const RATE = /^([1-9]\d{0,8})\/(s|m|h)$/;
 const PER_PERIOD = /^(\d{1,12}(?:\.\d{1,6})?)\/(day|month)$/;
 const SECONDS: Readonly<Record<string, number>> = { s: 1, m: 60, h: 3_600 };
 
-/** What is wrong with `limits` as stored, as a message tail (`.limits.rate must be …`), or null. */
+const FIELDS = new Set(['rate', 'burst', 'concurrency', 'quota', 'budgets']);
+/** Routes whose upstream reports a cost: the only ones a budget can hold to. */
+const COSTLY = new Set(UPSTREAMS.filter((u) => u.cost !== null).map((u) => u.name));
+
+/**
+ * What is wrong with `limits` as stored, as a message tail (`.limits.rate
+ * must be …`), or null. A field it does not know (`Quota`, `concurency`) or a
+ * budget on a route that reports no cost (`SEO`, `scraper`) is a problem,
+ * not something to skip: a typo in SQL must never silently lift a limit.
+ */
 export function limitsProblem(limits: unknown): string | null {
   if (limits === undefined || limits === null) return null;
   if (typeof limits !== 'object' || Array.isArray(limits)) return '.limits must be an object';
   const l = limits as Record<string, unknown>;
+  const unknown = Object.keys(l).find((k) => !FIELDS.has(k));
+  if (unknown !== undefined) return `.limits.${unknown} is not a limit (rate, burst, concurrency, quota, budgets)`;
   if (l.rate !== undefined && !(typeof l.rate === 'string' && RATE.test(l.rate))) return '.limits.rate must be N/s, N/m or N/h';
   if (l.burst !== undefined && !(Number.isInteger(l.burst) && (l.burst as number) > 0)) return '.limits.burst must be a whole number above 0';
   if (l.concurrency !== undefined && !(Number.isInteger(l.concurrency) && (l.concurrency as number) > 0)) return '.limits.concurrency must be a whole number above 0';
   if (l.quota !== undefined && !(typeof l.quota === 'string' && PER_PERIOD.test(l.quota) && Number.isInteger(Number(l.quota.split('/')[0])))) return '.limits.quota must be N/day or N/month';
   if (l.budgets !== undefined) {
     if (typeof l.budgets !== 'object' || l.budgets === null || Array.isArray(l.budgets)) return '.limits.budgets must be an object of route → AMOUNT/day|month';
-    for (const v of Object.values(l.budgets)) if (!(typeof v === 'string' && PER_PERIOD.test(v))) return '.limits.budgets values must be AMOUNT/day or AMOUNT/month';
+    for (const [route, v] of Object.entries(l.budgets)) {
+      if (!COSTLY.has(route)) return `.limits.budgets.${route}: budgets apply to routes that report a cost (${[...COSTLY].join(', ')})`;
+      if (!(typeof v === 'string' && PER_PERIOD.test(v))) return '.limits.budgets values must be AMOUNT/day or AMOUNT/month';
+    }
   }
   return null;
 }

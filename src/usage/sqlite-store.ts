@@ -39,7 +39,11 @@ export class SqliteUsageStore implements UsageStore {
   constructor(path: string) {
     this.location = path;
     this.#db = new DatabaseSync(path);
-    this.#db.exec('pragma journal_mode = wal; pragma busy_timeout = 5000;');
+    // No busy wait: node:sqlite is synchronous, so waiting for another
+    // process's write lock would stall the event loop and every request with
+    // it. A flush that finds the file locked fails at once and its batch is
+    // sent again at the next flush (ledger.ts); readers never wait in WAL.
+    this.#db.exec('pragma journal_mode = wal; pragma busy_timeout = 0;');
     this.#db.exec(SCHEMA);
   }
 

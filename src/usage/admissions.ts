@@ -1,0 +1,152 @@
+// Where a key's limits are decided (docs/limits.md, "One key, one limit"):
+// one place per machine. A single gateway process decides in-process. With
+// KEYWARD_WORKERS > 1 the primary decides for every worker: a worker asks
+// over the cluster's IPC channel for each request of a key that has limits
+// and tells the primary when it is over, so rate, burst, concurrency, quota
+// and budget hold for the machine as they do for one process. A key without
+// limits never asks: its requests cost what they cost with one process.
+import type { Worker } from 'node:cluster';
+import type { Principal } from '../keys/keyset.ts';
+import type { Admission, Limiter, Refused } from './limiter.ts';
+import { policyOf, type Limits, type Policy } from './policy.ts';
+
+/** Admission for one request of a key with limits: at once, or after the primary answered. */
+export type Admit = (principal: Principal, policy: Policy, route: string, now: number) => Admission | Refused | Promise<Admission | Refused>;
+
+const ADMIT = 'keyward:admit';
+const ADMITTED = 'keyward:admitted';
+const DONE = 'keyward:done';
+
+interface AdmitMessage {
+  readonly type: typeof ADMIT;
+  readonly id: number;
+  readonly key: string;
+  readonly limits: string;
+  readonly route: string;
+  readonly now: number;
+}
+interface AdmittedMessage {
+  readonly type: typeof ADMITTED;
+  readonly id: number;
+  readonly refused: Refused | null;
+}
+interface DoneMessage {
+  readonly type: typeof DONE;
+  readonly id: number;
+  readonly reached: boolean;
+  readonly cost: number;
+}
+
+/** How long a worker waits for the primary's answer before refusing (the primary is stuck or gone). */
+const ANSWER_MS = 5_000;
+const NO_ANSWER: Refused = { code: 'concurrency_limited', retryAfter: 1, limit: 0, remaining: 0, reset: 1 };
+
+/** The limits as sent to the primary: serialised once per key record. */
+const SENT = new WeakMap<object, string>();
+const sent = (p: Principal): string => {
+  let s = SENT.get(p);
+  if (s === undefined) {
+    s = JSON.stringify(p.limits ?? null);
+    SENT.set(p, s);
+  }
+  return s;
+};
+
+/**
+ * In a worker: ask the primary. `send` is the worker's IPC channel
+ * (process.send); `on` subscribes to the primary's messages.
+ */
+export function remoteAdmit(send: (m: AdmitMessage | DoneMessage) => void, on: (listener: (m: unknown) => void) => void): Admit {
+  let next = 0;
+  const waiting = new Map<number, (r: Refused | null) => void>();
+  on((m) => {
+    const msg = m as Partial<AdmittedMessage> | null;
+    if (msg?.type !== ADMITTED || typeof msg.id !== 'number') return;
+    const settle = waiting.get(msg.id);
+    if (settle === undefined) return;
+    waiting.delete(msg.id);
+    settle(msg.refused ?? null);
+  });
+  return (principal, _policy, route, now) => {
+    const id = ++next;
+    return new Promise<Admission | Refused>((resolve) => {
+      const timer = setTimeout(() => {
+        waiting.delete(id);
+        resolve(NO_ANSWER);
+      }, ANSWER_MS);
+      timer.unref();
+      waiting.set(id, (refused) => {
+        clearTimeout(timer);
+        if (refused !== null) return resolve(refused);
+        let over = false;
+        resolve({
+          done: (reached, cost) => {
+            if (over) return;
+            over = true;
+            send({ type: DONE, id, reached, cost });
+          },
+        });
+      });
+      send({ type: ADMIT, id, key: principal.id, limits: sent(principal), route, now });
+    });
+  };
+}
+
+/**
+ * In the primary: decide for every worker with one limiter. `counted` is
+ * told of every request that reached the upstream (the primary's period
+ * totals: the workers write the ledger, the primary only counts). A worker
+ * that exits with requests admitted gives their slots back; their quota
+ * units and budget stay spent, as they may have reached the upstream.
+ */
+export function serveAdmissions(
+  cluster: { on(event: 'message', l: (w: Worker, m: unknown) => void): unknown; on(event: 'exit', l: (w: Worker) => void): unknown },
+  limiter: Limiter,
+  share: () => number,
+  counted: (keyId: string, route: string, cost: number) => void,
+): void {
+  const policies = new Map<string, Policy | null>();
+  const open = new Map<Worker, Map<number, { admission: Admission; key: string; route: string }>>();
+  cluster.on('message', (worker, m) => {
+    // Loosely typed on purpose: checked field by field below.
+    const msg = m as { type?: unknown; id?: unknown; key?: unknown; limits?: unknown; route?: unknown; now?: unknown; reached?: unknown; cost?: unknown } | null;
+    if (msg?.type === ADMIT && typeof msg.id === 'number' && typeof msg.key === 'string' && typeof msg.route === 'string' && typeof msg.limits === 'string') {
+      let policy = policies.get(msg.limits);
+      if (policy === undefined) {
+        policy = policyOf(JSON.parse(msg.limits) as Limits | null);
+        if (policies.size > 100_000) policies.clear();
+        policies.set(msg.limits, policy);
+      }
+      const r = policy === null ? null : limiter.admit(msg.key, policy, msg.route, typeof msg.now === 'number' ? msg.now : Date.now(), share());
+      if (r !== null && 'code' in r) {
+        worker.send({ type: ADMITTED, id: msg.id, refused: r } satisfies AdmittedMessage);
+        return;
+      }
+      if (r !== null) {
+        let mine = open.get(worker);
+        if (mine === undefined) open.set(worker, (mine = new Map()));
+        mine.set(msg.id, { admission: r, key: msg.key, route: msg.route });
+      }
+      worker.send({ type: ADMITTED, id: msg.id, refused: null } satisfies AdmittedMessage);
+    } else if (msg?.type === DONE && typeof msg.id === 'number') {
+      const held = open.get(worker)?.get(msg.id);
+      if (held === undefined) return;
+      open.get(worker)?.delete(msg.id);
+      const reached = msg.reached === true;
+      const cost = typeof msg.cost === 'number' && Number.isFinite(msg.cost) ? msg.cost : 0;
+      // Counted before the reservation goes, in the same tick: admission never sees a gap.
+      if (reached) counted(held.key, held.route, cost);
+      held.admission.done(reached, cost);
+    }
+  });
+  cluster.on('exit', (worker) => {
+    const mine = open.get(worker);
+    open.delete(worker);
+    if (mine === undefined) return;
+    for (const { admission, key, route } of mine.values()) {
+      const estimate = limiter.estimate(key, route);
+      counted(key, route, estimate);
+      admission.done(true, estimate);
+    }
+  });
+}

@@ -1,0 +1,33 @@
+// The one place that chooses the usage ledger's store, as keys/open.ts does
+// for keys: the key store's own (PostgreSQL, shared by the fleet), else the
+// SQLite file beside the keys file, else (that file cannot be opened)
+// memory, said loudly.
+import type { Config } from '../config.ts';
+import type { KeyStore } from '../keys/store.ts';
+import type { Logger } from '../log.ts';
+import type { UsageStore } from './ledger.ts';
+import { MemoryUsageStore } from './memory-store.ts';
+import { SqliteUsageStore, usagePath } from './sqlite-store.ts';
+
+export function openUsageStore(config: Pick<Config, 'keysFile'>, store: KeyStore, logger: Logger): UsageStore {
+  const shared = store.usage?.();
+  if (shared !== undefined) return shared;
+  const path = usagePath(config.keysFile);
+  try {
+    return new SqliteUsageStore(path);
+  } catch (err) {
+    // Serving matters more than the ledger: said loudly, and limits then count from zero after a restart.
+    logger.error({ err, usageLedger: path }, 'usage ledger cannot be opened; counting in memory only');
+    return new MemoryUsageStore();
+  }
+}
+
+/** `store` without its fleet side: a worker writes its counts, and leaves heartbeats and shares to the primary. */
+export function writeOnly(store: UsageStore): UsageStore {
+  return { location: store.location, add: (rows, batch) => store.add(rows, batch), rows: (filter) => store.rows(filter), close: () => store.close() };
+}
+
+/** `store` for the primary of workers: it reads totals and takes part in the fleet, and never writes counts (the workers do). */
+export function countOnly(store: UsageStore): UsageStore {
+  return { location: store.location, ...(store.fleet === undefined ? {} : { fleet: store.fleet }), add: () => Promise.resolve(), rows: (filter) => store.rows(filter), close: () => store.close() };
+}
