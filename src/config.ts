@@ -52,6 +52,8 @@ export interface Config {
   readonly workers: number;
   /** `postgres://…`: keys in PostgreSQL (docs/fleet.md) instead of the keys file; null for the file. */
   readonly databaseUrl: string | null;
+  /** With a shared store: how long a lease on a quota or budget outlives its last renewal (a gateway that died), ms. */
+  readonly leaseTtlMs: number;
   /** With a shared store: how long a query may go unanswered before the store counts as down and its connections are replaced, ms. */
   readonly databaseTimeoutMs: number;
   /** With a shared store: refuse (503) once it has been unreachable this long, ms; 0 serves the last good set forever. */
@@ -155,6 +157,7 @@ export function loadConfig(env: Env, readFile: ReadFile, cwd: string, providers:
     workers: workers(o),
     databaseUrl,
     databaseTimeoutMs: o.duration('KEYWARD_DATABASE_TIMEOUT', '5s'),
+    leaseTtlMs: o.duration('KEYWARD_LEASE_TTL', '30s'),
     keysMaxStalenessMs: staleness(o),
     routes: [],
     enabledRoutes: [],

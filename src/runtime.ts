@@ -35,6 +35,7 @@ const RESTART_ONLY: ReadonlyArray<readonly [string, (c: Config) => unknown]> = [
   ['KEYWARD_KEYS_FILE', (c) => c.keysFile],
   ['KEYWARD_DATABASE_URL', (c) => c.databaseUrl],
   ['KEYWARD_DATABASE_TIMEOUT', (c) => c.databaseTimeoutMs],
+  ['KEYWARD_LEASE_TTL', (c) => c.leaseTtlMs],
   ['KEYWARD_MAX_HEADER_SIZE', (c) => c.maxHeaderBytes],
   ['KEYWARD_USAGE_FLUSH', (c) => c.usageFlushMs],
   ['KEYWARD_ADMIN_HOST', (c) => c.admin?.host ?? null],

@@ -25,7 +25,8 @@ import { Sweeper } from './timers.ts';
 import type { Admit } from './usage/admissions.ts';
 import { Ledger, type UsageStore } from './usage/ledger.ts';
 import { Limiter } from './usage/limiter.ts';
-import { openUsageStore, writeOnly } from './usage/open.ts';
+import type { Clock } from './usage/leases.ts';
+import { fleetLeases, openUsageStore, writeOnly } from './usage/open.ts';
 import { spoolPrefix } from './usage/spool.ts';
 
 /** The least time the ledger and the key store get after the last connection closed, ms. */
@@ -72,6 +73,8 @@ export interface GatewayOptions {
   readonly usageStore?: UsageStore;
   /** A worker's admission, decided by its primary (usage/admissions.ts); default: in this process. */
   readonly admit?: Admit;
+  /** The clock a fleet corrects by the database's (tests set this machine's clock elsewhere). */
+  readonly clock?: Clock;
 }
 
 function serverOptions(config: Config): http.ServerOptions {
@@ -104,9 +107,10 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     logger.warn({ err }, 'last-use times not written'),
   );
   const sweeper = new Sweeper(() => runtime.config, expire);
+  const usageStore = options.usageStore ?? openUsageStore(config, store, logger);
   const ledger = new Ledger(
     // A worker writes its counts; the primary decides limits and speaks for the machine in the fleet.
-    options.admit === undefined ? (options.usageStore ?? openUsageStore(config, store, logger)) : writeOnly(options.usageStore ?? openUsageStore(config, store, logger)),
+    options.admit === undefined ? usageStore : writeOnly(usageStore),
     (err, first) => {
       metrics.usageFlushFailed();
       // Said once per outage, not every flush.
@@ -123,7 +127,8 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     },
   );
   await ledger.start(config.usageFlushMs);
-  const limiter = new Limiter(ledger);
+  const leases = options.admit === undefined ? await fleetLeases(usageStore, ledger, config, options.clock) : null;
+  const limiter = new Limiter(ledger, leases);
   const admit: Admit = options.admit ?? ((principal, policy, route, now) => limiter.admit(principal.id, policy, route, now, ledger.gateways));
   const credentialParams = (): ReadonlySet<string> => {
     const names = new Set<string>();
@@ -248,7 +253,8 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
           for (const f of runtime.forwarders.values()) f.close();
           // Requests may have taken the whole drain: the ledger still gets a moment to write or keep its counts.
           const left = Math.max(FINAL_WRITE_MS, endBy - Date.now());
-          void Promise.all([within(lastUse.stop(), left), ledger.stop(left)]).finally(async () => {
+          // Leases give back what they did not use, so the others may admit it at once.
+          void Promise.all([within(lastUse.stop(), left), within(leases?.stop().catch(() => undefined) ?? Promise.resolve(), left), ledger.stop(left)]).finally(async () => {
             await within(store.close?.().catch(() => undefined) ?? Promise.resolve(), FINAL_WRITE_MS);
             logger.info('stopped');
             resolve();

@@ -8,7 +8,7 @@ import { clusterMetrics, createMetrics } from '../metrics.ts';
 import { createGateway, type Gateway } from '../server.ts';
 import { Ledger } from '../usage/ledger.ts';
 import { Limiter } from '../usage/limiter.ts';
-import { countOnly, openUsageStore } from '../usage/open.ts';
+import { countOnly, fleetLeases, openUsageStore } from '../usage/open.ts';
 import { inheritedListenFd } from '../systemd.ts';
 import { EXIT_FAILURE, EXIT_OK, line, parse, readText, type Io } from './args.ts';
 
@@ -92,11 +92,13 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io): Pr
   // key with limits (docs/limits.md). It counts what they report; the
   // workers write the ledger.
   const keys = openKeyStore(config);
-  const ledger = new Ledger(countOnly(openUsageStore(config, keys, log.logger)), (err, first) => {
+  const usage = countOnly(openUsageStore(config, keys, log.logger));
+  const ledger = new Ledger(usage, (err, first) => {
     if (first) log.logger.warn({ err }, 'usage totals not read; kept and retried');
   });
   await ledger.start(config.usageFlushMs);
-  const limiter = new Limiter(ledger);
+  const leases = await fleetLeases(usage, ledger, config);
+  const limiter = new Limiter(ledger, leases);
   decideForWorkers(limiter, () => ledger.gateways, (keyId, route, cost) => ledger.record(keyId, route, 200, 0, 0, cost));
   const primary = runPrimary(config.workers, ['serve'], io, listenFd === null ? {} : { KEYWARD_INHERITED_FD: String(listenFd) });
   let admin: Admin | null = null;
@@ -111,6 +113,7 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io): Pr
   }
   const code = await primary.done;
   await admin?.close();
+  await leases?.stop().catch(() => undefined);
   await ledger.stop(1_000);
   await keys.close?.().catch(() => undefined);
   await log.flush();

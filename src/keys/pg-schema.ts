@@ -140,6 +140,27 @@ export const MIGRATIONS: readonly string[] = [
      seq bigint not null,
      at timestamptz not null default now()
    );`,
+  // 6: leases on quotas and budgets (docs/limits.md, "Across a fleet"). Per
+  // key, limit and period, `granted` is what gateways were handed; each
+  // gateway's lease says what it holds and has used, until it expires.
+  `create table keyward_allowances (
+     key_id text not null,
+     kind text not null,
+     period text not null,
+     granted double precision not null default 0,
+     primary key (key_id, kind, period)
+   );
+   create table keyward_leases (
+     gateway text not null,
+     key_id text not null,
+     kind text not null,
+     period text not null,
+     held double precision not null,
+     used double precision not null default 0,
+     expires timestamptz not null,
+     primary key (gateway, key_id, kind, period)
+   );
+   create index keyward_leases_expires on keyward_leases (expires);`,
 ];
 
 export interface Row {

@@ -4,6 +4,7 @@
 // concurrency. Every query goes through the key store's pool and deadline
 // (pg-store.ts): an unreachable database fails a flush, never hangs it.
 import type postgres from 'postgres';
+import { PgLeaseStore } from './pg-leases.ts';
 import { rowColumns, type BatchId, type FleetView, type UsageRow, type UsageStore } from '../usage/ledger.ts';
 
 /** A gateway not seen for this long has left the fleet. */
@@ -24,11 +25,14 @@ export class PgUsageStore implements UsageStore, FleetView {
   constructor(pool: Pool, location: string) {
     this.#pool = pool;
     this.location = location;
+    this.leases = new PgLeaseStore(pool);
   }
 
   get fleet(): FleetView {
     return this;
   }
+
+  readonly leases: PgLeaseStore;
 
   async add(rows: readonly UsageRow[], batch: BatchId): Promise<void> {
     if (rows.length === 0) return;

@@ -117,17 +117,23 @@ export function serveAdmissions(
         if (policies.size > 100_000) policies.clear();
         policies.set(msg.limits, policy);
       }
-      const r = policy === null ? null : limiter.admit(msg.key, policy, msg.route, typeof msg.now === 'number' ? msg.now : Date.now(), share());
-      if (r !== null && 'code' in r) {
-        worker.send({ type: ADMITTED, id: msg.id, refused: r } satisfies AdmittedMessage);
-        return;
-      }
-      if (r !== null) {
-        let mine = open.get(worker);
-        if (mine === undefined) open.set(worker, (mine = new Map()));
-        mine.set(msg.id, { admission: r, key: msg.key, route: msg.route });
-      }
-      worker.send({ type: ADMITTED, id: msg.id, refused: null } satisfies AdmittedMessage);
+      const { id, key, route } = msg;
+      const answer = (r: Admission | Refused | null): void => {
+        if (r !== null && 'code' in r) {
+          worker.send({ type: ADMITTED, id, refused: r } satisfies AdmittedMessage);
+          return;
+        }
+        if (r !== null) {
+          let mine = open.get(worker);
+          if (mine === undefined) open.set(worker, (mine = new Map()));
+          mine.set(id, { admission: r, key, route });
+        }
+        worker.send({ type: ADMITTED, id, refused: null } satisfies AdmittedMessage);
+      };
+      const r = policy === null ? null : limiter.admit(key, policy, route, typeof msg.now === 'number' ? msg.now : Date.now(), share());
+      // A fleet's lease may have to be claimed first.
+      if (r instanceof Promise) void r.then(answer);
+      else answer(r);
     } else if (msg?.type === DONE && typeof msg.id === 'number') {
       const held = open.get(worker)?.get(msg.id);
       if (held === undefined) return;

@@ -9,6 +9,7 @@
 // at the next start. The period totals that quotas and budgets read are the
 // store's at start plus everything counted since.
 import type { PeriodUse } from './limiter.ts';
+import type { LeaseStore } from './leases.ts';
 import { readSpool, writeSpool, type Batch } from './spool.ts';
 import { periodOf, type Period } from './policy.ts';
 
@@ -37,6 +38,8 @@ export interface FleetView {
   heartbeat(id: string): Promise<number>;
   /** This gateway leaves the fleet (drain): the others take over its share at once. */
   leave(id: string): Promise<void>;
+  /** Where quotas and budgets are leased (PostgreSQL). */
+  readonly leases?: LeaseStore;
 }
 
 /** Where a drain keeps unwritten usage (spool.ts), and what is said about it. */
@@ -122,6 +125,8 @@ export class Ledger implements PeriodUse {
   /** Live gateways sharing the keys' rates and concurrency (1 alone). */
   gateways = 1;
   readonly #id = `${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
+  /** The time requests are counted at (a fleet's: the database's clock, leases.ts). */
+  now: () => number = Date.now;
   /** Batches made and not yet written, oldest first (this gateway's, and any a drain kept on disk). */
   #queue: Batch[] = [];
   #seq = 0;
@@ -161,16 +166,14 @@ export class Ledger implements PeriodUse {
     this.#timer.unref();
   }
 
-  /** Flush; with a fleet, re-read the period totals everyone wrote and say this gateway is alive. */
+  /**
+   * Flush, and with a fleet say this gateway is alive. A fleet's quotas and
+   * budgets are leased (leases.ts), so nothing here re-reads the ledger:
+   * the work per flush does not grow with the ledger's size.
+   */
   async #tick(): Promise<void> {
     await this.flush();
-    if (this.#store.fleet === undefined) return;
-    try {
-      await this.#refresh();
-      await this.#beat();
-    } catch {
-      // The store is unreachable: the last totals stand until it is back (the flush says so).
-    }
+    await this.#beat();
   }
 
   async #beat(): Promise<void> {
@@ -178,17 +181,13 @@ export class Ledger implements PeriodUse {
     if (fleet !== undefined) this.gateways = await fleet.heartbeat(this.#id).catch(() => this.gateways);
   }
 
-  /** Totals = what the fleet has written this month + what this gateway has not written yet. */
-  async #refresh(now = Date.now()): Promise<void> {
-    const stored = await this.#store.rows({ since: `${periodOf('month', now).key}-01` });
-    this.#totals.clear();
-    for (const row of stored) this.#count(row, now);
-    for (const b of this.#queue) for (const row of b.rows) this.#count(row, now);
-    for (const row of this.#pending.values()) this.#count(row, now);
+  /** A forwarded request, once it completed: its status (null: none reached the client), body bytes and reported cost. */
+  /** This gateway's id in the fleet (heartbeats, batches, leases). */
+  get id(): string {
+    return this.#id;
   }
 
-  /** A forwarded request, once it completed: its status (null: none reached the client), body bytes and reported cost. */
-  record(keyId: string, route: string, status: number | null, bytesIn: number, bytesOut: number, cost: number, now = Date.now()): void {
+  record(keyId: string, route: string, status: number | null, bytesIn: number, bytesOut: number, cost: number, now = this.now()): void {
     const row = this.#row(keyId, route, now);
     row.requests++;
     if (status === null || status < 200 || status > 599) row.other++;
@@ -203,7 +202,7 @@ export class Ledger implements PeriodUse {
   }
 
   /** A request the key's limits refused. */
-  limited(keyId: string, route: string, now = Date.now()): void {
+  limited(keyId: string, route: string, now = this.now()): void {
     this.#row(keyId, route, now).limited++;
   }
 

@@ -9,6 +9,7 @@
 // the upstream gives back its quota unit and budget reservation, and a
 // budget's reservation becomes the cost the upstream reported (which the
 // ledger counts in the same tick).
+import type { Leases } from './leases.ts';
 import { periodOf, type Period, type Policy } from './policy.ts';
 
 export type LimitCode = 'rate_limited' | 'concurrency_limited' | 'quota_exceeded' | 'budget_exceeded';
@@ -51,6 +52,8 @@ const learn = (map: Map<string, number>, k: string, cost: number): void => {
 
 export class Limiter {
   readonly #use: PeriodUse;
+  /** A fleet's quotas and budgets, by leases; null: the period totals of `use` (one gateway, or one machine). */
+  readonly #leases: Leases | null;
   readonly #buckets = new Map<string, { tokens: number; at: number }>();
   readonly #inFlight = new Map<string, number>();
   /** Quota units taken by requests in flight, by key. */
@@ -61,8 +64,9 @@ export class Limiter {
   readonly #estimates = new Map<string, number>();
   readonly #routeEstimates = new Map<string, number>();
 
-  constructor(use: PeriodUse) {
+  constructor(use: PeriodUse, leases: Leases | null = null) {
     this.#use = use;
+    this.#leases = leases;
   }
 
   /** The estimate a budget reserves for the next call of `keyId` on `route`: its recent cost per call, else the route's, else 0. */
@@ -70,26 +74,102 @@ export class Limiter {
     return this.#estimates.get(`${keyId}\u0000${route}`) ?? this.#routeEstimates.get(route) ?? 0;
   }
 
-  /** Quota units and budget held by requests of `keyId` in flight (for a key's status and the tests). */
-  reserved(keyId: string, route: string): { units: number; cost: number } {
-    return { units: this.#units.get(keyId) ?? 0, cost: this.#reserved.get(`${keyId}\u0000${route}`) ?? 0 };
-  }
-
   /**
    * `share`: the live gateways of a fleet (1 alone). Each takes 1/share of a
    * key's rate and burst, and of its concurrency rounded up, so the fleet
-   * together admits at most the limit plus share-1 (docs/limits.md).
+   * together admits at most the limit plus share-1 (docs/limits.md). In a
+   * fleet, quotas and budgets are taken from leases: a promise when this
+   * gateway must first claim more.
    */
-  admit(keyId: string, policy: Policy, route: string, now: number, share = 1): Admission | Refused {
+  admit(keyId: string, policy: Policy, route: string, now: number, share = 1): Admission | Refused | Promise<Admission | Refused> {
+    if (this.#leases !== null && (policy.quota !== null || policy.budgets.has(route))) return this.#leased(this.#leases, keyId, policy, route, now, share, 0);
+    return this.#admit(keyId, policy, route, now, share);
+  }
+
+  #admit(keyId: string, policy: Policy, route: string, now: number, share: number): Admission | Refused {
     const quota = policy.quota;
     const units = quota === null ? 0 : (this.#units.get(keyId) ?? 0);
-    if (quota !== null && this.#use.requests(keyId, quota.period, now) + units >= quota.count) return this.#periodOver('quota_exceeded', quota.count, quota.period, now);
+    if (quota !== null && this.#use.requests(keyId, quota.period, now) + units >= quota.count) return periodOver('quota_exceeded', quota.count, quota.period, now);
     const budget = policy.budgets.get(route);
     const slot = `${keyId}\u0000${route}`;
     const held = budget === undefined ? 0 : (this.#reserved.get(slot) ?? 0);
     if (budget !== undefined && this.#use.cost(keyId, route, budget.period, now) + held >= budget.amount) {
-      return this.#periodOver('budget_exceeded', budget.amount, budget.period, now);
+      return periodOver('budget_exceeded', budget.amount, budget.period, now);
     }
+    const limit = this.#local(keyId, policy, now, share);
+    if (typeof limit !== 'number') return limit;
+    if (limit === 0 && quota === null && budget === undefined) return NOTHING;
+    if (quota !== null) this.#units.set(keyId, units + 1);
+    const estimate = budget === undefined ? 0 : this.estimate(keyId, route);
+    if (budget !== undefined) this.#reserved.set(slot, held + estimate);
+    let over = false;
+    return {
+      done: (reached, cost) => {
+        if (over) return;
+        over = true;
+        if (limit > 0) drop(this.#inFlight, keyId, 1);
+        if (quota !== null) drop(this.#units, keyId, 1);
+        if (budget !== undefined) {
+          drop(this.#reserved, slot, estimate);
+          if (reached) this.#learn(keyId, route, cost);
+        }
+      },
+    };
+  }
+
+  /** A fleet's admission: the quota and budget from this gateway's leases, rate and concurrency as its share. */
+  #leased(leases: Leases, keyId: string, policy: Policy, route: string, now: number, share: number, attempt: number): Admission | Refused | Promise<Admission | Refused> {
+    const quota = policy.quota;
+    const budget = policy.budgets.get(route);
+    const at = leases.clock.now();
+    const q = quota === null ? '' : leases.periodKey(quota.period, at);
+    const b = budget === undefined ? '' : leases.periodKey(budget.period, at);
+    const kind = `budget:${route}`;
+    const estimate = budget === undefined ? 0 : this.estimate(keyId, route);
+    // A claim is under way: ask again once it settled. Each claim either gets
+    // something or marks the lease exhausted (then refused), so this ends;
+    // the bound is only a guard.
+    const later = (p: Promise<void>, refused: Refused): Promise<Admission | Refused> | Refused =>
+      attempt >= 50 ? refused : p.then(() => this.#leased(leases, keyId, policy, route, Date.now(), share, attempt + 1));
+    if (quota !== null) {
+      const took = leases.take(keyId, 'quota', q, quota.count, 1);
+      const refused = periodOver('quota_exceeded', quota.count, quota.period, at);
+      if (took instanceof Promise) return later(took, refused);
+      if (!took) return refused;
+    }
+    const untake = (): void => {
+      if (quota !== null) leases.settle(keyId, 'quota', q, 1, 0);
+    };
+    if (budget !== undefined) {
+      const took = leases.take(keyId, kind, b, budget.amount, estimate);
+      const refused = periodOver('budget_exceeded', budget.amount, budget.period, at);
+      if (took !== true) untake();
+      if (took instanceof Promise) return later(took, refused);
+      if (!took) return refused;
+    }
+    const limit = this.#local(keyId, policy, now, share);
+    if (typeof limit !== 'number') {
+      untake();
+      if (budget !== undefined) leases.settle(keyId, kind, b, estimate, 0);
+      return limit;
+    }
+    let over = false;
+    return {
+      done: (reached, cost) => {
+        if (over) return;
+        over = true;
+        if (limit > 0) drop(this.#inFlight, keyId, 1);
+        if (quota !== null) leases.settle(keyId, 'quota', q, 1, reached ? 1 : 0);
+        if (budget !== undefined) {
+          leases.settle(keyId, kind, b, estimate, reached ? cost : 0);
+          if (reached) this.#learn(keyId, route, cost);
+        }
+      },
+    };
+  }
+
+  /** Concurrency and rate, this gateway's share: a refusal, or the concurrency limit whose slot was taken (0: none). */
+  #local(keyId: string, policy: Policy, now: number, share: number): Refused | number {
     const limit = policy.concurrency === null ? null : Math.max(1, Math.ceil(policy.concurrency / share));
     const running = this.#inFlight.get(keyId) ?? 0;
     if (limit !== null && running >= limit) return { code: 'concurrency_limited', retryAfter: 1, limit, remaining: 0, reset: 1 };
@@ -107,33 +187,21 @@ export class Limiter {
       }
       bucket.tokens -= 1;
     }
-    if (limit === null && quota === null && budget === undefined) return NOTHING;
-    if (limit !== null) this.#inFlight.set(keyId, running + 1);
-    if (quota !== null) this.#units.set(keyId, units + 1);
-    const estimate = budget === undefined ? 0 : this.estimate(keyId, route);
-    if (budget !== undefined) this.#reserved.set(slot, held + estimate);
-    let over = false;
-    return {
-      done: (reached, cost) => {
-        if (over) return;
-        over = true;
-        if (limit !== null) drop(this.#inFlight, keyId, 1);
-        if (quota !== null) drop(this.#units, keyId, 1);
-        if (budget !== undefined) {
-          drop(this.#reserved, slot, estimate);
-          if (reached) {
-            learn(this.#estimates, slot, cost);
-            learn(this.#routeEstimates, route, cost);
-          }
-        }
-      },
-    };
+    if (limit === null) return 0;
+    this.#inFlight.set(keyId, running + 1);
+    return limit;
   }
 
-  #periodOver(code: LimitCode, limit: number, period: Period, now: number): Refused {
-    const wait = seconds(periodOf(period, now).ends - now);
-    return { code, retryAfter: wait, limit, remaining: 0, reset: wait };
+  #learn(keyId: string, route: string, cost: number): void {
+    if (!Number.isFinite(cost)) return;
+    learn(this.#estimates, `${keyId}\u0000${route}`, cost);
+    learn(this.#routeEstimates, route, cost);
   }
+}
+
+function periodOver(code: LimitCode, limit: number, period: Period, now: number): Refused {
+  const wait = seconds(periodOf(period, now).ends - now);
+  return { code, retryAfter: wait, limit, remaining: 0, reset: wait };
 }
 
 /** Take `n` from `map`'s entry for `k`, removing it at zero (floating-point dust included). */

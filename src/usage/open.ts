@@ -5,7 +5,8 @@
 import type { Config } from '../config.ts';
 import type { KeyStore } from '../keys/store.ts';
 import type { Logger } from '../log.ts';
-import type { UsageStore } from './ledger.ts';
+import { Clock, Leases } from './leases.ts';
+import type { Ledger, UsageStore } from './ledger.ts';
 import { MemoryUsageStore } from './memory-store.ts';
 import { SqliteUsageStore, usagePath } from './sqlite-store.ts';
 
@@ -30,4 +31,18 @@ export function writeOnly(store: UsageStore): UsageStore {
 /** `store` for the primary of workers: it reads totals and takes part in the fleet, and never writes counts (the workers do). */
 export function countOnly(store: UsageStore): UsageStore {
   return { location: store.location, ...(store.fleet === undefined ? {} : { fleet: store.fleet }), add: () => Promise.resolve(), rows: (filter) => store.rows(filter), close: () => store.close() };
+}
+
+/**
+ * A fleet's leases on quotas and budgets, when `store` is shared (PostgreSQL):
+ * renewed at every flush, and the ledger counting days by the fleet's clock.
+ * Null for a store of one machine.
+ */
+export async function fleetLeases(store: UsageStore, ledger: Ledger, config: Pick<Config, 'leaseTtlMs' | 'usageFlushMs'>, clock = new Clock()): Promise<Leases | null> {
+  const leaseStore = store.fleet?.leases;
+  if (leaseStore === undefined) return null;
+  const leases = new Leases(leaseStore, ledger.id, clock, () => ledger.gateways, Math.max(1, Math.ceil(config.leaseTtlMs / 1000)));
+  ledger.now = () => clock.now();
+  await leases.start(config.usageFlushMs);
+  return leases;
 }

@@ -1,0 +1,97 @@
+// Leases on quotas and budgets in PostgreSQL (docs/limits.md, "Across a
+// fleet"): a gateway claims a part of a key's period allowance with one
+// atomic conditional update, admits from it locally, reports what it used
+// and renews at every flush, and gives back what it did not use when it
+// drains. A lease not renewed by its expiry (a gateway that died) is swept
+// by any gateway: its unused part goes back to the allowance. The database's
+// clock decides when a lease expires, and its now() is returned so that
+// gateways read periods from one clock.
+import type postgres from 'postgres';
+import type { LeaseStore, LeaseUse } from '../usage/leases.ts';
+
+/** The key store's pool with deadlines (pg-store.ts). */
+export interface LeasePool {
+  within<T>(work: (sql: postgres.Sql) => Promise<T>): Promise<T>;
+  migrate(): Promise<unknown>;
+}
+
+export class PgLeaseStore implements LeaseStore {
+  readonly #pool: LeasePool;
+
+  constructor(pool: LeasePool) {
+    this.#pool = pool;
+  }
+
+  async claim(gateway: string, u: { keyId: string; kind: string; period: string }, want: { least: number; share: number; whole: boolean }, limit: number, ttlS: number): Promise<{ got: number; now: number }> {
+    await this.#pool.migrate();
+    return this.#pool.within((sql) =>
+      sql.begin(async (tx) => {
+        await tx`insert into keyward_allowances (key_id, kind, period) values (${u.keyId}, ${u.kind}, ${u.period}) on conflict do nothing`;
+        // Row-locked read and conditional update: no two gateways are ever handed the same unit.
+        const [a] = await tx<Array<{ granted: number }>>`select granted from keyward_allowances where key_id = ${u.keyId} and kind = ${u.kind} and period = ${u.period} for update`;
+        const left = limit - (a?.granted ?? 0);
+        // A share of what is left, at least what this request needs: chunks shrink to one unit near the end.
+        const share = want.whole ? Math.ceil(left * want.share) : left * want.share;
+        const wanted = Math.max(0, Math.min(left, Math.max(want.least, share)));
+        const got = want.whole ? Math.floor(wanted) : wanted;
+        if (got > 0) {
+          await tx`update keyward_allowances set granted = granted + ${got} where key_id = ${u.keyId} and kind = ${u.kind} and period = ${u.period}`;
+          await tx`
+            insert into keyward_leases (gateway, key_id, kind, period, held, expires) values (${gateway}, ${u.keyId}, ${u.kind}, ${u.period}, ${got}, now() + make_interval(secs => ${ttlS}))
+            on conflict (gateway, key_id, kind, period) do update set held = keyward_leases.held + excluded.held, expires = excluded.expires`;
+        }
+        const [clock] = await tx<Array<{ now: number }>>`select extract(epoch from clock_timestamp())::float8 * 1000 as now`;
+        return { got, now: clock?.now ?? Date.now() };
+      }),
+    ) as Promise<{ got: number; now: number }>;
+  }
+
+  async renew(gateway: string, leases: readonly LeaseUse[], ttlS: number): Promise<number> {
+    await this.#pool.migrate();
+    const col = <K extends keyof LeaseUse>(k: K): Array<LeaseUse[K]> => leases.map((l) => l[k]);
+    return this.#pool.within((sql) =>
+      sql.begin(async (tx) => {
+        if (leases.length > 0) {
+          // What was used, as counted here; spent beyond what was held (a budget's estimate fell short) is added to the allowance too.
+          await tx`
+            with u as (select * from unnest(${col('keyId')}::text[], ${col('kind')}::text[], ${col('period')}::text[], ${col('used')}::float8[]) as u(key_id, kind, period, used)),
+            l as (
+              update keyward_leases l set used = u.used, held = greatest(l.held, u.used), expires = now() + make_interval(secs => ${ttlS})
+              from u where l.gateway = ${gateway} and l.key_id = u.key_id and l.kind = u.kind and l.period = u.period
+              returning l.key_id, l.kind, l.period, greatest(0, u.used - l.held) as over)
+            update keyward_allowances a set granted = a.granted + l.over from l
+            where l.over > 0 and a.key_id = l.key_id and a.kind = l.kind and a.period = l.period`;
+        }
+        await sweep(tx);
+        const [clock] = await tx<Array<{ now: number }>>`select extract(epoch from clock_timestamp())::float8 * 1000 as now`;
+        return clock?.now ?? Date.now();
+      }),
+    ) as Promise<number>;
+  }
+
+  async release(gateway: string, leases: readonly LeaseUse[]): Promise<void> {
+    await this.#pool.migrate();
+    const col = <K extends keyof LeaseUse>(k: K): Array<LeaseUse[K]> => leases.map((l) => l[k]);
+    await this.#pool.within((sql) =>
+      sql.begin(async (tx) => {
+        // The unused part of each lease goes back; what was used stays granted.
+        await tx`
+          with u as (select * from unnest(${col('keyId')}::text[], ${col('kind')}::text[], ${col('period')}::text[], ${col('used')}::float8[]) as u(key_id, kind, period, used)),
+          l as (
+            delete from keyward_leases l using u where l.gateway = ${gateway} and l.key_id = u.key_id and l.kind = u.kind and l.period = u.period
+            returning l.key_id, l.kind, l.period, l.held - u.used as unused)
+          update keyward_allowances a set granted = a.granted - l.unused from l
+          where a.key_id = l.key_id and a.kind = l.kind and a.period = l.period`;
+      }),
+    );
+  }
+}
+
+/** Leases past their expiry: their unused part goes back to the allowance, the used part stays granted. */
+async function sweep(tx: postgres.TransactionSql): Promise<void> {
+  await tx`
+    with dead as (delete from keyward_leases where expires < now() returning key_id, kind, period, held - used as unused),
+    back as (select key_id, kind, period, sum(unused) as unused from dead group by key_id, kind, period)
+    update keyward_allowances a set granted = a.granted - back.unused from back
+    where a.key_id = back.key_id and a.kind = back.kind and a.period = back.period`;
+}

@@ -1,0 +1,168 @@
+// A gateway's part of its fleet's quotas and budgets (docs/limits.md,
+// "Across a fleet"): leases claimed from the shared store (keys/pg-leases.ts)
+// and spent locally, so a key far from its limit costs no round trip and the
+// fleet together never admits more than the limit. A claim asks for a share
+// of what is left (a quarter of it divided among the live gateways, at least
+// what this request needs), so chunks shrink to one unit near the end. What
+// was used is reported and the leases renewed at every flush; what was not
+// used goes back at drain, or after the lease's expiry if the gateway died.
+// While the store is unreachable a gateway admits what its leases still
+// hold, and no more.
+import { periodOf, type Period } from './policy.ts';
+
+export interface LeaseUse {
+  readonly keyId: string;
+  /** `quota`, or `budget:<route>`. */
+  readonly kind: string;
+  /** The period's key (`2026-11-24`, `2026-11`), by the database's clock. */
+  readonly period: string;
+  readonly used: number;
+}
+
+export interface LeaseStore {
+  /** Claim up to what is left of `limit`: `share` of it (whole units when `whole`), at least `least`. The amount got, and the store's clock. */
+  claim(gateway: string, lease: { keyId: string; kind: string; period: string }, want: { least: number; share: number; whole: boolean }, limit: number, ttlS: number): Promise<{ got: number; now: number }>;
+  /** Report what each lease used and extend it; leases past their expiry (anyone's) are swept. The store's clock. */
+  renew(gateway: string, leases: readonly LeaseUse[], ttlS: number): Promise<number>;
+  /** Give back what these leases did not use, and end them. */
+  release(gateway: string, leases: readonly LeaseUse[]): Promise<void>;
+}
+
+/** Time as the fleet reads it: this machine's clock corrected by the store's, learnt at each claim and renewal. */
+export class Clock {
+  offset = 0;
+  readonly local: () => number;
+  constructor(local: () => number = Date.now) {
+    this.local = local;
+  }
+  now(): number {
+    return this.local() + this.offset;
+  }
+  /** The store said it is `storeNow` (read mid-round-trip). */
+  learn(storeNow: number): void {
+    this.offset = storeNow - this.local();
+  }
+}
+
+interface Lease {
+  readonly keyId: string;
+  readonly kind: string;
+  readonly period: string;
+  held: number;
+  used: number;
+  /** Taken by requests in flight, not yet used. */
+  reserved: number;
+  claiming: Promise<void> | null;
+  /** The last claim got nothing: refuse without asking again until the next renewal. */
+  exhausted: boolean;
+}
+
+export class Leases {
+  readonly #store: LeaseStore;
+  readonly #gateway: string;
+  readonly clock: Clock;
+  readonly #live: () => number;
+  readonly #ttlS: number;
+  readonly #leases = new Map<string, Lease>();
+  #timer: NodeJS.Timeout | null = null;
+  /** Round trips made for claims (the bench reads it). */
+  claims = 0;
+
+  constructor(store: LeaseStore, gateway: string, clock: Clock, live: () => number, ttlS: number) {
+    this.#store = store;
+    this.#gateway = gateway;
+    this.clock = clock;
+    this.#live = live;
+    this.#ttlS = ttlS;
+  }
+
+  /** Learn the store's clock (a period is the fleet's, not this machine's), then renew every `everyMs` (the ledger's flush interval). */
+  async start(everyMs: number): Promise<void> {
+    // A store down at start: this machine's clock until the first renewal that reaches it.
+    await this.renew().catch(() => undefined);
+    this.#timer = setInterval(() => void this.renew().catch(() => undefined), everyMs);
+    this.#timer.unref();
+  }
+
+  /** The period key of `period` now, by the fleet's clock. */
+  periodKey(period: Period, now = this.clock.now()): string {
+    return periodOf(period, now).key;
+  }
+
+  /**
+   * Take `amount` of `limit` for `keyId`'s `kind` this period: true (taken),
+   * false (nothing left), or a promise, when this gateway's lease must first
+   * claim more (the caller asks again once it settles). A budget is taken
+   * while anything is left, whatever the estimate: the same rule as one
+   * gateway's (admitted while spent + reserved is below the amount).
+   */
+  take(keyId: string, kind: string, period: string, limit: number, amount: number): boolean | Promise<void> {
+    const id = `${keyId}\u0000${kind}\u0000${period}`;
+    let lease = this.#leases.get(id);
+    if (lease === undefined) {
+      lease = { keyId, kind, period, held: 0, used: 0, reserved: 0, claiming: null, exhausted: false };
+      this.#leases.set(id, lease);
+    }
+    const free = lease.held - lease.used - lease.reserved;
+    const whole = kind === 'quota';
+    if (whole ? free >= amount : free > 1e-9) {
+      lease.reserved += amount;
+      return true;
+    }
+    if (lease.exhausted) return false;
+    // One claim at a time per lease: a request that arrives while one is out
+    // waits for it and asks again, taking from what it brought before
+    // claiming anew (a claim for units nobody then needs would sit idle
+    // while other gateways refuse).
+    const l = lease;
+    const least = whole ? amount : Math.max(amount, 1e-9);
+    l.claiming ??= (async () => {
+      try {
+        this.claims++;
+        const { got, now } = await this.#store.claim(this.#gateway, l, { least, share: 1 / (4 * Math.max(1, this.#live())), whole }, limit, this.#ttlS);
+        this.clock.learn(now);
+        l.held += got;
+        if (got === 0) l.exhausted = true;
+      } catch {
+        // Unreachable: only what is held may be admitted (nothing more here).
+        l.exhausted = true;
+      } finally {
+        l.claiming = null;
+      }
+    })();
+    return l.claiming;
+  }
+
+  /** Give back what `take` reserved: `used` of it was spent (a forwarded request's unit, a call's reported cost). */
+  settle(keyId: string, kind: string, period: string, reserved: number, used: number): void {
+    const lease = this.#leases.get(`${keyId}\u0000${kind}\u0000${period}`);
+    if (lease === undefined) return;
+    lease.reserved = Math.max(0, lease.reserved - reserved);
+    lease.used += used;
+  }
+
+  /** Report, extend, sweep the dead; leases of periods that ended are given back. Claims may be tried again. */
+  async renew(): Promise<void> {
+    const all = [...this.#leases.values()].filter((l) => l.held > 0 || l.used > 0);
+    const now = this.clock.now();
+    const current = (l: Lease): boolean => l.period === this.periodKey(l.period.length === 7 ? 'month' : 'day', now) || l.reserved > 0;
+    const ended = all.filter((l) => !current(l));
+    const live = all.filter(current);
+    this.clock.learn(await this.#store.renew(this.#gateway, live.map(use), this.#ttlS));
+    if (ended.length > 0) {
+      await this.#store.release(this.#gateway, ended.map(use));
+      for (const l of ended) this.#leases.delete(`${l.keyId}\u0000${l.kind}\u0000${l.period}`);
+    }
+    for (const l of this.#leases.values()) l.exhausted = false;
+  }
+
+  /** Drain: stop renewing and give back every lease's unused part. */
+  async stop(): Promise<void> {
+    if (this.#timer !== null) clearInterval(this.#timer);
+    const all = [...this.#leases.values()].filter((l) => l.held > 0 || l.used > 0);
+    if (all.length > 0) await this.#store.release(this.#gateway, all.map(use));
+    this.#leases.clear();
+  }
+}
+
+const use = (l: Lease): LeaseUse => ({ keyId: l.keyId, kind: l.kind, period: l.period, used: l.used });
