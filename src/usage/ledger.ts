@@ -156,7 +156,8 @@ export class Ledger implements PeriodUse {
       if (kept.batches.length > 0) await this.flush();
     }
     try {
-      for (const row of await this.#store.rows({ since: `${periodOf('month', now).key}-01` })) this.#count(row, now);
+      // A fleet's quotas and budgets are leased: its ledger is never read back (however large it grows).
+      if (this.#store.fleet === undefined) for (const row of await this.#store.rows({ since: `${periodOf('month', now).key}-01` })) this.#count(row, now);
     } catch {
       // A shared store may be down while a gateway starts (it serves anyway,
       // docs/fleet.md): the totals are read at the next flush that reaches it.

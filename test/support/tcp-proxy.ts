@@ -2,74 +2,102 @@
 // a silent network partition. Frozen, it keeps every connection open and
 // accepts new ones, but moves no byte in either direction and closes
 // nothing, so the peers see neither an error nor an answer. Healed, the
-// bytes held move on and new connections reach the server.
+// bytes held move on and new connections reach the server. It can also let
+// a request through and lose its answer: the connection that sends bytes
+// matching a pattern (a COMMIT) gets no reply from then on, while the server
+// has acted on it.
 import net from 'node:net';
 import { deadline } from './deadline.ts';
 
 export interface TcpProxy {
   readonly port: number;
   freeze(): void;
+  /**
+   * The next connection to send bytes matching `after`, and then (in a later
+   * write) bytes matching `pattern`, gets no answer to those, or to anything
+   * after (held until `heal`): the request reached the server, its reply is
+   * lost.
+   */
+  loseReplyAfter(pattern: RegExp, after?: RegExp): void;
   heal(): void;
   close(): Promise<void>;
 }
 
+interface Pair {
+  readonly client: net.Socket;
+  server: net.Socket | null;
+  /** Bytes held while frozen, per direction. */
+  readonly up: Buffer[];
+  readonly down: Buffer[];
+  /** This connection's answers are held (its request went through). */
+  repliesLost: boolean;
+  /** It sent what `after` looks for: its next `pattern` loses the reply. */
+  armed: boolean;
+}
+
 export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'): Promise<TcpProxy> {
   let frozen = false;
-  const pairs = new Set<{ client: net.Socket; server: net.Socket | null }>();
-  const waiting: Array<() => void> = [];
-  const link = (pair: { client: net.Socket; server: net.Socket | null }): void => {
+  let losing: { pattern: RegExp; after: RegExp | null } | null = null;
+  const pairs = new Set<Pair>();
+  const link = (pair: Pair): void => {
     const server = net.connect(targetPort, targetHost);
     pair.server = server;
-    pair.client.pipe(server);
-    server.pipe(pair.client);
+    for (const b of pair.up.splice(0)) server.write(b);
     const end = (): void => {
       pair.client.destroy();
       server.destroy();
       pairs.delete(pair);
     };
-    pair.client.on('error', end).on('close', end);
     server.on('error', end).on('close', end);
-    if (frozen) {
-      pair.client.pause();
-      server.pause();
-    }
+    server.on('data', (d: Buffer) => {
+      if (frozen || pair.repliesLost) pair.down.push(d);
+      else pair.client.write(d);
+    });
   };
   const proxy = net.createServer((client) => {
-    const pair = { client, server: null as net.Socket | null };
+    const pair: Pair = { client, server: null, up: [], down: [], repliesLost: false, armed: false };
     pairs.add(pair);
-    if (frozen) {
-      // Accepted by the kernel, never answered: like a SYN-ACK from a path that then drops everything.
-      client.pause();
-      client.on('error', () => client.destroy());
-      waiting.push(() => {
-        client.resume();
-        link(pair);
-      });
-    } else link(pair);
+    client.on('error', () => client.destroy()).on('close', () => {
+      pair.server?.destroy();
+      pairs.delete(pair);
+    });
+    client.on('data', (d: Buffer) => {
+      if (frozen || pair.server === null) return void pair.up.push(d);
+      pair.server.write(d);
+      if (losing === null) return;
+      const text = d.toString('latin1');
+      if (losing.after !== null && !pair.armed) {
+        // Armed by this chunk: the pattern is looked for in the ones after it.
+        pair.armed = losing.after.test(text);
+        return;
+      }
+      if (losing.pattern.test(text)) {
+        losing = null;
+        pair.repliesLost = true;
+      }
+    });
+    // Accepted by the kernel while frozen, never answered: like a SYN-ACK from a path that then drops everything.
+    if (!frozen) link(pair);
   });
   await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
   return {
     port: (proxy.address() as net.AddressInfo).port,
     freeze: () => {
       frozen = true;
-      for (const p of pairs) {
-        // pipe() resumes a paused source on 'drain'; unpiping keeps it still.
-        if (p.server !== null) {
-          p.client.unpipe(p.server);
-          p.server.unpipe(p.client);
-          p.server.pause();
-        }
-        p.client.pause();
-      }
+    },
+    loseReplyAfter: (pattern, after) => {
+      losing = { pattern, after: after ?? null };
+      for (const p of pairs) p.armed = false;
     },
     heal: () => {
       frozen = false;
+      losing = null;
       for (const p of pairs) {
-        if (p.server === null) continue;
-        p.client.pipe(p.server);
-        p.server.pipe(p.client);
+        p.repliesLost = false;
+        if (p.server === null) link(p);
+        else for (const b of p.up.splice(0)) p.server.write(b);
+        for (const b of p.down.splice(0)) p.client.write(b);
       }
-      for (const go of waiting.splice(0)) go();
     },
     close: async () => {
       for (const p of pairs) {
