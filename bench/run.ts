@@ -32,6 +32,9 @@ const { values: args } = parseArgs({
     // Extra keyward systems with extra environment, measured in the same interleaved run:
     // --variant 'quiet:KEYWARD_LOG_LEVEL=warn' --variant 'two:KEYWARD_WORKERS=2'
     variant: { type: 'string', multiple: true },
+    // The same with the bench key carrying every limit: --limited-variant 'w2:KEYWARD_WORKERS=2'
+    // measures what admission costs when the primary decides for its workers.
+    'limited-variant': { type: 'string', multiple: true },
     // Another built checkout of keyward (e.g. a worktree of the previous commit), measured as
     // "keyward, other build" in the same interleaved run: --against ../keyward-before
     against: { type: 'string', multiple: true },
@@ -137,10 +140,11 @@ async function main(): Promise<void> {
     systems.push(await keyward(up.port, secrets, keysFile(10), NO_FILTER, { KEYWARD_EGRESS_FILTER: 'off' }));
     // The same gateway whose bench key has every limit (none reached): admission and the ledger per request.
     systems.push(await keyward(up.port, secrets, keysFile(10, EVERY_LIMIT), LIMITED));
-    for (const v of args.variant ?? []) {
+    const variants = [...(args.variant ?? []).map((v) => [v, false] as const), ...(args['limited-variant'] ?? []).map((v) => [v, true] as const)];
+    for (const [v, limited] of variants) {
       const [label, settings = ''] = v.split(':');
       const env = Object.fromEntries(settings.split(',').filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
-      systems.push(await keyward(up.port, secrets, keysFile(10), `keyward ${label}`, env));
+      systems.push(await keyward(up.port, secrets, keysFile(10, limited ? EVERY_LIMIT : undefined), `keyward ${label}${limited ? ', key with every limit' : ''}`, env));
     }
     for (const other of args.against ?? []) systems.push(await keyward(up.port, secrets, keysFile(10), `keyward, build in ${basename(resolve(other))}`, {}, undefined, resolve(other)));
     systems.push(await naive(up.port, secrets));

@@ -1,0 +1,84 @@
+// Admission's arithmetic (docs/limits.md): reservations, their settlement,
+// the budget's estimate, and the numbers a refusal reports.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { Limiter, type Admission, type PeriodUse, type Refused } from '../../src/usage/limiter.ts';
+import { policyOf, type Limits } from '../../src/usage/policy.ts';
+
+/** Period totals as a ledger would keep them, counted by hand. */
+class Totals implements PeriodUse {
+  requestsBy = new Map<string, number>();
+  costBy = new Map<string, number>();
+  requests(keyId: string): number {
+    return this.requestsBy.get(keyId) ?? 0;
+  }
+  cost(keyId: string, route: string): number {
+    return this.costBy.get(`${keyId}/${route}`) ?? 0;
+  }
+  count(keyId: string, route: string, cost: number): void {
+    this.requestsBy.set(keyId, this.requests(keyId) + 1);
+    this.costBy.set(`${keyId}/${route}`, this.cost(keyId, route) + cost);
+  }
+}
+
+const policy = (l: Limits) => policyOf(l) as NonNullable<ReturnType<typeof policyOf>>;
+const admitted = (r: Admission | Refused | Promise<Admission | Refused>): Admission => {
+  assert.ok(!(r instanceof Promise) && !('code' in r), `refused: ${JSON.stringify(r)}`);
+  return r as Admission;
+};
+const refused = (r: Admission | Refused | Promise<Admission | Refused>): Refused => {
+  assert.ok(!(r instanceof Promise) && 'code' in r, 'admitted');
+  return r as Refused;
+};
+
+test('RateLimit-Limit is a whole number when a fleet shares a burst', () => {
+  const limiter = new Limiter(new Totals());
+  const p = policy({ rate: '10/h', burst: 10 });
+  const now = Date.now();
+  let r: Admission | Refused | Promise<Admission | Refused> = admitted(limiter.admit('k', p, 'seo', now, 3));
+  for (let i = 0; i < 5 && !('code' in r); i++) r = limiter.admit('k', p, 'seo', now, 3) as Admission | Refused;
+  const no = refused(r);
+  assert.equal(no.code, 'rate_limited');
+  assert.ok(Number.isInteger(no.limit), `limit ${no.limit}`);
+  assert.equal(no.limit, 3);
+});
+
+test('a quota counts what is in flight; a request that never reached the upstream gives its unit back', () => {
+  const totals = new Totals();
+  const limiter = new Limiter(totals);
+  const p = policy({ quota: '2/day' });
+  const now = Date.now();
+  const a = admitted(limiter.admit('k', p, 'seo', now));
+  const b = admitted(limiter.admit('k', p, 'seo', now));
+  assert.equal(refused(limiter.admit('k', p, 'seo', now)).code, 'quota_exceeded', 'two in flight fill a quota of two');
+  a.done(false, 0); // never reached: not counted, unit back
+  const c = admitted(limiter.admit('k', p, 'seo', now));
+  totals.count('k', 'seo', 0);
+  b.done(true, 0);
+  b.done(true, 0); // once, whatever calls it
+  totals.count('k', 'seo', 0);
+  c.done(true, 0);
+  assert.equal(refused(limiter.admit('k', p, 'seo', now)).code, 'quota_exceeded');
+});
+
+test('a budget reserves the key\'s learnt cost per call, then the route\'s, then 0', () => {
+  const totals = new Totals();
+  const limiter = new Limiter(totals);
+  const p = policy({ budgets: { seo: '1/day' } });
+  const now = Date.now();
+  assert.equal(limiter.estimate('k', 'seo'), 0, 'nothing seen yet');
+  const first = admitted(limiter.admit('k', p, 'seo', now));
+  totals.count('k', 'seo', 0.3);
+  first.done(true, 0.3);
+  assert.equal(limiter.estimate('k', 'seo'), 0.3);
+  assert.equal(limiter.estimate('other', 'seo'), 0.3, 'another key starts from the route\'s');
+  // 0.3 spent; admitted while spent + reserved < 1: at 0.3, 0.6 and 0.9 reserved-and-spent, then 1.2.
+  const held = [admitted(limiter.admit('k', p, 'seo', now)), admitted(limiter.admit('k', p, 'seo', now)), admitted(limiter.admit('k', p, 'seo', now))];
+  assert.equal(refused(limiter.admit('k', p, 'seo', now)).code, 'budget_exceeded');
+  // A call that reports more moves the estimate towards it.
+  totals.count('k', 'seo', 0.5);
+  held[0]?.done(true, 0.5);
+  assert.ok(limiter.estimate('k', 'seo') > 0.3 && limiter.estimate('k', 'seo') < 0.5);
+  held[1]?.done(false, 0);
+  held[2]?.done(false, 0);
+});
