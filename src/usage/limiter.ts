@@ -63,6 +63,8 @@ export class Limiter {
   /** What a call costs, learnt per key and route, and per route for a key's first calls. */
   readonly #estimates = new Map<string, number>();
   readonly #routeEstimates = new Map<string, number>();
+  /** By route: the first call with a budget, while its cost is not known yet. */
+  readonly #probes = new Map<string, Promise<void>>();
 
   constructor(use: PeriodUse, leases: Leases | null = null) {
     this.#use = use;
@@ -82,8 +84,40 @@ export class Limiter {
    * gateway must first claim more.
    */
   admit(keyId: string, policy: Policy, route: string, now: number, share = 1): Admission | Refused | Promise<Admission | Refused> {
-    if (this.#leases !== null && (policy.quota !== null || policy.budgets.has(route))) return this.#leased(this.#leases, keyId, policy, route, now, share, 0);
-    return this.#admit(keyId, policy, route, now, share);
+    // A budget on a route whose cost was never seen here has nothing to
+    // reserve: its first call goes alone, and the calls that overlap it wait
+    // for its cost (else all of them would pass at an estimate of 0).
+    const decide = (): Admission | Refused | Promise<Admission | Refused> =>
+      this.#leases !== null && (policy.quota !== null || policy.budgets.has(route)) ? this.#leased(this.#leases, keyId, policy, route, now, share, 0) : this.#admit(keyId, policy, route, now, share);
+    if (!policy.budgets.has(route) || this.#known(keyId, route)) return decide();
+    const waiting = this.#probes.get(route);
+    if (waiting !== undefined) return waiting.then(() => this.admit(keyId, policy, route, Date.now(), share));
+    // This call is the probe: the route's calls that come while it runs wait for it.
+    let over: () => void = () => undefined;
+    const probe = new Promise<void>((resolve) => (over = resolve));
+    this.#probes.set(route, probe);
+    const release = (): void => {
+      if (this.#probes.get(route) === probe) this.#probes.delete(route);
+      over();
+    };
+    const wrap = (r: Admission | Refused): Admission | Refused => {
+      if ('code' in r) {
+        release();
+        return r;
+      }
+      return {
+        done: (reached, cost) => {
+          r.done(reached, cost);
+          release();
+        },
+      };
+    };
+    const r = decide();
+    return r instanceof Promise ? r.then(wrap) : wrap(r);
+  }
+
+  #known(keyId: string, route: string): boolean {
+    return this.#routeEstimates.has(route) || this.#estimates.has(`${keyId}\u0000${route}`);
   }
 
   #admit(keyId: string, policy: Policy, route: string, now: number, share: number): Admission | Refused {
