@@ -75,11 +75,15 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
   let counter = 0;
 
   /** Authenticate: the key, or the reason for a 401 (the key is still recorded when it is known). */
-  function authenticate(ex: Exchange, table: RouteTable): AuthFailure | null {
+  /**
+   * `keys` is read once per request by the caller and passed here: read
+   * twice, a shared store's staleness limit could run out in between and
+   * the second read be null.
+   */
+  function authenticate(ex: Exchange, table: RouteTable, keys: KeySet): AuthFailure | null {
     const token = presentedToken(ex.req.headers, ex.url, table);
     if (token === null) return 'missing';
     if (!isWellFormed(token)) return 'malformed';
-    const keys = deps.keys() as KeySet;
     const now = Date.now();
     const found = keys.lookup(token, now);
     if (found === null) return 'unknown';
@@ -143,10 +147,11 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
       return;
     }
     if (deps.draining()) return refuse(ex, req, res, ERRORS.shuttingDown);
-    if (deps.keys() === null) return refuse(ex, req, res, ERRORS.keystoreUnavailable);
+    const keys = deps.keys();
+    if (keys === null) return refuse(ex, req, res, ERRORS.keystoreUnavailable);
 
     const rt = deps.runtime();
-    const authFailure = authenticate(ex, rt.table);
+    const authFailure = authenticate(ex, rt.table, keys);
     if (authFailure !== null) {
       metrics.authFailure(authFailure);
       return refuse(ex, req, res, ERRORS.unauthorized);
@@ -214,7 +219,8 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
 
   function refuseRaw(req: GatewayRequest, socket: Duplex, err: GatewayError): void {
     const ex = new Exchange(`${boot}-${(++counter).toString(36)}`, req, req.url as string);
-    const authFailure = deps.keys() === null ? 'unknown' : authenticate(ex, deps.runtime().table);
+    const keys = deps.keys();
+    const authFailure = keys === null ? 'unknown' : authenticate(ex, deps.runtime().table, keys);
     const reply = authFailure === null ? err : ERRORS.unauthorized;
     if (authFailure !== null) metrics.authFailure(authFailure);
     ex.settle({ by: 'gateway', code: reply.code });
