@@ -172,3 +172,36 @@ test('a drained gateway gives its unused units back at once; a killed one after 
     await db.close();
   }
 });
+
+test('with PostgreSQL unreachable a gateway admits what its lease still holds, and no more', { timeout: 120_000 }, async () => {
+  const db = await startDatabase();
+  const up = await startUpstream();
+  const { startTcpProxy } = await import('../support/tcp-proxy.ts');
+  const proxy = await startTcpProxy(Number(new URL(db.url).port));
+  const via = new URL(db.url);
+  via.port = String(proxy.port);
+  const direct = { KEYWARD_DATABASE_URL: db.url };
+  const env = { KEYWARD_DATABASE_URL: via.toString(), KEYWARD_DATABASE_TIMEOUT: '1s', KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p', KEYWARD_ADMIN_PORT: 'off', KEYWARD_USAGE_FLUSH: '200ms' };
+  let g: FleetGateway | null = null;
+  try {
+    assert.equal((await runCli(['db', 'migrate'], direct)).code, 0);
+    const key = JSON.parse((await runCli(['keys', 'create', '--name', 'k', '--quota', '40/day', '--json'], direct)).stdout) as { id: string; token: string };
+    g = await startFleetGateway(env);
+    assert.equal(await statusOf(g.base, key.token), 200);
+    const [lease] = await db.admin<Array<{ held: number }>>`select held from keyward_leases where key_id = ${key.id}`;
+    const held = lease?.held ?? 0;
+    assert.ok(held > 1, `a chunk held (${held})`);
+    proxy.freeze();
+    const statuses: number[] = [];
+    for (let i = 0; i < held + 5; i++) statuses.push(await statusOf(g.base, key.token));
+    assert.equal(statuses.filter((s) => s === 200).length, held - 1, `what the lease held, no more: ${statuses.join(',')}`);
+    assert.equal(statuses.filter((s) => s === 429).length, 6);
+    assert.equal(up.requests.length, held);
+  } finally {
+    proxy.heal();
+    await g?.stop().catch(() => g?.kill());
+    await proxy.close();
+    await up.close();
+    await db.close();
+  }
+});
