@@ -189,8 +189,22 @@ test('a keys file that stops parsing is logged with the error\'s type and messag
   }
 });
 
-test('.gitignore covers what npm pack and the keys file leave in a checkout', async () => {
-  const names = ['keyward-0.1.0.tgz', 'keys.json.last-used', 'keys.json.corrupt-2026-01-01T00-00-00-000Z', 'keys.json', 'keys.json.lock', 'keyward-dev-db/dev-db.json'];
+test('.gitignore covers what npm pack, the keys file, the ledger and the README\'s walkthroughs leave in a checkout', async () => {
+  const names = [
+    'keyward-0.1.0.tgz',
+    'keys.json.last-used',
+    'keys.json.corrupt-2026-01-01T00-00-00-000Z',
+    'keys.json',
+    'keys.json.lock',
+    'keyward-dev-db/dev-db.json',
+    'keys.json.usage.sqlite',
+    'keys.json.usage-unwritten.123-abc.json',
+    'credentials/speech_key',
+    'fleet-db/dev-db.json',
+    'fleet-db.env',
+    'gw1.log',
+    'gw2.log',
+  ];
   const { stdout } = await promisify(execFile)('git', ['check-ignore', '--no-index', ...names], { cwd: ROOT });
   assert.deepEqual(stdout.trim().split('\n'), names);
 });
