@@ -95,7 +95,7 @@ test('SIGTERM during a silent partition ends within the drain deadline; the usag
     for (let i = 0; i < 19; i++) assert.equal(await statusOf(g.base, bob.token), 200);
     const { code, ms } = await g.stop(drainMs + 10_000);
     assert.equal(code, 0);
-    assert.ok(ms < drainMs + 1_500, `SIGTERM took ${ms.toFixed(0)} ms with a ${drainMs} ms drain deadline`);
+    assert.ok(ms < drainMs + 3_000, `SIGTERM took ${ms.toFixed(0)} ms with a ${drainMs} ms drain deadline`);
     const kept = readdirSync(dir).filter((n) => n.startsWith('keys.json.usage-unwritten.'));
     assert.equal(kept.length, 1, `one file of unwritten usage: ${readdirSync(dir).join(', ')}`);
     const file = join(dir, kept[0] as string);
