@@ -5,6 +5,7 @@ import { availableParallelism } from 'node:os';
 import { join, resolve } from 'node:path';
 import { ConfigError, Options, type Env, type ReadFile } from './config/options.ts';
 import { secret, serverTls, upstreamCa } from './config/secrets.ts';
+import { unknownVariables, type UnknownVariable } from './config/unknown.ts';
 import { routes } from './config/upstreams.ts';
 import { UPSTREAMS, type Route, type UpstreamSpec } from './routes.ts';
 import { parseDuration } from './units.ts';
@@ -59,6 +60,8 @@ export interface Config {
   /** With a shared store: refuse (503) once it has been unreachable this long, ms; 0 serves the last good set forever. */
   readonly keysMaxStalenessMs: number;
   readonly routes: readonly Route[];
+  /** KEYWARD_* variables no option reads (typos), with the closest known name; an error with KEYWARD_STRICT_ENV=1. */
+  readonly unknownVariables: readonly UnknownVariable[];
   /** Names of the routes whose credential is configured, for the start-up line. */
   readonly enabledRoutes: readonly string[];
 }
@@ -71,6 +74,11 @@ function freezeDeep<T>(value: T): T {
     Object.freeze(value);
   }
   return value;
+}
+
+/** How an unknown variable is reported: `unknown variable KEYWARD_SCRAPER_KEY; did you mean KEYWARD_SCRAPER_TOKEN?` */
+export function unknownMessage(u: UnknownVariable): string {
+  return `unknown variable ${u.name}${u.suggestion === null ? '' : `; did you mean ${u.suggestion}?`}`;
 }
 
 /** KEYWARD_KEYS_FILE, else $STATE_DIRECTORY/keys.json (systemd StateDirectory=), else ./keys.json. */
@@ -125,6 +133,29 @@ function staleness(o: Options): number {
  * `providers` is the provider table (routes.ts), given only to try another.
  */
 export function loadConfig(env: Env, readFile: ReadFile, cwd: string, providers: readonly UpstreamSpec[] = UPSTREAMS): Config {
+  const { o, config, routeList } = read(env, readFile, cwd, providers);
+  // Names read with this environment, and with none: options read only in
+  // some cases (the admin host when the port is not `off`) are names all the same.
+  const known = new Set([...o.asked, ...baseline(providers), 'KEYWARD_KEYS_FILE']);
+  const unknown = unknownVariables(env, known);
+  if (env.KEYWARD_STRICT_ENV === '1') for (const u of unknown) o.problem(unknownMessage(u));
+  if (o.problems.length > 0) throw new ConfigError(o.problems);
+  return freezeDeep({ ...config, routes: routeList, unknownVariables: unknown, enabledRoutes: routeList.filter((r) => r.credential !== null).map((r) => r.name) });
+}
+
+const BASELINES = new WeakMap<readonly UpstreamSpec[], ReadonlySet<string>>();
+
+/** The names the configuration reads from an empty environment. */
+function baseline(providers: readonly UpstreamSpec[]): ReadonlySet<string> {
+  let names = BASELINES.get(providers);
+  if (names === undefined) {
+    names = read({}, () => '', '/', providers).o.asked;
+    BASELINES.set(providers, names);
+  }
+  return names;
+}
+
+function read(env: Env, readFile: ReadFile, cwd: string, providers: readonly UpstreamSpec[]): { o: Options; config: Config; routeList: Route[] } {
   const o = new Options(env);
   const logLevel = o.oneOf('KEYWARD_LOG_LEVEL', 'info', LEVELS);
   const databaseUrl = secret(o, 'KEYWARD_DATABASE_URL', readFile);
@@ -160,9 +191,8 @@ export function loadConfig(env: Env, readFile: ReadFile, cwd: string, providers:
     leaseTtlMs: o.duration('KEYWARD_LEASE_TTL', '30s'),
     keysMaxStalenessMs: staleness(o),
     routes: [],
+    unknownVariables: [],
     enabledRoutes: [],
   };
-  const routeList = routes(o, readFile, providers);
-  if (o.problems.length > 0) throw new ConfigError(o.problems);
-  return freezeDeep({ ...config, routes: routeList, enabledRoutes: routeList.filter((r) => r.credential !== null).map((r) => r.name) });
+  return { o, config, routeList: [...routes(o, readFile, providers)] };
 }

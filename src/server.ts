@@ -8,7 +8,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { createCompletion } from './completion.ts';
 import { secretForms } from './egress.ts';
-import type { Config } from './config.ts';
+import { unknownMessage, type Config } from './config.ts';
 import { ERRORS, parseFailure } from './errors.ts';
 import { answer as answerError, writeRawError } from './reply.ts';
 import { GatewayRequest } from './exchange.ts';
@@ -224,6 +224,8 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
           );
           const idle = idleReason(config, keys.loaded?.size ?? 0);
           if (idle !== null && keys.loaded !== null) logger.warn({ reason: idle }, 'nothing to serve yet; /readyz answers 503 until there is');
+          // Typos in option names: a route switched off or a limit not set, said at once (an error with KEYWARD_STRICT_ENV=1).
+          for (const u of config.unknownVariables) logger.warn({ variable: u.name, suggestion: u.suggestion }, unknownMessage(u));
           if (!config.egressFilter) logger.warn('egress filter off (KEYWARD_EGRESS_FILTER=off): an upstream that echoes its secret reaches the client');
           const { tooShort } = secretForms(config.routes);
           if (config.egressFilter && tooShort.length > 0) logger.warn({ secrets: tooShort }, 'secrets shorter than 8 characters are not filtered from responses');

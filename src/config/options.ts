@@ -19,6 +19,8 @@ export class ConfigError extends Error {
 export class Options {
   readonly env: Env;
   readonly problems: string[] = [];
+  /** Every name read: what is left in the environment under KEYWARD_ is unknown (config/unknown.ts). */
+  readonly asked = new Set<string>();
 
   constructor(env: Env) {
     this.env = env;
@@ -26,6 +28,7 @@ export class Options {
 
   /** The option's value, or undefined when unset or empty (an empty value means "the default"). */
   get(name: string): string | undefined {
+    this.asked.add(name);
     const v = this.env[name];
     return v === undefined || v === '' ? undefined : v;
   }
