@@ -25,6 +25,9 @@ function curlLine(base: string, route: string, example: Example, auth: string | 
   return parts.join(' ');
 }
 
+/** The demo budget, in the route's unit: less than one call of its example costs. */
+const BUDGET = 10;
+
 export async function runDemo(io: Io, specs: readonly UpstreamSpec[] = UPSTREAMS): Promise<number> {
   const tag = randomBytes(12).toString('hex');
   const secrets = Object.fromEntries(specs.map((spec) => [spec.name, spec.sampleSecrets(`demo${tag}`)]));
@@ -40,6 +43,9 @@ export async function runDemo(io: Io, specs: readonly UpstreamSpec[] = UPSTREAMS
   const config = loadConfig(env, (p) => readFileSync(p, 'utf8'), io.cwd, specs);
   const store = new FileKeyStore(config.keysFile);
   const { token } = await createKey(store, 'demo');
+  // A second key with a small budget on the first route that reports a cost, so a refusal can be tried.
+  const costly = specs.find((spec) => spec.cost !== null && spec.demo.examples.some((e) => e.method === 'POST' && e.output !== undefined && e.stream !== true));
+  const budgeted = costly === undefined ? null : { spec: costly, example: costly.demo.examples.find((e) => e.method === 'POST' && e.output !== undefined && e.stream !== true) as Example, key: await createKey(store, 'demo-budget', { limits: { budgets: { [costly.name]: `${BUDGET}/day` } } }) };
   // Request logs go to stderr so the instructions on stdout stay readable.
   const log = createLogger(config.logLevel, undefined, 2);
   const gateway = await createGateway(config, store, log.logger);
@@ -55,6 +61,14 @@ export async function runDemo(io: Io, specs: readonly UpstreamSpec[] = UPSTREAMS
     '',
     ...specs.flatMap((spec) => [`# ${spec.demo.title}`, ...spec.demo.examples.map((e) => curlLine(base, spec.name, e, auth)), '']),
     ...(plain === undefined ? [] : ['# no token: refused by the gateway (401 {"error":"Unauthorized.","code":"unauthorized"})', curlLine(base, plain[0], plain[1], null), '']),
+    ...(budgeted === null
+      ? []
+      : [
+          `# key "demo-budget", a budget of ${BUDGET} ${budgeted.spec.cost?.unit ?? ''} a day on ${budgeted.spec.name}: the first call is admitted (and costs more), the next refused (429 budget_exceeded)`,
+          curlLine(base, budgeted.spec.name, { ...budgeted.example, output: `budget-${budgeted.example.output ?? 'out'}` }, `-H 'Authorization: Bearer ${budgeted.key.token}'`),
+          curlLine(base, budgeted.spec.name, { ...budgeted.example, output: undefined }, `-H 'Authorization: Bearer ${budgeted.key.token}'`),
+          '',
+        ]),
     'Request logs follow on stderr. Ctrl-C stops the demo.',
     '',
   ].join('\n');

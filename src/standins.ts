@@ -53,15 +53,17 @@ const scraper: Handler = (req, res, _body, path) => {
 };
 
 const seo: Handler = (req, res, body, path) => {
-  const envelope = (result: unknown[]): object => ({
+  // The top-level `cost` is the call's, in US dollars; each task carries its own.
+  const envelope = (result: unknown[], cost: number): object => ({
     version: '0.1.20250101',
     status_code: 20000,
     status_message: 'Ok.',
+    cost,
     tasks_count: 1,
-    tasks: [{ id: randomBytes(8).toString('hex'), status_code: 20000, status_message: 'Ok.', result }],
+    tasks: [{ id: randomBytes(8).toString('hex'), status_code: 20000, status_message: 'Ok.', cost, result }],
   });
   if (req.method === 'GET' && path === '/v3/appendix/user_data') {
-    return json(res, 200, envelope([{ login: 'demo', timezone: 'UTC', money: { total: 100, balance: 42.5, currency: 'USD' } }]));
+    return json(res, 200, envelope([{ login: 'demo', timezone: 'UTC', money: { total: 100, balance: 42.5, currency: 'USD' } }], 0));
   }
   if (req.method === 'POST' && path === '/v3/serp/google/organic/live/advanced') {
     let keyword = 'keyword';
@@ -70,12 +72,23 @@ const seo: Handler = (req, res, body, path) => {
     } catch {
       // a demo: any body will do
     }
-    return json(res, 200, envelope([{ keyword, items_count: 1, items: [{ type: 'organic', rank_absolute: 1, url: 'https://example.com/' }] }]));
+    // A live SERP task: a fraction of a cent.
+    return json(res, 200, envelope([{ keyword, items_count: 1, items: [{ type: 'organic', rank_absolute: 1, url: 'https://example.com/' }] }], 0.002));
   }
   return json(res, 404, { status_code: 40400, status_message: 'Not Found.' });
 };
 
-const speech: Handler = (req, res, _body, path) => {
+/** Characters billed for a synthesis: the request's `text`, as the provider counts them. */
+function characters(body: Buffer): number {
+  try {
+    const text = (JSON.parse(body.toString('utf8')) as { text?: unknown }).text;
+    return typeof text === 'string' ? [...text].length : 0;
+  } catch {
+    return 0;
+  }
+}
+
+const speech: Handler = (req, res, body, path) => {
   if (req.method === 'GET' && path === '/v1/voices') {
     return json(res, 200, { voices: [{ voice_id: '21m00Tcm4TlvDq8ikWAM', name: 'Rachel', category: 'premade' }] });
   }
@@ -86,8 +99,8 @@ const speech: Handler = (req, res, _body, path) => {
     return json(res, 200, { signed_url: `wss://speech.invalid/v1/convai/conversation?conversation_signature=${randomBytes(12).toString('hex')}` });
   }
   if (req.method === 'POST' && /^\/v1\/text-to-speech\/[^/]+\/stream$/.test(path)) {
-    // Eight chunks over two seconds, as a streaming synthesis arrives.
-    res.writeHead(200, { 'content-type': 'audio/mpeg' });
+    // Eight chunks over two seconds, as a streaming synthesis arrives; billed per character.
+    res.writeHead(200, { 'content-type': 'audio/mpeg', 'character-cost': String(characters(body)) });
     let sent = 0;
     const timer = setInterval(() => {
       res.write(fakeMp3(8192));
@@ -101,7 +114,7 @@ const speech: Handler = (req, res, _body, path) => {
   }
   if (req.method === 'POST' && /^\/v1\/text-to-speech\/[^/]+$/.test(path)) {
     const audio = fakeMp3(32768);
-    res.writeHead(200, { 'content-type': 'audio/mpeg', 'content-length': audio.length });
+    res.writeHead(200, { 'content-type': 'audio/mpeg', 'content-length': audio.length, 'character-cost': String(characters(body)) });
     return void res.end(audio);
   }
   return json(res, 404, { detail: { status: 'not_found', message: 'Not found' } });

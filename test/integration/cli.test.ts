@@ -225,7 +225,7 @@ test('demo: every curl command it prints works as printed', { skip: process.env.
   const demo = await startCli(['demo'], { KEYWARD_PORT: '0' }, 'Ctrl-C stops the demo.', 'stdout', dir);
   try {
     const commands = demo.output().split('\n').filter((l) => l.startsWith('curl '));
-    assert.equal(commands.length, 5);
+    assert.equal(commands.length, 7);
     const outputs: string[] = [];
     for (const command of commands) {
       const { stdout } = await deadline(exec('sh', ['-c', command], { cwd: dir, encoding: 'utf8' }), 15_000, command);
@@ -236,6 +236,9 @@ test('demo: every curl command it prints works as printed', { skip: process.env.
     assert.equal(statSync(join(dir, 'hello.mp3')).size, 32_768);
     assert.equal(statSync(join(dir, 'stream.mp3')).size, 65_536);
     assert.deepEqual(JSON.parse(outputs[4] ?? ''), { error: 'Unauthorized.', code: 'unauthorized' });
+    // The budgeted key: the stand-in bills 18 characters for "Hello from keyward", over a budget of 10.
+    assert.equal(statSync(join(dir, 'budget-hello.mp3')).size, 32_768);
+    assert.equal((JSON.parse(outputs[6] ?? '') as { code: string }).code, 'budget_exceeded');
     demo.child.kill('SIGINT');
     const result = await deadline(demo.done, 10_000, 'demo exit');
     assert.equal(result.code, 0);
