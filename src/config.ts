@@ -143,6 +143,11 @@ export function loadConfig(env: Env, readFile: ReadFile, cwd: string, providers:
   return freezeDeep({ ...config, routes: routeList, unknownVariables: unknown, enabledRoutes: routeList.filter((r) => r.credential !== null).map((r) => r.name) });
 }
 
+/** Every KEYWARD_* name the configuration reads. */
+export function knownVariables(providers: readonly UpstreamSpec[] = UPSTREAMS): string[] {
+  return [...baseline(providers), 'KEYWARD_KEYS_FILE'].filter((n) => n.startsWith('KEYWARD_'));
+}
+
 const BASELINES = new WeakMap<readonly UpstreamSpec[], ReadonlySet<string>>();
 
 /** The names the configuration reads from an empty environment. */

@@ -25,6 +25,8 @@ export function bindError(err: NodeJS.ErrnoException, option: string, host: stri
           ? `${host} is not an address of this machine (EADDRNOTAVAIL); check ${option.replace(/PORT$/, 'HOST')}`
           : `cannot listen on ${where} (${err.code ?? err.message})`;
   const out = new Error(`${option}: ${why}`) as NodeJS.ErrnoException;
+  // Said in one line (docs/operations.md): the option and what to do, no stack.
+  out.name = 'BindError';
   if (err.code !== undefined) out.code = err.code;
   return out;
 }

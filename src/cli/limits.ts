@@ -23,18 +23,21 @@ export interface LimitChanges {
   readonly budgets?: Readonly<Record<string, string | null>>;
 }
 
-const whole = (name: string, text: string, help: string): number => {
-  if (!/^[1-9]\d{0,8}$/.test(text)) throw new UsageError(`--${name} must be a whole number above 0, or none`, help);
+const whole = (name: string, text: string, fail: (message: string) => void): number => {
+  if (!/^[1-9]\d{0,8}$/.test(text)) fail(`--${name} must be a whole number above 0, or none`);
   return Number(text);
 };
 
 /** The limit flags of a parsed command; `allowNone` on update, where `none` removes a limit. */
 export function limitChanges(values: Record<string, unknown>, help: string, allowNone: boolean): LimitChanges {
+  // Every bad flag is reported, not only the first (as the configuration does).
+  const problems: string[] = [];
+  const fail = (message: string): void => void problems.push(message);
   const text = (name: string): string | null | undefined => {
     const v = values[name];
     if (typeof v !== 'string') return undefined;
     if (v === 'none') {
-      if (!allowNone) throw new UsageError(`--${name} none only removes a limit on keys update`, help);
+      if (!allowNone) fail(`--${name} none only removes a limit on keys update`);
       return null;
     }
     return v;
@@ -42,16 +45,16 @@ export function limitChanges(values: Record<string, unknown>, help: string, allo
   const changes: { -readonly [K in keyof LimitChanges]: LimitChanges[K] } = {};
   const rate = text('rate');
   if (rate !== undefined) {
-    if (rate !== null && limitsProblem({ rate }) !== null) throw new UsageError('--rate must be N/s, N/m or N/h (e.g. 10/s), or none', help);
+    if (rate !== null && limitsProblem({ rate }) !== null) fail('--rate must be N/s, N/m or N/h (e.g. 10/s), or none');
     changes.rate = rate;
   }
   const burst = text('burst');
-  if (burst !== undefined) changes.burst = burst === null ? null : whole('burst', burst, help);
+  if (burst !== undefined) changes.burst = burst === null ? null : whole('burst', burst, fail);
   const concurrency = text('concurrency');
-  if (concurrency !== undefined) changes.concurrency = concurrency === null ? null : whole('concurrency', concurrency, help);
+  if (concurrency !== undefined) changes.concurrency = concurrency === null ? null : whole('concurrency', concurrency, fail);
   const quota = text('quota');
   if (quota !== undefined) {
-    if (quota !== null && limitsProblem({ quota }) !== null) throw new UsageError('--quota must be N/day or N/month (e.g. 1000/day), or none', help);
+    if (quota !== null && limitsProblem({ quota }) !== null) fail('--quota must be N/day or N/month (e.g. 1000/day), or none');
     changes.quota = quota;
   }
   const budgets = values.budget;
@@ -60,18 +63,25 @@ export function limitChanges(values: Record<string, unknown>, help: string, allo
     const costly = UPSTREAMS.filter((u) => u.cost !== null).map((u) => u.name);
     for (const b of budgets as string[]) {
       const m = /^([a-z0-9-]+)=(.+)$/.exec(b);
-      if (m === null) throw new UsageError('--budget must be ROUTE=AMOUNT/day or ROUTE=AMOUNT/month (e.g. seo=5/day)', help);
+      if (m === null) {
+        fail('--budget must be ROUTE=AMOUNT/day or ROUTE=AMOUNT/month (e.g. seo=5/day)');
+        continue;
+      }
       const [, route, amount] = m as unknown as [string, string, string];
-      if (!costly.includes(route)) throw new UsageError(`--budget: ${route} reports no cost; budgets apply to ${costly.join(', ')}`, help);
+      if (!costly.includes(route)) {
+        fail(`--budget: ${route} reports no cost; budgets apply to ${costly.join(', ')}`);
+        continue;
+      }
       if (amount === 'none') {
-        if (!allowNone) throw new UsageError('--budget ROUTE=none only removes a budget on keys update', help);
+        if (!allowNone) fail('--budget ROUTE=none only removes a budget on keys update');
         byRoute[route] = null;
       } else if (limitsProblem({ budgets: { [route]: amount } }) !== null) {
-        throw new UsageError('--budget must be ROUTE=AMOUNT/day or ROUTE=AMOUNT/month (e.g. seo=5/day)', help);
+        fail('--budget must be ROUTE=AMOUNT/day or ROUTE=AMOUNT/month (e.g. seo=5/day)');
       } else byRoute[route] = amount;
     }
     changes.budgets = byRoute;
   }
+  if (problems.length > 0) throw new UsageError(problems.join('; '), help);
   return changes;
 }
 

@@ -1,7 +1,8 @@
 // `keyward serve` (docs/operations.md): one gateway process, or the
 // primary of several; signals drain and reload it.
 import { startAdmin, type Admin } from '../admin.ts';
-import { ConfigError, effectiveEnv, loadConfig, type Config } from '../config.ts';
+import { ConfigError, effectiveEnv, knownVariables, loadConfig, type Config } from '../config.ts';
+import { KeysFileError } from '../keys/file-store.ts';
 import { openKeyStore } from '../keys/open.ts';
 import { createLogger } from '../log.ts';
 import { clusterMetrics, createMetrics } from '../metrics.ts';
@@ -10,7 +11,8 @@ import { Ledger } from '../usage/ledger.ts';
 import { Limiter } from '../usage/limiter.ts';
 import { countOnly, fleetLeases, openUsageStore } from '../usage/open.ts';
 import { inheritedListenFd } from '../systemd.ts';
-import { EXIT_FAILURE, EXIT_OK, line, parse, readText, type Io } from './args.ts';
+import { closest } from '../config/unknown.ts';
+import { EXIT_FAILURE, EXIT_OK, line, parse, readText, UsageError, type Io } from './args.ts';
 
 /** The configuration as it stands now: environment, KEYWARD_CONFIG_FILE, secret files. */
 function currentConfig(io: Io): Config {
@@ -18,7 +20,16 @@ function currentConfig(io: Io): Config {
 }
 
 export async function serveCommand(args: string[], io: Io): Promise<number> {
-  parse(args, {}, 'serve');
+  try {
+    parse(args, {}, 'serve');
+  } catch (err) {
+    // `serve --port 41001`: options are variables; say which one.
+    const flag = args.find((a) => a.startsWith('--') && a !== '--help')?.slice(2).split('=')[0];
+    if (!(err instanceof UsageError) || flag === undefined) throw err;
+    const name = `KEYWARD_${flag.toUpperCase().replace(/-/g, '_')}`;
+    const known = closest(name, knownVariables());
+    throw new UsageError(`serve takes no options; it is configured by environment variables${known === null ? '' : ` (--${flag}: ${known}, e.g. ${known}=… keyward serve)`}`, err.help);
+  }
   const config = currentConfig(io);
   const listenFd = inheritedListenFd(io.env, io.pid);
   let worker = false;
@@ -47,9 +58,13 @@ export async function serveCommand(args: string[], io: Io): Promise<number> {
       admin = await startAdmin(config.admin, { readiness: () => g.readiness(), metrics: () => metrics.text(), metricsContentType: metrics.contentType }, log.logger);
     }
   } catch (err) {
-    log.logger.fatal({ err }, 'cannot start');
+    // A failure the message explains (a port in use, a damaged keys file) is
+    // logged as that message; anything else with its stack, to be reported.
+    const explained = err instanceof KeysFileError || (err as Error).name === 'BindError';
+    const message = err instanceof KeysFileError ? `keys file ${config.keysFile}: ${err.message}` : (err as Error).message;
+    log.logger.fatal(explained ? { error: message } : { err }, 'cannot start');
     await log.flush();
-    line(io.stderr, `keyward: cannot start: ${(err as Error).message}`);
+    line(io.stderr, `keyward: cannot start: ${message}`);
     return EXIT_FAILURE;
   }
   const running = gateway;

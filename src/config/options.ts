@@ -88,7 +88,7 @@ export class Options {
     try {
       return readFile(path);
     } catch (err) {
-      this.problem(`${name}: cannot read the file (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+      this.problem(`${name}: cannot read ${path} (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
       return null;
     }
   }
@@ -127,7 +127,7 @@ export function effectiveEnv(env: Env, readFile: ReadFile): Env {
   try {
     text = readFile(path);
   } catch (err) {
-    throw new ConfigError([`KEYWARD_CONFIG_FILE: cannot read the file (${(err as NodeJS.ErrnoException).code ?? 'error'})`]);
+    throw new ConfigError([`KEYWARD_CONFIG_FILE: cannot read ${path} (${(err as NodeJS.ErrnoException).code ?? 'error'})`]);
   }
   const { values, problems } = parseEnvFile(text);
   if (problems.length > 0) throw new ConfigError(problems);

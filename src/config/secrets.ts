@@ -26,7 +26,7 @@ export function secret(o: Options, name: string, readFile: ReadFile): string | n
       value = readFile(file);
     } catch (err) {
       // A file that was named but cannot be read is a mistake, not "no secret".
-      o.problem(`${name}_FILE: cannot read the file (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+      o.problem(`${name}_FILE: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
       return null;
     }
   } else if (credentials !== undefined) {

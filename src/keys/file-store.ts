@@ -11,6 +11,7 @@ import { open, readFile, rename, stat, unlink } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { KeyRecord } from './keyset.ts';
+import { jsonErrorWhere } from './json-position.ts';
 import { isDate, recordProblem } from './record.ts';
 import type { Change, KeyStore, UpdateOptions } from './store.ts';
 
@@ -40,8 +41,9 @@ export function parseKeysFile(text: string): KeyRecord[] {
   try {
     doc = JSON.parse(text);
   } catch {
-    // JSON.parse's message quotes the text around the fault; the file's contents stay out of logs.
-    throw new KeysFileCorrupt('not valid JSON');
+    // JSON.parse's message quotes the text around the fault; the file's
+    // contents stay out of logs, only where the fault is.
+    throw new KeysFileCorrupt(`not valid JSON${jsonErrorWhere(text)}`);
   }
   if (typeof doc !== 'object' || doc === null || (doc as { version?: unknown }).version !== FORMAT_VERSION) {
     throw new KeysFileCorrupt(`expected an object with "version": ${FORMAT_VERSION}`);

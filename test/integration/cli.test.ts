@@ -86,7 +86,7 @@ test('usage and configuration errors exit 2 with a one-line reason; runtime fail
     writeFileSync(env.KEYWARD_KEYS_FILE, '{broken');
     const corrupt = await runCli(['keys', 'list'], env);
     assert.equal(corrupt.code, 1);
-    assert.equal(corrupt.stderr, `keyward: keys file ${env.KEYWARD_KEYS_FILE}\nkeyward: keys file: not valid JSON\n`);
+    assert.equal(corrupt.stderr, `keyward: keys file ${env.KEYWARD_KEYS_FILE}\nkeyward: keys file: not valid JSON at line 1, column 2\n`);
 
     const config = await runCli(['serve'], { ...env, KEYWARD_PORT: 'eighty', KEYWARD_SEO_URL: 'gopher://x', KEYWARD_SPEECH_KEY: 'SECRETVALUE', KEYWARD_SPEECH_KEY_FILE: '/x' });
     assert.equal(config.code, 2);

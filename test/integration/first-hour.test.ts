@@ -63,7 +63,7 @@ test('keys import: a missing or corrupt FILE is named, and the store is left alo
     writeFileSync(missing, '{broken');
     const r2 = await runCli(['keys', 'import', missing], env);
     assert.equal(r2.code, 2);
-    assert.equal(r2.stderr, `keyward: keys import: ${missing} is not a keys file (not valid JSON); give a file written by keys export or a gateway's keys.json\n`);
+    assert.equal(r2.stderr, `keyward: keys import: ${missing} is not a keys file (not valid JSON at line 1, column 2); give a file written by keys export or a gateway's keys.json\n`);
     assert.throws(() => readFileSync(env.KEYWARD_KEYS_FILE), /ENOENT/, 'the store was not touched');
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -178,7 +178,7 @@ test('a keys file that stops parsing is logged with the error\'s type and messag
       while (Date.now() < until && !gw.output().includes('keys not reloaded')) await new Promise((r) => setTimeout(r, 20));
       const line = JSON.parse(gw.output().split('\n').find((l) => l.includes('keys not reloaded')) as string) as { err: { type: string; message: string }; keyStore: string };
       assert.equal(line.err.type, 'KeysFileCorrupt');
-      assert.equal(line.err.message, 'not valid JSON');
+      assert.equal(line.err.message, 'not valid JSON at line 1, column 2');
       assert.equal(line.keyStore, env.KEYWARD_KEYS_FILE);
     } finally {
       gw.child.kill('SIGTERM');

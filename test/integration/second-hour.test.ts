@@ -40,3 +40,43 @@ test('a misspelled KEYWARD_* variable is warned about with the closest known nam
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('start-up errors say what and where in one line: a port in use, a damaged keys file, a missing secret file, serve --port, every bad limit flag', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'keyward-second-'));
+  const { createServer } = await import('node:net');
+  const { writeFileSync } = await import('node:fs');
+  const taken = createServer();
+  await new Promise<void>((r) => taken.listen(0, '127.0.0.1', r));
+  const port = (taken.address() as { port: number }).port;
+  try {
+    const busy = await runCli(['serve'], { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_PORT: String(port) });
+    assert.equal(busy.code, 1);
+    assert.equal(busy.stderr, `keyward: cannot start: KEYWARD_PORT: 127.0.0.1:${port} is already in use (EADDRINUSE: another keyward?); set KEYWARD_PORT to a free port\n`, 'one line on stderr');
+    const fatal = busy.stdout.split('\n').filter((l) => l.includes('"level":60'));
+    assert.equal(fatal.length, 1);
+    assert.doesNotMatch(fatal[0] as string, /stack|listen\.ts/, 'no stack for a failure the message explains');
+
+    const damaged = join(dir, 'damaged.json');
+    writeFileSync(damaged, '{"version":1,"keys":[\n{"id": }\n]}');
+    const corrupt = await runCli(['serve'], { KEYWARD_KEYS_FILE: damaged, KEYWARD_PORT: '0' });
+    assert.equal(corrupt.code, 1);
+    assert.equal(corrupt.stderr, `keyward: cannot start: keys file ${damaged}: not valid JSON at line 2, column 8\n`);
+
+    const missing = join(dir, 'no-such-secret');
+    const secret = await runCli(['serve'], { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_PORT: '0', KEYWARD_SPEECH_KEY_FILE: missing });
+    assert.equal(secret.code, 2);
+    assert.match(secret.stderr, new RegExp(`KEYWARD_SPEECH_KEY_FILE: cannot read ${missing.replace(/[/.]/g, '\\$&')} \\(ENOENT\\)`));
+
+    const flag = await runCli(['serve', '--port', '41001'], {});
+    assert.equal(flag.code, 2);
+    assert.match(flag.stderr, /serve takes no options; it is configured by environment variables \(--port: KEYWARD_PORT, e\.g\. KEYWARD_PORT=… keyward serve\)/);
+
+    const limits = await runCli(['keys', 'create', '--name', 'x', '--rate', '10', '--quota', '5000', '--concurrency', 'many'], { KEYWARD_KEYS_FILE: join(dir, 'keys.json') });
+    assert.equal(limits.code, 2);
+    const first = limits.stderr.split('\n')[0] as string;
+    for (const f of ['--rate', '--quota', '--concurrency']) assert.match(first, new RegExp(`${f} must be`), `${f} reported too`);
+  } finally {
+    taken.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

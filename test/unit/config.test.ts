@@ -105,7 +105,7 @@ test('every problem is reported at once, each with its option name, and no secre
 });
 
 test('an unreadable secret file is a problem; a missing systemd credential is not', () => {
-  assert.throws(() => loadConfig({ KEYWARD_SPEECH_KEY_FILE: '/missing' }, noFiles, '/'), /KEYWARD_SPEECH_KEY_FILE: cannot read the file \(ENOENT\)/);
+  assert.throws(() => loadConfig({ KEYWARD_SPEECH_KEY_FILE: '/missing' }, noFiles, '/'), /KEYWARD_SPEECH_KEY_FILE: cannot read \/missing \(ENOENT\)/);
   const eacces = (): string => {
     throw Object.assign(new Error('denied'), { code: 'EACCES' });
   };
@@ -184,5 +184,5 @@ test('KEYWARD_CONFIG_FILE: NAME=value lines over the environment; a bad line is 
   assert.equal(env.KEYWARD_LOG_LEVEL, 'warn');
   assert.equal(env.KEYWARD_HOST, '0.0.0.0');
   assert.deepEqual(parseEnvFile('A=1\nnonsense\n').problems, ['KEYWARD_CONFIG_FILE line 2: expected NAME=value']);
-  assert.throws(() => effectiveEnv({ KEYWARD_CONFIG_FILE: '/missing' }, read), /KEYWARD_CONFIG_FILE: cannot read the file \(ENOENT\)/);
+  assert.throws(() => effectiveEnv({ KEYWARD_CONFIG_FILE: '/missing' }, read), /KEYWARD_CONFIG_FILE: cannot read \/missing \(ENOENT\)/);
 });
