@@ -5,6 +5,8 @@
 
 const WS = new Set([0x20, 0x09, 0x0a, 0x0d]);
 const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
+// RFC 8259 §7: control characters U+0000 to U+001F must be escaped in a string.
+// eslint-disable-next-line no-control-regex
 const STRING = /"(?:[^"\\\u0000-\u001f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"/y;
 
 /** The offset of the first character that makes `text` not JSON, or null when it parses. */
