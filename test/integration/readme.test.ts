@@ -36,6 +36,21 @@ function workspace(prefix: string): string {
   return dir;
 }
 
+/**
+ * Everything the README's commands left in `dir` (the checkout as a user
+ * has it) is ignored by this repository's .gitignore: a `git add .` after
+ * following the README never commits a secret, a database or a log.
+ */
+async function assertIgnored(dir: string): Promise<void> {
+  const { readdirSync, statSync } = await import('node:fs');
+  const left = readdirSync(dir)
+    .filter((n) => n !== 'bin' && n !== 'steps.sh') // this test's own: the checkout's bin/ and the script it runs
+    .map((n) => (statSync(join(dir, n)).isDirectory() ? `${n}/` : n));
+  assert.ok(left.length > 0, 'the walkthrough wrote something');
+  const { stdout } = await exec('git', ['check-ignore', '--no-index', ...left], { cwd: ROOT }).catch((err: { stdout: string }) => err);
+  assert.deepEqual(stdout.trim().split('\n').sort(), [...left].sort(), `not ignored: ${left.filter((n) => !stdout.split('\n').includes(n)).join(', ')}`);
+}
+
 function startScript(script: string, cwd: string, env: Record<string, string>) {
   writeFileSync(join(cwd, 'steps.sh'), script);
   const child = spawn('bash', ['-e', 'steps.sh'], { cwd, env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'], detached: true });
@@ -64,6 +79,7 @@ test('README "Running it" works as pasted: a key, then a gateway that is ready',
     assert.match(out, /"routes":\["speech"\]/);
     const refused = await request(`http://127.0.0.1:${port('keyward listening')}/speech/v1/voices`);
     assert.equal(refused.status, 401);
+    await assertIgnored(dir);
   } finally {
     process.kill(-(run.child.pid as number), 'SIGTERM');
     await deadline(run.done, 15_000, 'stopped');
@@ -82,6 +98,7 @@ test('README fleet walkthrough works as pasted: two gateways see one revocation;
     assert.deepEqual(codes.slice(0, 4).map((c) => c.code), ['route_not_configured', 'route_not_configured', 'unauthorized', 'unauthorized'], result.stdout);
     assert.equal(codes[4]?.stale, true, 'stale while the database is down');
     assert.equal(codes[5]?.stale, undefined, 'fresh once it is back');
+    await assertIgnored(dir);
   } finally {
     try {
       process.kill(-(run.child.pid as number), 'SIGTERM');
