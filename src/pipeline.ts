@@ -113,7 +113,10 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
   function refuseLimited(ex: Exchange, req: GatewayRequest, res: ServerResponse, route: number, r: Refused): void {
     metrics.limited(route, LIMIT_METRIC[r.code]);
     deps.ledger.limited((ex.principal as NonNullable<Exchange['principal']>).id, (ex.route as NonNullable<Exchange['route']>).name);
-    const headers = { 'retry-after': r.retryAfter, 'ratelimit-limit': r.limit, 'ratelimit-remaining': r.remaining, 'ratelimit-reset': r.reset };
+    const headers: Record<string, string | number> = { 'retry-after': r.retryAfter, 'ratelimit-reset': r.reset };
+    if (r.limit !== null) headers['ratelimit-limit'] = r.limit;
+    if (r.remaining !== null) headers['ratelimit-remaining'] = r.remaining;
+    if (r.policy !== null) headers['ratelimit-policy'] = r.policy;
     answer(ex, res, LIMIT_ERRORS[r.code], hasBody(req) || deps.draining(), headers);
   }
 

@@ -18,10 +18,18 @@ export interface Refused {
   readonly code: LimitCode;
   /** Whole seconds, at least 1: until a token, a slot, or the period's end. */
   readonly retryAfter: number;
-  /** For the RateLimit-* headers: the limit refused on (a whole number), what is left of it (0), and when it resets, s. */
-  readonly limit: number;
-  readonly remaining: number;
+  /**
+   * The RateLimit-* header fields (docs/limits.md, "Refusals", after the
+   * IETF draft "RateLimit header fields for HTTP"): the key's limit in
+   * requests (`RateLimit-Limit`), what is left of it (`-Remaining`), seconds
+   * until it is available again (`-Reset`), and its policy
+   * (`RateLimit-Policy: 2;w=1;burst=3`). Null where a field does not apply:
+   * a budget is no count of requests.
+   */
+  readonly limit: number | null;
+  readonly remaining: number | null;
   readonly reset: number;
+  readonly policy: string | null;
 }
 
 export interface Admission {
@@ -206,7 +214,8 @@ export class Limiter {
   #local(keyId: string, policy: Policy, now: number, share: number): Refused | number {
     const limit = policy.concurrency === null ? null : Math.max(1, Math.ceil(policy.concurrency / share));
     const running = this.#inFlight.get(keyId) ?? 0;
-    if (limit !== null && running >= limit) return { code: 'concurrency_limited', retryAfter: 1, limit, remaining: 0, reset: 1 };
+    // The key's concurrency, not this gateway's share of it: the client's view. No time window, so no policy.
+    if (limit !== null && running >= limit) return { code: 'concurrency_limited', retryAfter: 1, limit: policy.concurrency, remaining: 0, reset: 1, policy: null };
     if (policy.rate !== null) {
       const { count, seconds: per } = policy.rate;
       const burst = Math.max(1, policy.rate.burst / share);
@@ -217,7 +226,8 @@ export class Limiter {
       this.#buckets.set(keyId, bucket);
       if (bucket.tokens < 1) {
         const wait = seconds((1 - bucket.tokens) / perMs);
-        return { code: 'rate_limited', retryAfter: wait, limit: Math.floor(burst), remaining: 0, reset: wait };
+        // The key's rate per its window, its burst as the draft's `burst` parameter (not this gateway's share).
+        return { code: 'rate_limited', retryAfter: wait, limit: count, remaining: 0, reset: wait, policy: `${count};w=${per};burst=${policy.rate.burst}` };
       }
       bucket.tokens -= 1;
     }
@@ -234,8 +244,11 @@ export class Limiter {
 }
 
 function periodOver(code: LimitCode, limit: number, period: Period, now: number): Refused {
-  const wait = seconds(periodOf(period, now).ends - now);
-  return { code, retryAfter: wait, limit, remaining: 0, reset: wait };
+  const { starts, ends } = periodOf(period, now);
+  const wait = seconds(ends - now);
+  // A quota counts requests over the period (its window in seconds); a budget counts money or characters.
+  if (code === 'budget_exceeded') return { code, retryAfter: wait, limit: null, remaining: null, reset: wait, policy: null };
+  return { code, retryAfter: wait, limit, remaining: 0, reset: wait, policy: `${limit};w=${Math.round((ends - starts) / 1000)}` };
 }
 
 /** Take `n` from `map`'s entry for `k`, removing it at zero (floating-point dust included). */

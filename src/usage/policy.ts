@@ -86,7 +86,7 @@ export function policyOf(limits: Limits | undefined | null): Policy | null {
 const LAST: Record<Period, { key: string; starts: number; ends: number } | null> = { day: null, month: null };
 
 /** The UTC calendar period `at` falls in: its key (`2026-11-23` or `2026-11`) and when it ends, ms. */
-export function periodOf(period: Period, at: number): { readonly key: string; readonly ends: number } {
+export function periodOf(period: Period, at: number): { readonly key: string; readonly starts: number; readonly ends: number } {
   const last = LAST[period];
   if (last !== null && at >= last.starts && at < last.ends) return last;
   const d = new Date(at);

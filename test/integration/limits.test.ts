@@ -28,7 +28,9 @@ test('a burst against a rate limit: the bucket passes, the rest get 429 rate_lim
     for (const r of refused) {
       assert.deepEqual(r.json(), { error: "This key's rate limit is reached.", code: 'rate_limited' });
       assert.ok(Number(r.headers['retry-after']) >= 1);
-      assert.equal(r.headers['ratelimit-limit'], '4');
+      // The key's rate per window, its burst in the policy (docs/limits.md, "Refusals").
+      assert.equal(r.headers['ratelimit-limit'], '2');
+      assert.equal(r.headers['ratelimit-policy'], '2;w=1;burst=4');
       assert.equal(r.headers['ratelimit-remaining'], '0');
       assert.ok(Number(r.headers['ratelimit-reset']) >= 1);
     }

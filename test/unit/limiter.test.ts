@@ -31,7 +31,7 @@ const refused = (r: Admission | Refused | Promise<Admission | Refused>): Refused
   return r as Refused;
 };
 
-test('RateLimit-Limit is a whole number when a fleet shares a burst', () => {
+test('RateLimit fields are the key\'s own whole numbers when a fleet shares a burst; a budget gives no request count', () => {
   const limiter = new Limiter(new Totals());
   const p = policy({ rate: '10/h', burst: 10 });
   const now = Date.now();
@@ -39,8 +39,16 @@ test('RateLimit-Limit is a whole number when a fleet shares a burst', () => {
   for (let i = 0; i < 5 && !('code' in r); i++) r = limiter.admit('k', p, 'seo', now, 3) as Admission | Refused;
   const no = refused(r);
   assert.equal(no.code, 'rate_limited');
-  assert.ok(Number.isInteger(no.limit), `limit ${no.limit}`);
-  assert.equal(no.limit, 3);
+  assert.equal(no.limit, 10, 'the key\'s rate, not this gateway\'s third of it');
+  assert.equal(no.policy, '10;w=3600;burst=10');
+  const quota = new Limiter(new Totals());
+  const q = policy({ quota: '1/day', budgets: { seo: '0/day' } });
+  const day = refused(quota.admit('k', q, 'seo', now));
+  assert.equal(day.code, 'budget_exceeded');
+  assert.deepEqual([day.limit, day.remaining, day.policy], [null, null, null]);
+  admitted(quota.admit('k', policy({ quota: '1/day' }), 'scraper', now));
+  const over = refused(quota.admit('k', policy({ quota: '1/day' }), 'scraper', now));
+  assert.deepEqual([over.code, over.limit, over.remaining, over.policy], ['quota_exceeded', 1, 0, '1;w=86400']);
 });
 
 test('a quota counts what is in flight; a request that never reached the upstream gives its unit back', () => {
