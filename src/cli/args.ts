@@ -52,11 +52,13 @@ from KEYWARD_CONFIG_FILE if set; see the README. SIGHUP reloads it, SIGTERM drai
 Starts stand-ins for the three upstreams, the gateway and a demo key, and
 prints curl commands that work as printed. Ctrl-C stops it.
 `,
-  usage: `usage: keyward usage [--key ID|NAME] [--route R] [--since 7d|YYYY-MM-DD] [--json|--csv]
+  usage: `usage: keyward usage [--key ID|NAME] [--route R] [--since 7d|YYYY-MM-DD] [--until 1d|YYYY-MM-DD] [--by day|month] [--json|--csv]
 
 The usage ledger: per key, route and UTC day, the requests forwarded, their
 status classes, the requests refused by the key's limits, body bytes and the
-cost the upstream reported. Default: the last 30 days, as a table.
+cost the upstream reported. Default: the last 30 days, as a table, with a
+TOTAL row (its cost summed per unit). --until is the last day included;
+--by month adds up each key's and route's days per calendar month.
 `,
   'dev-db': `usage: keyward dev-db [--dir DIR] [--port N]
 

@@ -16,20 +16,20 @@ const DAY_MS = 86_400_000;
 const EARLIEST = '1970-01-01';
 
 /** `--since`: a duration back from today (7d) or a UTC day (2026-11-01) that exists, from 1970-01-01 on. */
-export function sinceDay(text: string, now: number, help: string): string {
-  const shape = '--since must be a duration back from today (7d) or a day (2026-11-01)';
+export function sinceDay(text: string, now: number, help: string, flag = '--since'): string {
+  const shape = `${flag} must be a duration back from today (7d) or a day (2026-11-01)`;
   let day: string;
   if (/^\d{4}-\d{2}-\d{2}$/.test(text)) {
     const t = Date.parse(`${text}T00:00:00Z`);
     // Date.parse takes 2026-02-31 as 3 March: the day must come back as written.
-    if (Number.isNaN(t) || new Date(t).toISOString().slice(0, 10) !== text) throw new UsageError(`--since: ${text} is not a day of the calendar`, help);
+    if (Number.isNaN(t) || new Date(t).toISOString().slice(0, 10) !== text) throw new UsageError(`${flag}: ${text} is not a day of the calendar`, help);
     day = text;
   } else {
     const ms = parseDuration(text);
     if (ms === null || ms < 0) throw new UsageError(shape, help);
     day = now - ms < Date.parse(`${EARLIEST}T00:00:00Z`) ? '' : new Date(now - ms).toISOString().slice(0, 10);
   }
-  if (day < EARLIEST) throw new UsageError(`--since reaches back before ${EARLIEST}; give a later day or a shorter duration`, help);
+  if (day < EARLIEST) throw new UsageError(`${flag} reaches back before ${EARLIEST}; give a later day or a shorter duration`, help);
   return day;
 }
 
@@ -54,8 +54,10 @@ function view(r: UsageRow, names: ReadonlyMap<string, string>): Record<string, u
 
 export async function usageCommand(args: string[], io: Io): Promise<number> {
   const help = HELP.usage as string;
-  const { values } = parse(args, { key: { type: 'string' }, route: { type: 'string' }, since: { type: 'string' }, json: { type: 'boolean' }, csv: { type: 'boolean' } }, 'usage');
+  const { values } = parse(args, { key: { type: 'string' }, route: { type: 'string' }, since: { type: 'string' }, until: { type: 'string' }, by: { type: 'string' }, json: { type: 'boolean' }, csv: { type: 'boolean' } }, 'usage');
   if (values.json === true && values.csv === true) throw new UsageError('--json and --csv: choose one', help);
+  if (values.by !== undefined && values.by !== 'day' && values.by !== 'month') throw new UsageError('--by must be day or month', help);
+  const until = typeof values.until === 'string' ? sinceDay(values.until, Date.now(), help, '--until') : null;
   const route = typeof values.route === 'string' ? values.route : undefined;
   if (route !== undefined && !UPSTREAMS.some((u) => u.name === route)) throw new UsageError(`--route: unknown route ${route}`, help);
   const since = typeof values.since === 'string' ? sinceDay(values.since, Date.now(), help) : new Date(Date.now() - 30 * DAY_MS).toISOString().slice(0, 10);
@@ -89,10 +91,42 @@ export async function usageCommand(args: string[], io: Io): Promise<number> {
         }
       }
     }
+    if (until !== null) {
+      if (until < since) throw new UsageError(`--until ${until} is before --since ${since}`, help);
+      rows = rows.filter((r) => r.day <= until);
+    }
+    if (values.by === 'month') rows = byMonth(rows);
     return print(rows, names, values, since, io);
   } finally {
     await keys.close?.();
   }
+}
+
+const COUNTS = ['requests', 's2xx', 's3xx', 's4xx', 's5xx', 'other', 'limited', 'bytesIn', 'bytesOut', 'cost'] as const;
+
+/** Rows added up per key, route and calendar month (`day` becomes `2026-11`), in the order they came. */
+function byMonth(rows: readonly UsageRow[]): UsageRow[] {
+  const out = new Map<string, UsageRow>();
+  for (const r of rows) {
+    const month = r.day.slice(0, 7);
+    const k = `${r.keyId}\u0000${r.route}\u0000${month}`;
+    const sum = out.get(k);
+    if (sum === undefined) out.set(k, { ...r, day: month });
+    else for (const c of COUNTS) sum[c] += r[c];
+  }
+  return [...out.values()].sort((a, b) => (a.day < b.day ? -1 : a.day > b.day ? 1 : 0));
+}
+
+/** The TOTAL rows: counts over every row, and the cost added up per unit (dollars and characters do not add). */
+function totals(rows: readonly UsageRow[]): string[][] {
+  const units = [...new Set(rows.map((r) => UNITS[r.route] ?? ''))];
+  return units.map((unit, i) => {
+    const of = i === 0 ? rows : [];
+    const sum = (c: (typeof COUNTS)[number]): string => String(of.reduce((n, r) => n + r[c], 0));
+    const cost = rows.filter((r) => (UNITS[r.route] ?? '') === unit).reduce((n, r) => n + r.cost, 0);
+    // The counts once, on the first line; each unit's cost on its own.
+    return ['TOTAL', '', '', ...(i === 0 ? ['requests', 's2xx', 's3xx', 's4xx', 's5xx', 'other', 'limited', 'bytesIn', 'bytesOut'].map((c) => sum(c as (typeof COUNTS)[number])) : Array(9).fill('')), String(Math.round(cost * 1e6) / 1e6), unit];
+  });
 }
 
 function print(rows: readonly UsageRow[], names: ReadonlyMap<string, string>, values: { json?: unknown; csv?: unknown }, since: string, io: Io): number {
@@ -102,6 +136,7 @@ function print(rows: readonly UsageRow[], names: ReadonlyMap<string, string>, va
   }
   const header = ['day', 'key', 'route', 'requests', '2xx', '3xx', '4xx', '5xx', 'other', 'limited', 'bytesIn', 'bytesOut', 'cost', 'costUnit'];
   const cells = rows.map((r) => [r.day, names.get(r.keyId) ?? r.keyId, r.route, r.requests, r.s2xx, r.s3xx, r.s4xx, r.s5xx, r.other, r.limited, r.bytesIn, r.bytesOut, r.cost, UNITS[r.route] ?? ''].map(String));
+  if (cells.length > 0) cells.push(...totals(rows));
   if (values.csv === true) {
     for (const row of [header, ...cells]) line(io.stdout, row.map((c) => (/[",\n]/.test(c) ? `"${c.replace(/"/g, '""')}"` : c)).join(','));
     return EXIT_OK;

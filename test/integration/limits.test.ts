@@ -232,7 +232,8 @@ test('a spent quota stays spent across a restart; SIGTERM writes what was counte
     assert.match((await runCli(['keys', 'list'], env)).stdout, /LIMITS\n.*quota 3\/day \(0 left\)/s);
     const csv = (await runCli(['usage', '--csv', '--key', 'q'], env)).stdout.split('\n');
     assert.equal(csv[0], 'day,key,route,requests,2xx,3xx,4xx,5xx,other,limited,bytesIn,bytesOut,cost,costUnit');
-    assert.equal(csv.length, 3);
+    assert.equal(csv.length, 4);
+    assert.match(csv[2] as string, /^TOTAL,,,3,3,0,0,0,0,2,/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
     await up.close();

@@ -80,3 +80,38 @@ test('start-up errors say what and where in one line: a port in use, a damaged k
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('keyward usage --until, --by month and the TOTAL rows (cost added up per unit)', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'keyward-second-'));
+  try {
+    const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json') };
+    const { id } = JSON.parse((await runCli(['keys', 'create', '--name', 'finance', '--json'], env)).stdout) as { id: string };
+    const { SqliteUsageStore, usagePath } = await import('../../src/usage/sqlite-store.ts');
+    const store = new SqliteUsageStore(usagePath(env.KEYWARD_KEYS_FILE));
+    const row = (route: string, day: string, requests: number, cost: number) => ({ keyId: id, route, day, requests, s2xx: requests, s3xx: 0, s4xx: 0, s5xx: 0, other: 0, limited: 0, bytesIn: 0, bytesOut: 10 * requests, cost });
+    await store.add([row('seo', '2026-10-30', 2, 0.5), row('seo', '2026-10-31', 3, 0.25), row('seo', '2026-11-01', 4, 1), row('speech', '2026-11-02', 5, 300)], { gateway: 'seed', seq: 1 });
+    await store.close();
+
+    const days = await runCli(['usage', '--since', '2026-10-01', '--until', '2026-10-31', '--csv'], env);
+    assert.equal(days.code, 0, days.stderr);
+    assert.deepEqual(days.stdout.trim().split('\n').slice(1), ['2026-10-30,finance,seo,2,2,0,0,0,0,0,0,20,0.5,usd', '2026-10-31,finance,seo,3,3,0,0,0,0,0,0,30,0.25,usd', 'TOTAL,,,5,5,0,0,0,0,0,0,50,0.75,usd']);
+
+    const months = await runCli(['usage', '--since', '2026-10-01', '--until', '2026-11-30', '--by', 'month', '--csv'], env);
+    assert.deepEqual(months.stdout.trim().split('\n').slice(1), [
+      '2026-10,finance,seo,5,5,0,0,0,0,0,0,50,0.75,usd',
+      '2026-11,finance,seo,4,4,0,0,0,0,0,0,40,1,usd',
+      '2026-11,finance,speech,5,5,0,0,0,0,0,0,50,300,characters',
+      'TOTAL,,,14,14,0,0,0,0,0,0,140,1.75,usd',
+      'TOTAL,,,,,,,,,,,,300,characters',
+    ]);
+    const table = await runCli(['usage', '--since', '2026-10-01', '--until', '2026-11-30', '--by', 'month'], env);
+    assert.match(table.stdout, /^TOTAL\s+14\s+14\s+0\s+0\s+0\s+0\s+0\s+0\s+140\s+1\.75\s+usd$/m);
+    const bad = await runCli(['usage', '--since', '2026-11-01', '--until', '2026-10-01'], env);
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /--until 2026-10-01 is before --since 2026-11-01/);
+    assert.match((await runCli(['usage', '--until', '2026-02-31'], env)).stderr, /--until: 2026-02-31 is not a day of the calendar/);
+    assert.match((await runCli(['usage', '--by', 'week'], env)).stderr, /--by must be day or month/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
