@@ -116,7 +116,7 @@ test('README fleet walkthrough works as pasted: two gateways see one revocation;
  * sudo, systemctl, journalctl and the final curls (a running service). The
  * artifact is built in a copy of this checkout, as step 1 says.
  */
-test('README "Install as a service" works as pasted: pack, install --omit=dev, --help, units verified as installed', { timeout: 300_000 }, async () => {
+test('README "Install as a service" and "Upgrading" work as pasted: pack, install --omit=dev, --help, units verified as installed, the upgrade over it', { timeout: 300_000 }, async () => {
   const dir = mkdtempSync(join(tmpdir(), 'keyward-readme-install-'));
   try {
     const checkout = join(dir, 'checkout');
@@ -129,7 +129,12 @@ test('README "Install as a service" works as pasted: pack, install --omit=dev, -
     const skip = /^(useradd|sudo|systemctl|journalctl|curl)\b/;
     const out: string[] = [];
     let continued = false;
-    for (const raw of block('Install as a service').split('\n')) {
+    // The upgrade's step 1 runs in the checkout, as the install's does.
+    for (const raw of [...block('Install as a service').split('\n'), '__CHECKOUT__', ...block('Upgrading').split('\n')]) {
+      if (raw === '__CHECKOUT__') {
+        out.push(`cd ${checkout}`);
+        continue;
+      }
       const skipped: boolean = continued || skip.test(raw);
       continued = skipped && raw.endsWith('\\');
       if (skipped || raw.startsWith('#') || raw.trim() === '') continue;
@@ -144,6 +149,7 @@ test('README "Install as a service" works as pasted: pack, install --omit=dev, -
     writeFileSync(join(dir, 'install.sh'), script);
     const r = await exec('bash', ['-e', join(dir, 'install.sh')], { cwd: checkout, env: { ...childEnv({}), NODE_OPTIONS: '', KEYWARD_FROM_SOURCE: '', npm_config_prefer_offline: 'true' }, timeout: 280_000, maxBuffer: 64 * 1024 * 1024 });
     assert.match(r.stdout, /usage: keyward <command>/, 'keyward --help ran from the install');
+    assert.equal(r.stdout.split('usage: keyward <command>').length, 3, 'and again from the upgrade over it');
     assert.equal(readFileSync(join(prefix, 'etc/keyward/keyward.env'), 'utf8'), 'KEYWARD_LOG_LEVEL=info\n');
     assert.match(readFileSync(join(prefix, 'etc/systemd/system/keyward.socket'), 'utf8'), /ListenStream=/);
   } finally {
