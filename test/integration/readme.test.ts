@@ -110,6 +110,40 @@ test('README fleet walkthrough works as pasted: two gateways see one revocation;
   }
 });
 
+test('README "TLS on one machine" works as pasted: HTTPS served, a private upstream CA trusted, a renewed certificate taken on SIGHUP', { timeout: 90_000 }, async () => {
+  const dir = workspace('keyward-readme-tls-');
+  const { freePort } = await import('../../src/listen.ts');
+  const run = startScript(block('TLS on one machine'), dir, { PORT: String(await freePort()), UPSTREAM_PORT: String(await freePort()) });
+  try {
+    const result = await deadline(run.done, 80_000, 'walkthrough');
+    assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
+    const lines = result.stdout.trim().split('\n');
+    assert.equal(lines[0], 's_server', 'the upstream reached over TLS verified against the private CA');
+    const ends = lines.filter((l) => l.startsWith('notAfter=')).map((l) => Date.parse(l.slice('notAfter='.length)));
+    assert.equal(ends.length, 2);
+    const days = (t: number): number => Math.round((t - Date.now()) / 86_400_000);
+    assert.deepEqual(ends.map(days), [30, 90], 'the renewed certificate served after SIGHUP');
+    await assertIgnored(dir);
+  } finally {
+    try {
+      process.kill(-(run.child.pid as number), 'SIGTERM');
+    } catch {
+      // already gone
+    }
+    await deadline(run.done, 15_000, 'stopped');
+    // The block's own `kill` lets the gateway drain after the script ended: wait for its whole group.
+    await eventually(() => {
+      try {
+        process.kill(-(run.child.pid as number), 0);
+        return false;
+      } catch {
+        return true;
+      }
+    }, 15_000, 'every process the block started has exited');
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 /**
  * The install section, run with every absolute path under a temporary
  * prefix. Left out, as a container without systemd or root allows: useradd,
