@@ -68,7 +68,7 @@ test('a corrupt keys file is not written over unless --force, which keeps the ba
     for (const args of [['keys', 'create', '--name', 'a'], ['keys', 'revoke', 'a'], ['keys', 'rotate', 'a'], ['keys', 'update', 'a', '--routes', 'seo']]) {
       const r = await runCli(args, { KEYWARD_KEYS_FILE: file });
       assert.equal(r.code, 1, args.join(' '));
-      assert.match(r.stderr, /keys file: not valid JSON; nothing was changed \(--force replaces the file/);
+      assert.match(r.stderr, /keys file: not valid JSON at line 1, column 28; nothing was changed \(--force replaces the file/);
       assert.equal(readFileSync(file, 'utf8'), '{"version":1,"keys":[{"id":');
     }
     const forced = await runCli(['keys', 'create', '--name', 'fresh', '--force'], { KEYWARD_KEYS_FILE: file });
