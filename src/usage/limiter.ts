@@ -144,19 +144,10 @@ export class Limiter {
     if (quota !== null) this.#units.set(keyId, units + 1);
     const estimate = budget === undefined ? 0 : this.estimate(keyId, route);
     if (budget !== undefined) this.#reserved.set(slot, held + estimate);
-    let over = false;
-    return {
-      done: (reached, cost) => {
-        if (over) return;
-        over = true;
-        if (limit > 0) drop(this.#inFlight, keyId, 1);
-        if (quota !== null) drop(this.#units, keyId, 1);
-        if (budget !== undefined) {
-          drop(this.#reserved, slot, estimate);
-          if (reached) this.#learn(keyId, route, cost);
-        }
-      },
-    };
+    return this.#admission(keyId, route, limit > 0, budget !== undefined, () => {
+      if (quota !== null) drop(this.#units, keyId, 1);
+      if (budget !== undefined) drop(this.#reserved, slot, estimate);
+    });
   }
 
   /** A fleet's admission: the quota and budget from this gateway's leases, rate and concurrency as its share. */
@@ -195,17 +186,22 @@ export class Limiter {
       if (budget !== undefined) leases.settle(keyId, kind, b, estimate, 0);
       return limit;
     }
+    return this.#admission(keyId, route, limit > 0, budget !== undefined, (reached, cost) => {
+      if (quota !== null) leases.settle(keyId, 'quota', q, 1, reached ? 1 : 0);
+      if (budget !== undefined) leases.settle(keyId, kind, b, estimate, reached ? cost : 0);
+    });
+  }
+
+  /** An admission: once, its slot back (when it took one), `settle` for what the period's limits reserved, the budget's cost learnt. */
+  #admission(keyId: string, route: string, slot: boolean, budget: boolean, settle: (reached: boolean, cost: number) => void): Admission {
     let over = false;
     return {
       done: (reached, cost) => {
         if (over) return;
         over = true;
-        if (limit > 0) drop(this.#inFlight, keyId, 1);
-        if (quota !== null) leases.settle(keyId, 'quota', q, 1, reached ? 1 : 0);
-        if (budget !== undefined) {
-          leases.settle(keyId, kind, b, estimate, reached ? cost : 0);
-          if (reached) this.#learn(keyId, route, cost);
-        }
+        if (slot) drop(this.#inFlight, keyId, 1);
+        settle(reached, cost);
+        if (budget && reached) this.#learn(keyId, route, cost);
       },
     };
   }

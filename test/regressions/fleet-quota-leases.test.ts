@@ -43,6 +43,17 @@ async function inProcess(db: TestDatabase, up: MockUpstream, dir: string, clock?
   return { url: `http://127.0.0.1:${address.port}`, gateway, store };
 }
 
+/** Stop the in-process gateways, then what they used. */
+async function stopAll(gateways: readonly InProcess[], up: MockUpstream, db: TestDatabase, dir: string): Promise<void> {
+  for (const g of gateways) {
+    await g.gateway.shutdown();
+    await g.store.close().catch(() => undefined);
+  }
+  await up.close();
+  await db.close();
+  rmSync(dir, { recursive: true, force: true });
+}
+
 test('three gateways, a 30/day quota, 60 overlapping requests spread over them: exactly 30 forwarded, and the ledger holds 30', { timeout: 120_000 }, async () => {
   const db = await startDatabase();
   const up = await startUpstream(async (req, res) => {
@@ -73,13 +84,7 @@ test('three gateways, a 30/day quota, 60 overlapping requests spread over them: 
     console.log(`leases: 30 of 60 forwarded through a 30/day quota on three gateways (${byGateway.join(' + ')})`);
     await admin.close();
   } finally {
-    for (const g of gateways) {
-      await g.gateway.shutdown();
-      await g.store.close().catch(() => undefined);
-    }
-    await up.close();
-    await db.close();
-    rmSync(dir, { recursive: true, force: true });
+    await stopAll(gateways, up, db, dir);
   }
 });
 
@@ -106,13 +111,7 @@ test('a gateway whose clock is past UTC midnight reads the period from the datab
     assert.deepEqual(second, Array(10).fill(429), 'the gateway ahead of midnight sees the same day');
     await admin.close();
   } finally {
-    for (const g of gateways) {
-      await g.gateway.shutdown();
-      await g.store.close().catch(() => undefined);
-    }
-    await up.close();
-    await db.close();
-    rmSync(dir, { recursive: true, force: true });
+    await stopAll(gateways, up, db, dir);
   }
 });
 
