@@ -23,9 +23,13 @@ export function openUsageStore(config: Pick<Config, 'keysFile'>, store: KeyStore
   }
 }
 
-/** `store` without its fleet side: a worker writes its counts, and leaves heartbeats and shares to the primary. */
+/**
+ * `store` for a worker: it writes its counts and nothing else. The primary
+ * decides limits (so a worker never reads totals back, however large the
+ * ledger), keeps the heartbeat and holds the leases.
+ */
 export function writeOnly(store: UsageStore): UsageStore {
-  return { location: store.location, add: (rows, batch) => store.add(rows, batch), rows: (filter) => store.rows(filter), close: () => store.close() };
+  return { location: store.location, add: (rows, batch) => store.add(rows, batch), rows: () => Promise.resolve([]), close: () => store.close() };
 }
 
 /** `store` for the primary of workers: it reads totals and takes part in the fleet, and never writes counts (the workers do). */
