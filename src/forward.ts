@@ -142,11 +142,12 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
   const inHeaders = maskHeaders(secrets.forms, headers);
   if (inHeaders !== null) ex.masked = inHeaders;
   try {
-    res.writeHead(proxyRes.statusCode as number, proxyRes.statusMessage, headers);
+    // The status's standard reason phrase, never the upstream's: a phrase is
+    // free text an upstream could put a secret in (`200 apify_api_…`), and
+    // no HTTP client gives it meaning (RFC 9112 §4).
+    res.writeHead(proxyRes.statusCode as number, headers);
   } catch {
-    // A reason phrase or header Node refuses to write (control characters
-    // from the upstream). sendError writes its own reason phrase: the bad one
-    // is already stored on `res`.
+    // A header Node refuses to write (control characters from the upstream).
     ex.fail(upstream('invalid_response'));
     proxyRes.socket.destroy();
     answer(ex, res, ERRORS.upstreamUnreachable, true);

@@ -15,7 +15,7 @@ import zlib from 'node:zlib';
 import type { Transform } from 'node:stream';
 import { BodyScan, type SecretForm, type Secrets } from './egress.ts';
 import type { Exchange } from './exchange.ts';
-import type { TopLevelField } from './usage/cost.ts';
+import { plausible, type TopLevelField } from './usage/cost.ts';
 
 /** What a response found holding a secret does next; called once per response. */
 export type OnSecret = (ex: Exchange, found: readonly SecretForm[], cut: boolean) => void;
@@ -33,12 +33,19 @@ const DECODERS: Readonly<Record<string, Decoder>> = {
  * The decoders for a Content-Encoding value, outermost first: [] for none or
  * identity, null for a coding the filter cannot read (the caller refuses it).
  */
+/** The most content codings a response may stack (docs/security.md); more is a 502. */
+export const MAX_CODINGS = 3;
+
 export function decodersFor(encoding: string | undefined): Decoder[] | null {
   if (encoding === undefined) return [];
   const codings = encoding
     .split(',')
     .map((c) => c.trim().toLowerCase())
     .filter((c) => c !== '' && c !== 'identity');
+  // Every coding is one more decoder over the whole body: a response that
+  // stacks them (`gzip,gzip,…` three thousand times) is work an upstream
+  // forces on the gateway. No real upstream applies more than two.
+  if (codings.length > MAX_CODINGS) return null;
   const out: Decoder[] = [];
   // Codings are listed in the order they were applied (RFC 9110 §8.4): undo the last first.
   for (const c of codings.reverse()) {
@@ -52,8 +59,9 @@ export function decodersFor(encoding: string | undefined): Decoder[] | null {
 /** The body ended: what its top-level cost field said. */
 function costRead(ex: Exchange, cost: TopLevelField): void {
   cost.end();
-  if (cost.value !== null) ex.cost = cost.value;
-  ex.costBad = cost.bad;
+  const checked = plausible(cost.value ?? 0, ex.route?.cost?.max ?? Infinity);
+  ex.cost = checked.value;
+  ex.costBad = cost.bad || checked.bad;
 }
 
 /** The upstream's declared body length, or -1 (none, or not a plain number). */

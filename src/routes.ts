@@ -55,7 +55,13 @@ export interface UpstreamSpec {
    * unit): a response header (the first present of `headers`), or a
    * top-level number field of a JSON body; null when it reports none.
    */
-  readonly cost: { readonly unit: 'usd' | 'characters'; readonly headers?: readonly string[]; readonly jsonField?: string } | null;
+  readonly cost: {
+    readonly unit: 'usd' | 'characters';
+    readonly headers?: readonly string[];
+    readonly jsonField?: string;
+    /** The most one call can plausibly cost; a report above it counts as none (a hostile or broken upstream must not lock a budget). */
+    readonly max: number;
+  } | null;
   /** Made-up secrets of the right shape, one per `secretEnvs` entry, for the demo, tests, bench and soak; `tag` makes them unique. */
   readonly sampleSecrets: (tag: string) => readonly string[];
   /** What the demo says of this provider, and the requests it shows (the first is the plainest). */
@@ -102,7 +108,8 @@ export const UPSTREAMS: readonly UpstreamSpec[] = [
     // The SDK sends HTTP Basic with the account's login and API password.
     native: { kind: 'basic' },
     // DataForSEO: the body's top-level `cost` in USD (each task carries its own too).
-    cost: { unit: 'usd', jsonField: 'cost' },
+    // A task costs fractions of a cent; no single call costs a thousand dollars.
+    cost: { unit: 'usd', jsonField: 'cost', max: 1_000 },
     sampleSecrets: (tag) => [`seologin${tag}@example.com`, `seo_password_${tag}`],
     demo: { title: 'seo: account data (JSON with status_code 20000)', examples: [{ method: 'GET', path: '/v3/appendix/user_data', status: 200 }] },
   },
@@ -120,7 +127,8 @@ export const UPSTREAMS: readonly UpstreamSpec[] = [
     stripHeaders: [],
     native: { kind: 'header', name: 'xi-api-key' },
     // ElevenLabs: characters billed, in a response header.
-    cost: { unit: 'characters', headers: ['character-cost', 'x-character-count'] },
+    // A synthesis takes at most some tens of thousands of characters.
+    cost: { unit: 'characters', headers: ['character-cost', 'x-character-count'], max: 1_000_000 },
     sampleSecrets: (tag) => [`sk_${tag}`],
     demo: {
       title: 'speech: synthesise to a file (32 KiB of audio/mpeg), then a slow stream (64 KiB over 2 s)',

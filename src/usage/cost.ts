@@ -7,15 +7,23 @@
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import type { Exchange } from '../exchange.ts';
 
-/** The first of `names` present as a finite, non-negative number, or null (absent or not a number). */
+/** A header's cost: plain decimal digits only (Number() would take `0x10` as 16, `1e308`, `Infinity`). */
+const DECIMAL = /^\d{1,15}(?:\.\d{1,15})?$/;
+
+/** The first of `names` present as a plain non-negative decimal number, or null (absent or not one). */
 export function headerCost(headers: IncomingHttpHeaders, names: readonly string[]): { value: number | null; bad: boolean } {
   for (const name of names) {
     const v = headers[name];
     if (typeof v !== 'string') continue;
-    const n = Number(v.trim());
-    return Number.isFinite(n) && n >= 0 && v.trim() !== '' ? { value: n, bad: false } : { value: null, bad: true };
+    const text = v.trim();
+    return DECIMAL.test(text) ? { value: Number(text), bad: false } : { value: null, bad: true };
   }
   return { value: null, bad: false };
+}
+
+/** `value` as the call's cost, or 0 and `bad` when it is more than one call of the route can cost. */
+export function plausible(value: number, max: number): { value: number; bad: boolean } {
+  return Number.isFinite(value) && value >= 0 && value <= max ? { value, bad: false } : { value: 0, bad: true };
 }
 
 const QUOTE = 0x22;
@@ -119,8 +127,9 @@ export function readCost(ex: Exchange, proxyRes: IncomingMessage, unfiltered: bo
   if (how === null || ex.bodiless) return null;
   if (how.headers !== undefined) {
     const { value, bad } = headerCost(proxyRes.headers, how.headers);
-    ex.cost = value ?? 0;
-    ex.costBad = bad;
+    const checked = plausible(value ?? 0, how.max);
+    ex.cost = checked.value;
+    ex.costBad = bad || checked.bad;
   }
   if (how.jsonField === undefined || (unfiltered && proxyRes.headers['content-encoding'] !== undefined)) return null;
   return new TopLevelField(how.jsonField);

@@ -198,6 +198,8 @@ export class Ledger implements PeriodUse {
     else row.s5xx++;
     row.bytesIn += bytesIn;
     row.bytesOut += bytesOut;
+    // Never a non-finite number in the ledger (the cost readers already refuse one; this holds whatever calls).
+    if (!Number.isFinite(cost)) cost = 0;
     row.cost += cost;
     this.#counted(keyId, route, 1, cost, now);
   }

@@ -2,6 +2,7 @@
 // through Node's built-in node:sqlite: no dependency, WAL so that `keyward
 // usage` can read while a gateway writes. The keys file is never rewritten
 // for usage.
+import { chmodSync, closeSync, existsSync, openSync } from 'node:fs';
 import { DatabaseSync } from 'node:sqlite';
 import { rowColumns, type BatchId, type UsageRow, type UsageStore } from './ledger.ts';
 
@@ -38,6 +39,11 @@ export class SqliteUsageStore implements UsageStore {
 
   constructor(path: string) {
     this.location = path;
+    // Mode 0600 like the keys file, whatever the umask: SQLite creates the
+    // file with the process's, and its -wal and -shm take the file's mode.
+    // An empty file is a valid empty database.
+    if (!existsSync(path)) closeSync(openSync(path, 'a', 0o600));
+    for (const f of [path, `${path}-wal`, `${path}-shm`]) if (existsSync(f)) chmodSync(f, 0o600);
     this.#db = new DatabaseSync(path);
     // No busy wait: node:sqlite is synchronous, so waiting for another
     // process's write lock would stall the event loop and every request with
