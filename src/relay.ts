@@ -15,6 +15,7 @@ import zlib from 'node:zlib';
 import type { Transform } from 'node:stream';
 import { BodyScan, type SecretForm, type Secrets } from './egress.ts';
 import type { Exchange } from './exchange.ts';
+import { upstream } from './outcome.ts';
 import { plausible, type TopLevelField } from './usage/cost.ts';
 
 /** What a response found holding a secret does next; called once per response. */
@@ -104,6 +105,8 @@ export function relayPlain(proxyRes: IncomingMessage, res: ServerResponse, ex: E
 export function relayCompressed(proxyRes: IncomingMessage, res: ServerResponse, ex: Exchange, secrets: Secrets, decoders: readonly Decoder[], onSecret: OnSecret, cost: TopLevelField | null): void {
   const scan = new BodyScan(secrets);
   let stages: Transform[] = [];
+  /** Bytes given to each stage: what it must have consumed by its end. */
+  let fed: number[] = [];
   let held: Buffer[] = [];
   let cut = false;
   const stop = (found: readonly SecretForm[] | null): void => {
@@ -117,8 +120,22 @@ export function relayCompressed(proxyRes: IncomingMessage, res: ServerResponse, 
   };
   const open = (): void => {
     stages = decoders.map((d) => d());
-    for (let i = 1; i < stages.length; i++) (stages[i - 1] as Transform).pipe(stages[i] as Transform);
-    for (const s of stages) s.on('error', () => stop(null)); // undecodable, so unscannable: not relayed
+    fed = stages.map(() => 0);
+    for (let i = 1; i < stages.length; i++) {
+      (stages[i - 1] as Transform).pipe(stages[i] as Transform);
+      (stages[i - 1] as Transform).on('data', (d: Buffer) => (fed[i] = (fed[i] as number) + d.length));
+    }
+    for (const [i, s] of stages.entries()) {
+      s.on('error', () => stop(null)); // undecodable, so unscannable: not relayed
+      // A decoder ends at the end of its compressed data and drops whatever
+      // follows (`deflate(…) + "apify_api_…"`): bytes that were never decoded
+      // were never scanned, so the response is cut before any of them goes.
+      s.on('end', () => {
+        if ((s as unknown as zlib.Zlib).bytesWritten >= (fed[i] as number)) return;
+        ex.fail(upstream('unscannable_encoding', 'trailing_bytes'));
+        stop(null);
+      });
+    }
     (stages.at(-1) as Transform).on('data', (plain: Buffer) => {
       cost?.push(plain);
       scan.push(plain);
@@ -147,6 +164,7 @@ export function relayCompressed(proxyRes: IncomingMessage, res: ServerResponse, 
     if (stages.length === 0) open();
     held.push(chunk);
     proxyRes.pause();
+    fed[0] = (fed[0] as number) + chunk.length;
     (stages[0] as Transform).write(chunk);
     settle(() => {
       // A partial secret at the end of what decoded so far: keep the chunks until the next one says.
