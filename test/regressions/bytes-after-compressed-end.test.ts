@@ -19,8 +19,8 @@ const CODINGS: ReadonlyArray<[string, (b: Buffer) => Buffer]> = [
 ];
 
 test('a secret after the end of the compressed data never reaches the client, for every coding', async () => {
-  let compressed = Buffer.alloc(0);
-  let after = Buffer.alloc(0);
+  let compressed: Buffer = Buffer.alloc(0);
+  let after: Buffer = Buffer.alloc(0);
   let coding = '';
   // The compressed data in one write, what follows it in another a moment later.
   const up = net.createServer((socket) => {
