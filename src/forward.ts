@@ -121,6 +121,16 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
     return;
   }
   const decoders = secrets.empty ? [] : decodersFor(proxyRes.headers['content-encoding']);
+  // A transfer coding other than chunked (`gzip, chunked`) is left on the
+  // body by Node's parser and labelled nowhere a client would decode it
+  // from: bytes the filter cannot read (RFC 9112 §6.1).
+  const te = proxyRes.headers['transfer-encoding'];
+  if (!secrets.empty && te !== undefined && te.trim().toLowerCase() !== 'chunked') {
+    ex.fail(upstream('unscannable_encoding', 'transfer_coding'));
+    proxyRes.destroy();
+    answer(ex, res, ERRORS.upstreamUnscannable, true);
+    return;
+  }
   if (decoders === null) {
     // A coding the filter cannot read could carry a secret past it.
     ex.fail(upstream('unscannable_encoding'));
