@@ -104,6 +104,10 @@ export function relayPlain(proxyRes: IncomingMessage, res: ServerResponse, ex: E
 /** Relay a compressed body, scanning a decompressed copy (see the header comment). */
 export function relayCompressed(proxyRes: IncomingMessage, res: ServerResponse, ex: Exchange, secrets: Secrets, decoders: readonly Decoder[], onSecret: OnSecret, cost: TopLevelField | null): void {
   const scan = new BodyScan(secrets);
+  // The compressed bytes themselves, as they are: what decoders skip (gzip's
+  // FNAME, FCOMMENT and FEXTRA, zstd's skippable frames) and literals a
+  // decoder stores raw are sent to the client as they are, secret and all.
+  const raw = new BodyScan(secrets);
   let stages: Transform[] = [];
   /** Bytes given to each stage: what it must have consumed by its end. */
   let fed: number[] = [];
@@ -163,12 +167,14 @@ export function relayCompressed(proxyRes: IncomingMessage, res: ServerResponse, 
     ex.bytesOut += chunk.length;
     if (stages.length === 0) open();
     held.push(chunk);
+    raw.push(chunk);
+    if (raw.found !== null) return stop(raw.found);
     proxyRes.pause();
     fed[0] = (fed[0] as number) + chunk.length;
     (stages[0] as Transform).write(chunk);
     settle(() => {
-      // A partial secret at the end of what decoded so far: keep the chunks until the next one says.
-      if (scan.holding === 0) release();
+      // A partial secret at the end of what decoded so far, or of the raw bytes: keep the chunks until the next one says.
+      if (scan.holding === 0 && raw.holding === 0) release();
       if (!res.writableNeedDrain) proxyRes.resume();
     });
   });
@@ -180,6 +186,8 @@ export function relayCompressed(proxyRes: IncomingMessage, res: ServerResponse, 
     }
     (stages.at(-1) as Transform).on('end', () => {
       if (cut) return;
+      raw.end();
+      if (raw.found !== null) return stop(raw.found);
       if (cost !== null) costRead(ex, cost);
       release();
       if (!res.writableEnded) res.end();
