@@ -51,6 +51,27 @@ async function assertIgnored(dir: string): Promise<void> {
   assert.deepEqual(stdout.trim().split('\n').sort(), [...left].sort(), `not ignored: ${left.filter((n) => !stdout.split('\n').includes(n)).join(', ')}`);
 }
 
+/** Stop what a walkthrough started (its whole process group), wait until all of it has exited, and remove its folder. */
+async function stopScript(run: ReturnType<typeof startScript>, dir: string): Promise<void> {
+  const group = -(run.child.pid as number);
+  try {
+    process.kill(group, 'SIGTERM');
+  } catch {
+    // already gone
+  }
+  await deadline(run.done, 15_000, 'stopped');
+  // A block's own `kill` lets a gateway drain after the script ended: wait for the whole group.
+  await eventually(() => {
+    try {
+      process.kill(group, 0);
+      return false;
+    } catch {
+      return true;
+    }
+  }, 15_000, 'every process the block started has exited');
+  rmSync(dir, { recursive: true, force: true });
+}
+
 function startScript(script: string, cwd: string, env: Record<string, string>) {
   writeFileSync(join(cwd, 'steps.sh'), script);
   const child = spawn('bash', ['-e', 'steps.sh'], { cwd, env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'], detached: true });
@@ -100,13 +121,7 @@ test('README fleet walkthrough works as pasted: two gateways see one revocation;
     assert.equal(codes[5]?.stale, undefined, 'fresh once it is back');
     await assertIgnored(dir);
   } finally {
-    try {
-      process.kill(-(run.child.pid as number), 'SIGTERM');
-    } catch {
-      // already gone
-    }
-    await deadline(run.done, 15_000, 'stopped');
-    rmSync(dir, { recursive: true, force: true });
+    await stopScript(run, dir);
   }
 });
 
@@ -125,22 +140,7 @@ test('README "TLS on one machine" works as pasted: HTTPS served, a private upstr
     assert.deepEqual(ends.map(days), [30, 90], 'the renewed certificate served after SIGHUP');
     await assertIgnored(dir);
   } finally {
-    try {
-      process.kill(-(run.child.pid as number), 'SIGTERM');
-    } catch {
-      // already gone
-    }
-    await deadline(run.done, 15_000, 'stopped');
-    // The block's own `kill` lets the gateway drain after the script ended: wait for its whole group.
-    await eventually(() => {
-      try {
-        process.kill(-(run.child.pid as number), 0);
-        return false;
-      } catch {
-        return true;
-      }
-    }, 15_000, 'every process the block started has exited');
-    rmSync(dir, { recursive: true, force: true });
+    await stopScript(run, dir);
   }
 });
 
