@@ -151,21 +151,32 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
   const headers = downstreamResponseHeaders(proxyRes.rawHeaders);
   const inHeaders = maskHeaders(secrets.forms, headers);
   if (inHeaders !== null) ex.masked = inHeaders;
-  try {
-    // The status's standard reason phrase, never the upstream's: a phrase is
-    // free text an upstream could put a secret in (`200 apify_api_…`), and
-    // no HTTP client gives it meaning (RFC 9112 §4).
-    res.writeHead(proxyRes.statusCode as number, headers);
-  } catch {
-    // A header Node refuses to write (control characters from the upstream).
-    ex.fail(upstream('invalid_response'));
-    proxyRes.socket.destroy();
-    answer(ex, res, ERRORS.upstreamUnreachable, true);
+  const head = (): boolean => {
+    try {
+      // The status's standard reason phrase, never the upstream's: a phrase is
+      // free text an upstream could put a secret in (`200 apify_api_…`), and
+      // no HTTP client gives it meaning (RFC 9112 §4).
+      res.writeHead(proxyRes.statusCode as number, headers);
+      return true;
+    } catch {
+      // A header Node refuses to write (control characters from the upstream).
+      ex.fail(upstream('invalid_response'));
+      proxyRes.socket.destroy();
+      answer(ex, res, ERRORS.upstreamUnreachable, true);
+      return false;
+    }
+  };
+  const cost = readCost(ex, proxyRes, secrets.empty);
+  if (decoders.length === 0) {
+    if (head()) relayPlain(proxyRes, res, ex, secrets, onSecret, cost);
     return;
   }
-  const cost = readCost(ex, proxyRes, secrets.empty);
-  if (decoders.length === 0) relayPlain(proxyRes, res, ex, secrets, onSecret, cost);
-  else relayCompressed(proxyRes, res, ex, secrets, decoders, onSecret, cost);
+  // A compressed body's head waits for its first clean decoded bytes: one
+  // that does not decode gets a 502, not a 200 and a cut.
+  relayCompressed(proxyRes, res, ex, secrets, decoders, onSecret, cost, head, () => {
+    ex.fail(upstream('unscannable_encoding', 'undecodable'));
+    answer(ex, res, ERRORS.upstreamUnscannable, true);
+  });
 }
 
 

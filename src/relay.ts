@@ -102,7 +102,24 @@ export function relayPlain(proxyRes: IncomingMessage, res: ServerResponse, ex: E
 }
 
 /** Relay a compressed body, scanning a decompressed copy (see the header comment). */
-export function relayCompressed(proxyRes: IncomingMessage, res: ServerResponse, ex: Exchange, secrets: Secrets, decoders: readonly Decoder[], onSecret: OnSecret, cost: TopLevelField | null): void {
+export function relayCompressed(
+  proxyRes: IncomingMessage,
+  res: ServerResponse,
+  ex: Exchange,
+  secrets: Secrets,
+  decoders: readonly Decoder[],
+  onSecret: OnSecret,
+  cost: TopLevelField | null,
+  head: () => boolean,
+  undecodable: () => void,
+): void {
+  /** The status and headers went out (with the first bytes released, or at the end). */
+  let headed = false;
+  const headOnce = (): boolean => {
+    if (headed) return true;
+    headed = true;
+    return head();
+  };
   const scan = new BodyScan(secrets);
   // The compressed bytes themselves, as they are: what decoders skip (gzip's
   // FNAME, FCOMMENT and FEXTRA, zstd's skippable frames) and literals a
@@ -129,15 +146,25 @@ export function relayCompressed(proxyRes: IncomingMessage, res: ServerResponse, 
       (stages[i - 1] as Transform).pipe(stages[i] as Transform);
       (stages[i - 1] as Transform).on('data', (d: Buffer) => (fed[i] = (fed[i] as number) + d.length));
     }
+    // Undecodable, so unscannable: not relayed. Nothing sent yet: a 502 says so.
+    const refuse = (): void => {
+      if (headed) return stop(null);
+      headed = true;
+      cut = true;
+      held = [];
+      for (const t of stages) t.destroy();
+      proxyRes.destroy();
+      undecodable();
+    };
     for (const [i, s] of stages.entries()) {
-      s.on('error', () => stop(null)); // undecodable, so unscannable: not relayed
+      s.on('error', refuse);
       // A decoder ends at the end of its compressed data and drops whatever
       // follows (`deflate(…) + "apify_api_…"`): bytes that were never decoded
       // were never scanned, so the response is cut before any of them goes.
       s.on('end', () => {
         if ((s as unknown as zlib.Zlib).bytesWritten >= (fed[i] as number)) return;
         ex.fail(upstream('unscannable_encoding', 'trailing_bytes'));
-        stop(null);
+        refuse();
       });
     }
     (stages.at(-1) as Transform).on('data', (plain: Buffer) => {
@@ -159,6 +186,11 @@ export function relayCompressed(proxyRes: IncomingMessage, res: ServerResponse, 
     next();
   };
   const release = (): void => {
+    if (held.length === 0) return;
+    if (!headOnce()) {
+      cut = true;
+      return;
+    }
     for (const c of held) send(proxyRes, res, c);
     held = [];
   };
@@ -181,7 +213,7 @@ export function relayCompressed(proxyRes: IncomingMessage, res: ServerResponse, 
   proxyRes.on('end', () => {
     if (cut) return;
     if (stages.length === 0) {
-      if (!res.writableEnded) res.end();
+      if (headOnce() && !res.writableEnded) res.end();
       return;
     }
     (stages.at(-1) as Transform).on('end', () => {
@@ -190,7 +222,7 @@ export function relayCompressed(proxyRes: IncomingMessage, res: ServerResponse, 
       if (raw.found !== null) return stop(raw.found);
       if (cost !== null) costRead(ex, cost);
       release();
-      if (!res.writableEnded) res.end();
+      if (!cut && headOnce() && !res.writableEnded) res.end();
     });
     (stages[0] as Transform).end();
   });
