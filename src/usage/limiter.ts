@@ -95,9 +95,8 @@ export class Limiter {
     // A budget on a route whose cost was never seen here has nothing to
     // reserve: its first call goes alone, and the calls that overlap it wait
     // for its cost (else all of them would pass at an estimate of 0).
-    const decide = (): Admission | Refused | Promise<Admission | Refused> =>
-      this.#leases !== null && (policy.quota !== null || policy.budgets.has(route)) ? this.#leased(this.#leases, keyId, policy, route, now, share, 0) : this.#admit(keyId, policy, route, now, share);
-    if (!policy.budgets.has(route) || this.#known(keyId, route)) return decide();
+    // No closure on the common path: it runs for every request of a key with limits.
+    if (!policy.budgets.has(route) || this.#known(keyId, route)) return this.#decide(keyId, policy, route, now, share);
     const waiting = this.#probes.get(route);
     if (waiting !== undefined) return waiting.then(() => this.admit(keyId, policy, route, Date.now(), share));
     // This call is the probe: the route's calls that come while it runs wait for it.
@@ -120,8 +119,12 @@ export class Limiter {
         },
       };
     };
-    const r = decide();
+    const r = this.#decide(keyId, policy, route, now, share);
     return r instanceof Promise ? r.then(wrap) : wrap(r);
+  }
+
+  #decide(keyId: string, policy: Policy, route: string, now: number, share: number): Admission | Refused | Promise<Admission | Refused> {
+    return this.#leases !== null && (policy.quota !== null || policy.budgets.has(route)) ? this.#leased(this.#leases, keyId, policy, route, now, share, 0) : this.#admit(keyId, policy, route, now, share);
   }
 
   #known(keyId: string, route: string): boolean {
