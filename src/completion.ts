@@ -62,7 +62,7 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
     const route = ex.route?.index ?? metrics.noRoute;
     if (ex.masked !== null) {
       // Which secret by route and form; never its value.
-      const secrets = ex.masked.map((f) => `${f.route} ${f.form}`);
+      const secrets = [...new Set(ex.masked.map((f) => `${f.route} ${f.form}`))];
       logger.warn({ reqId: ex.id, route: fields.route, path: fields.path, secrets, cut: fields.error === 'secret_in_compressed_body' }, 'upstream secret found in a response and kept from the client');
       for (const s of secrets) metrics.egressMasked(route, s);
     }

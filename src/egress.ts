@@ -5,6 +5,7 @@
 // is replaced by as many `*` as it has bytes, so Content-Length and framing
 // stay right. Pure: no I/O here; relay.ts drives it as the body streams.
 import type { Route } from './routes.ts';
+import { base64Middles, MAX_UNIT, prefixTail, searchRun, spellingTables } from './spellings.ts';
 
 /** Shorter values are not filtered (they would mask ordinary text); the start-up log names them. */
 const MIN_SECRET_LENGTH = 8;
@@ -15,7 +16,8 @@ export interface SecretForm {
   readonly route: string;
   readonly form: string;
   readonly text: string;
-  readonly bytes: Buffer;
+  /** Lower-cased: what a decoded, case-folded run is compared with (spellings.ts). */
+  readonly folded: string;
 }
 
 /**
@@ -25,27 +27,28 @@ export interface SecretForm {
  */
 export class Secrets {
   readonly forms: readonly SecretForm[];
-  /** 1 for every byte that occurs in some secret. */
+  /** 1 for every byte that occurs in some spelling of some secret. */
   readonly alphabet: Uint8Array;
-  /** 1 for every pair of adjacent bytes in some secret, indexed by `first | second << 8`. */
+  /** 1 for every pair of adjacent bytes in some spelling, indexed by `first | second << 8`. */
   readonly pairs: Uint8Array;
-  /** The shortest secret's length less one: every occurrence holds a pair starting at a multiple of it (less one). */
+  /** The shortest secret's length less one: every spelling of one holds a pair starting at a multiple of it (less one). */
   readonly stride: number;
+  /** The longest secret's length. */
+  readonly longest: number;
 
   constructor(forms: readonly SecretForm[]) {
     this.forms = forms;
-    this.alphabet = new Uint8Array(256);
-    this.pairs = new Uint8Array(65536);
+    const tables = spellingTables(forms.map((f) => f.folded));
+    this.alphabet = tables.alphabet;
+    this.pairs = tables.pairs;
     let shortest = Infinity;
+    let longest = 0;
     for (const f of forms) {
-      const b = f.bytes;
-      for (let i = 0; i < b.length; i++) {
-        this.alphabet[b[i] as number] = 1;
-        if (i + 1 < b.length) this.pairs[(b[i] as number) | ((b[i + 1] as number) << 8)] = 1;
-      }
-      shortest = Math.min(shortest, b.length);
+      shortest = Math.min(shortest, f.folded.length);
+      longest = Math.max(longest, f.folded.length);
     }
     this.stride = Number.isFinite(shortest) ? Math.max(1, shortest - 1) : 1;
+    this.longest = longest;
   }
 
   get empty(): boolean {
@@ -53,42 +56,59 @@ export class Secrets {
   }
 }
 
-/** The secret forms of every configured route, longest first, each value once. */
+/** A form of a secret, as the scan compares it. */
+export function secretForm(route: string, form: string, text: string): SecretForm {
+  return { route, form, text, folded: text.toLowerCase() };
+}
+
+/**
+ * The secret forms of every configured route, longest first, each value
+ * once: each form as configured and its base64 (spellings.ts); every other
+ * spelling is read back by the scan itself.
+ */
 export function secretForms(routes: readonly Route[]): { readonly forms: readonly SecretForm[]; readonly tooShort: readonly string[] } {
   const forms: SecretForm[] = [];
   const tooShort: string[] = [];
   const seen = new Set<string>();
+  const add = (route: string, form: string, value: string): void => {
+    if (seen.has(value.toLowerCase())) return;
+    seen.add(value.toLowerCase());
+    forms.push(secretForm(route, form, value));
+  };
   for (const r of routes) {
     for (const { form, value } of r.secretForms) {
-      if (value.length < MIN_SECRET_LENGTH) tooShort.push(`${r.name} ${form}`);
-      else if (!seen.has(value)) {
-        seen.add(value);
-        forms.push({ route: r.name, form, text: value, bytes: Buffer.from(value) });
+      if (value.length < MIN_SECRET_LENGTH) {
+        tooShort.push(`${r.name} ${form}`);
+        continue;
       }
+      add(r.name, form, value);
+      for (const b64 of base64Middles(value)) add(r.name, `${form} base64`, b64);
     }
   }
-  forms.sort((a, b) => b.bytes.length - a.bytes.length);
+  forms.sort((a, b) => b.folded.length - a.folded.length);
   return { forms, tooShort };
 }
 
 /**
  * Mask every secret in raw response headers (Node's flat [name, value, …]
- * list), in place. Returns the forms found, or null (the common case, one
- * scan of the joined values per secret).
+ * list), in place, in every spelling the body scan reads. Returns the forms
+ * found, or null (the common case: one scan of the joined values).
  */
-export function maskHeaders(forms: readonly SecretForm[], raw: string[]): SecretForm[] | null {
-  if (forms.length === 0) return null;
-  const joined = raw.join('\n');
-  let found: SecretForm[] | null = null;
-  for (const f of forms) if (joined.includes(f.text)) (found ??= []).push(f);
-  if (found === null) return null;
-  const stars = (n: number): string => '*'.repeat(n);
+export function maskHeaders(secrets: Secrets, raw: string[]): SecretForm[] | null {
+  if (secrets.empty) return null;
+  const joined = Buffer.from(raw.join('\n'), 'latin1');
+  const scan = new BodyScan(secrets);
+  const ranges = scan.matches(joined);
+  if (ranges === null) return null;
+  for (let r = 0; r < ranges.length; r += 2) joined.fill(MASK, ranges[r] as number, (ranges[r] as number) + (ranges[r + 1] as number));
+  // Same lengths, so each value is where it was.
+  let at = 0;
   for (let i = 0; i < raw.length; i++) {
-    let v = raw[i] as string;
-    for (const f of found) if (v.includes(f.text)) v = v.split(f.text).join(stars(f.text.length));
-    raw[i] = v;
+    const n = (raw[i] as string).length;
+    raw[i] = joined.toString('latin1', at, at + n);
+    at += n + 1;
   }
-  return found;
+  return scan.found;
 }
 
 /**
@@ -115,7 +135,7 @@ export class BodyScan {
 
   push(chunk: Buffer): Buffer {
     let buf = this.#held === null ? chunk : Buffer.concat([this.#held, chunk]);
-    const ranges = this.#matches(buf);
+    const ranges = this.matches(buf);
     if (ranges !== null) {
       // The chunk may be a view of a buffer that is not ours to change.
       if (this.#held === null) buf = Buffer.from(buf);
@@ -136,16 +156,17 @@ export class BodyScan {
    * Every match in `buf` as (start, length) pairs, found on the unmasked
    * bytes (two secrets that overlap are both masked whole), or null.
    *
-   * Every secret is longer than `stride`, so an occurrence holds the two
-   * bytes at p, p+1 for some p in stride-1, 2·stride-1, …: only those pairs
-   * are looked up (in a table of the pairs that occur in some secret), and
-   * only around a pair that does occur is the run of alphabet bytes
-   * searched. In binary data (audio) about one pair in 400 is a candidate,
-   * so a 10 MiB stream costs a table lookup per `stride` bytes rather than a
-   * full search per secret (bench/README.md, egress filter).
+   * Every spelling of a secret is at least as long as the secret and longer
+   * than `stride`, so an occurrence holds the two bytes at p, p+1 for some p
+   * in stride-1, 2·stride-1, …: only those pairs are looked up (in a table
+   * of the pairs some spelling can hold), and only around a pair that does
+   * occur is the run of alphabet bytes decoded and searched. In binary data
+   * (audio) few pairs are candidates and fewer runs are long enough, so a
+   * 10 MiB stream costs a table lookup per `stride` bytes rather than a full
+   * search per secret (bench/README.md, egress filter).
    */
-  #matches(buf: Buffer): number[] | null {
-    const { alphabet: A, pairs: P, stride: t, forms } = this.#secrets;
+  matches(buf: Buffer): number[] | null {
+    const { alphabet: A, pairs: P, stride: t } = this.#secrets;
     const n = buf.length - 1;
     // Pairs read two bytes at a time (little-endian: first | second << 8).
     const view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
@@ -153,41 +174,47 @@ export class BodyScan {
     let searched = 0;
     for (let p = t - 1; p < n; p += t) {
       if (P[view.getUint16(p, true)] === 0 || p < searched) continue;
-      // A pair from some secret: search the run of alphabet bytes around it.
+      // A pair from some spelling: search the run of alphabet bytes around it.
       let a = p;
       while (a > 0 && A[buf[a - 1] as number] === 1) a--;
       let b = p + 2;
       while (b <= n && A[buf[b] as number] === 1) b++;
       searched = b;
       if (b - a <= t) continue;
-      const run = buf.subarray(a, b);
-      for (const f of forms) {
-        for (let i = run.indexOf(f.bytes); i >= 0; i = run.indexOf(f.bytes, i + 1)) {
-          (ranges ??= []).push(a + i, f.bytes.length);
-          if (this.found === null || !this.found.includes(f)) (this.found ??= []).push(f);
-        }
-      }
+      ranges = this.#search(buf, a, b, ranges);
     }
     return ranges;
   }
 
-  /** The length of the longest tail of `buf` that is a proper prefix of some secret, 0 for none. */
+  #search(buf: Buffer, a: number, b: number, ranges: number[] | null): number[] | null {
+    let out = ranges;
+    const first = ranges?.length ?? 0;
+    searchRun(buf, a, b, this.#secrets.forms, (f, from, to) => {
+      // Longest forms come first: one inside a match already made (the
+      // password's base64 inside the Basic credential) is masked, not reported.
+      let inside = false;
+      for (let r = first; out !== null && r < out.length && !inside; r += 2) inside = (out[r] as number) <= from && to <= (out[r] as number) + (out[r + 1] as number);
+      (out ??= []).push(from, to - from);
+      if (!inside && (this.found === null || !this.found.includes(f))) (this.found ??= []).push(f);
+    });
+    return out;
+  }
+
+  /**
+   * The length of the longest tail of `buf` that is a spelling of a proper
+   * prefix of some secret (an escape the chunk ends inside included), 0 for
+   * none.
+   */
   #tail(buf: Buffer): number {
     const n = buf.length;
+    const { alphabet: A, longest, forms } = this.#secrets;
     // A tail that is a secret's start is made of alphabet bytes: most chunks end in one that is not.
-    if (n === 0 || this.#secrets.alphabet[buf[n - 1] as number] === 0) return 0;
-    let keep = 0;
-    for (const f of this.#secrets.forms) {
-      const s = f.bytes;
-      const first = s[0] as number;
-      // Earliest start first: the first hit is the longest tail for this secret.
-      for (let p = Math.max(0, n - s.length + 1); p < n - keep; p++) {
-        if (buf[p] === first && buf.compare(s, 0, n - p, p, n) === 0) {
-          keep = n - p;
-          break;
-        }
-      }
-    }
-    return keep;
+    if (n === 0 || A[buf[n - 1] as number] === 0) return 0;
+    let r = n - 1;
+    // No spelling of a proper prefix is longer than this.
+    const limit = Math.max(0, n - longest * MAX_UNIT);
+    while (r > limit && A[buf[r - 1] as number] === 1) r--;
+    const at = prefixTail(buf, r, n, forms);
+    return at < 0 ? 0 : n - at;
   }
 }

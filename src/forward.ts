@@ -149,7 +149,7 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
     }
   });
   const headers = downstreamResponseHeaders(proxyRes.rawHeaders);
-  const inHeaders = maskHeaders(secrets.forms, headers);
+  const inHeaders = maskHeaders(secrets, headers);
   if (inHeaders !== null) ex.masked = inHeaders;
   const head = (): boolean => {
     try {

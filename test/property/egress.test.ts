@@ -5,15 +5,33 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { BodyScan, maskHeaders, Secrets, type SecretForm } from '../../src/egress.ts';
+import { BodyScan, maskHeaders, secretForm, Secrets, type SecretForm } from '../../src/egress.ts';
+import { base64Middles, spellingsOf } from '../../src/spellings.ts';
 
-const form = (text: string, name: string): SecretForm => ({ route: 'r', form: name, text, bytes: Buffer.from(text) });
+const form = (text: string, name: string): SecretForm => secretForm('r', name, text);
 
-/** The body with every occurrence of each secret masked, computed the slow, obvious way. */
+/** The body with every occurrence of each secret (in any letter case) masked, computed the slow, obvious way. */
 function expected(body: Buffer, forms: readonly SecretForm[]): Buffer {
   const out = Buffer.from(body);
-  for (const f of forms) for (let i = body.indexOf(f.bytes); i >= 0; i = body.indexOf(f.bytes, i + 1)) out.fill(0x2a, i, i + f.bytes.length);
+  const folded = Buffer.from(body.toString('latin1').toLowerCase(), 'latin1');
+  for (const f of forms) {
+    const s = Buffer.from(f.folded);
+    for (let i = folded.indexOf(s); i >= 0; i = folded.indexOf(s, i + 1)) out.fill(0x2a, i, i + s.length);
+  }
   return out;
+}
+
+/** Push `body` through a scan cut at the given lengths (repeated); what the client would receive. */
+function through(scan: BodyScan, body: Buffer, cuts: readonly number[]): Buffer {
+  const parts: Buffer[] = [];
+  let at = 0;
+  for (let i = 0; at < body.length; i++) {
+    const n = cuts[i % cuts.length] as number;
+    parts.push(scan.push(body.subarray(at, at + n)));
+    at += n;
+  }
+  parts.push(scan.end() ?? Buffer.alloc(0));
+  return Buffer.concat(parts);
 }
 
 test('a body cut anywhere comes out with every secret masked, the same length, and nothing else changed', () => {
@@ -24,22 +42,13 @@ test('a body cut anywhere comes out with every secret masked, the same length, a
       fc.array(fc.oneof(fc.string({ unit: alphabet, maxLength: 12 }), fc.constant('')), { maxLength: 12 }),
       fc.array(fc.integer({ min: 1, max: 9 }), { minLength: 1, maxLength: 30 }),
       (secrets, filler, cuts) => {
-        const forms = [...new Set(secrets)].map((s, i) => form(s, `f${i}`)).sort((a, b) => b.bytes.length - a.bytes.length);
+        const forms = [...new Set(secrets)].map((s, i) => form(s, `f${i}`)).sort((a, b) => b.folded.length - a.folded.length);
         // Secrets woven between filler pieces, so matches straddle chunk boundaries.
         const body = Buffer.from(filler.map((f, i) => f + (secrets[i % secrets.length] as string)).join(''));
-        const scan = new BodyScan(new Secrets(forms));
-        const parts: Buffer[] = [];
-        let at = 0;
-        for (let i = 0; at < body.length; i++) {
-          const n = cuts[i % cuts.length] as number;
-          parts.push(scan.push(body.subarray(at, at + n)));
-          at += n;
-        }
-        parts.push(scan.end() ?? Buffer.alloc(0));
-        const out = Buffer.concat(parts);
+        const out = through(new BodyScan(new Secrets(forms)), body, cuts);
         assert.equal(out.length, body.length);
         assert.deepEqual(out, expected(body, forms));
-        for (const f of forms) assert.equal(out.includes(f.bytes), false);
+        for (const f of forms) assert.equal(out.toString('latin1').toLowerCase().includes(f.folded), false);
       },
     ),
     { numRuns: 400 },
@@ -61,9 +70,115 @@ test('bytes held back at a chunk end are only a possible start of a secret, and 
 test('header values are masked in place, the same length; a clean list is left alone', () => {
   const forms = [form('SECRETVALUE', 'k')];
   const clean = ['content-type', 'application/json', 'x-a', 'b'];
-  assert.equal(maskHeaders(forms, clean), null);
+  assert.equal(maskHeaders(new Secrets(forms), clean), null);
   assert.deepEqual(clean, ['content-type', 'application/json', 'x-a', 'b']);
   const raw = ['x-echo', 'Bearer SECRETVALUE, again SECRETVALUE', 'set-cookie', 'k=SECRETVALUE'];
-  assert.deepEqual(maskHeaders(forms, raw)?.map((f) => f.form), ['k']);
+  assert.deepEqual(maskHeaders(new Secrets(forms), raw)?.map((f) => f.form), ['k']);
   assert.deepEqual(raw, ['x-echo', 'Bearer ***********, again ***********', 'set-cookie', 'k=***********']);
+});
+
+// Every spelling an upstream could plausibly echo a secret in (docs/security.md,
+// "Each form a secret can take"): each character independently as itself in
+// either case, percent-encoded, `\u00XX`, `\xXX`, an HTML entity (either hex
+// case, with or without leading zeros), `/` as `\/`, all of it in UTF-16.
+const SECRET_CHARS = fc.constantFrom(...'abcdefghijklmnopqrstuvwxyz0123456789_-/+=.@'.split(''));
+/** Filler that is hostile to a scanner: escape introducers, hex digits, bytes of the secret's own alphabet. */
+const FILLER = fc.string({ unit: fc.constantFrom(...'%\\&#;xu0a1F, "\n'.split('')), maxLength: 10 });
+
+function spell(secret: string, picks: readonly number[], utf16: 0 | 1 | 2): Buffer {
+  let text = '';
+  for (let i = 0; i < secret.length; i++) {
+    const options = spellingsOf(secret[i] as string);
+    text += options[(picks[i % picks.length] as number) % options.length];
+  }
+  if (utf16 === 0) return Buffer.from(text, 'latin1');
+  const le = Buffer.from(text, 'utf16le');
+  return utf16 === 1 ? le : le.swap16();
+}
+
+test('a secret in any mix of spellings, cut anywhere, comes out masked whole; nothing else changes', () => {
+  fc.assert(
+    fc.property(
+      fc.string({ unit: SECRET_CHARS, minLength: 8, maxLength: 24 }),
+      fc.array(fc.nat(), { minLength: 1, maxLength: 24 }),
+      fc.constantFrom<0 | 1 | 2>(0, 0, 0, 1, 2),
+      FILLER,
+      FILLER,
+      fc.array(fc.integer({ min: 1, max: 13 }), { minLength: 1, maxLength: 20 }),
+      (secret, picks, utf16, before, after, randomCuts) => {
+        const spelled = spell(secret, picks, utf16);
+        const body = Buffer.concat([Buffer.from(before, 'latin1'), spelled, Buffer.from(after, 'latin1')]);
+        for (const cuts of [[body.length], [1], randomCuts]) {
+          const out = through(new BodyScan(new Secrets([form(secret, 's')])), body, cuts);
+          assert.equal(out.length, body.length);
+          const at = before.length;
+          // A NUL before the first character or after the last (UTF-16) is no part of the secret; every other byte is masked.
+          assert.ok(out.subarray(at, at + spelled.length).every((b) => b === 0x2a || b === 0), `${JSON.stringify(spelled.toString('latin1'))} cut ${cuts} -> ${JSON.stringify(out.toString('latin1'))}`);
+          for (let i = 0; i < body.length; i++) if (out[i] !== 0x2a) assert.equal(out[i], body[i]);
+        }
+      },
+    ),
+    { numRuns: 600 },
+  );
+});
+
+test('a secret in base64 (standard or URL alphabet) at any offset inside longer base64 is masked', () => {
+  fc.assert(
+    fc.property(
+      fc.string({ unit: SECRET_CHARS, minLength: 8, maxLength: 30 }),
+      fc.uint8Array({ maxLength: 7 }),
+      fc.uint8Array({ maxLength: 7 }),
+      fc.boolean(),
+      fc.array(fc.integer({ min: 1, max: 11 }), { minLength: 1, maxLength: 10 }),
+      (secret, pre, post, url, cuts) => {
+        const forms = [form(secret, 's'), ...base64Middles(secret).map((b) => form(b, 's base64'))];
+        const encoded = Buffer.concat([Buffer.from(pre), Buffer.from(secret), Buffer.from(post)]).toString(url ? 'base64url' : 'base64');
+        const body = Buffer.from(`session=${encoded}; Path=/`);
+        const out = through(new BodyScan(new Secrets(forms)), body, cuts).toString('latin1');
+        assert.equal(out.length, body.length);
+        // What is left decodes to no secret, at any alignment.
+        const left = out.slice('session='.length, out.length - '; Path=/'.length).replace(/\*/g, 'A');
+        for (let k = 0; k < 4; k++) assert.equal(Buffer.from(left.slice(k), url ? 'base64url' : 'base64').includes(secret), false);
+        assert.ok(out.includes('*'));
+      },
+    ),
+    { numRuns: 400 },
+  );
+});
+
+test('the forms the issue reports reaching a client readable are masked, in headers too', () => {
+  const token = 'apify_api_Z3xQ9kT2mW8vR4nB7cY1';
+  const basic = Buffer.from('login@example.com:p4ss/w0rd+Xy=').toString('base64');
+  const secrets = new Secrets([form(token, 'token'), form(basic, 'basic'), form('p4ss/w0rd+Xy=', 'password'), ...base64Middles(token).map((b) => form(b, 'token base64'))]);
+  const pct = [...token].map((c) => `%${c.charCodeAt(0).toString(16)}`).join('');
+  const bodies = [
+    pct,
+    pct.toUpperCase(),
+    token.replace(/_/g, '%5F'),
+    token.replace(/_/g, '%5f'),
+    [...token].map((c) => `\\u00${c.charCodeAt(0).toString(16)}`).join(''),
+    token.replace(/_/g, '\\u005f'),
+    token.toUpperCase(),
+    'P4SS/W0RD+XY=',
+    basic.replace(/=/g, '%3D'),
+    basic.replace(/\//g, '\\/'),
+    Buffer.from(token, 'utf16le').toString('latin1'),
+    [...token].map((c) => `&#${c.charCodeAt(0)};`).join(''),
+    token.replace(/_/g, '&lowbar;'),
+  ];
+  for (const b of bodies) {
+    const out = through(new BodyScan(secrets), Buffer.from(`x ${b} y`, 'latin1'), [5]).toString('latin1');
+    // (UTF-16's NUL after the last character is no part of it.)
+    assert.equal(out.replace(/\0/g, '*'), `x ${'*'.repeat(b.length)} y`, b);
+  }
+  // In base64 only the characters that depend on the secret alone are masked; what is left decodes to none of it.
+  const b64 = Buffer.from(`{"t":"${token}"}`).toString('base64');
+  const left = through(new BodyScan(secrets), Buffer.from(b64), [5]).toString('latin1');
+  assert.notEqual(left, b64);
+  assert.equal(Buffer.from(left.replace(/\*/g, 'A'), 'base64').includes(token), false);
+  const raw = ['location', `/cb?t=${pct}`, 'set-cookie', `s=${Buffer.from(token).toString('base64')}`];
+  const found = maskHeaders(secrets, raw);
+  assert.ok(found !== null && found.length >= 2);
+  assert.equal(raw[1], `/cb?t=${'*'.repeat(pct.length)}`);
+  assert.ok(!Buffer.from((raw[3] as string).slice(2).replace(/\*/g, 'A'), 'base64').includes(token));
 });

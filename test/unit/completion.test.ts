@@ -62,7 +62,7 @@ test('one line per request; an upstream failure is a warn line and an upstream-e
   complete(failed, 502, false);
   const masked = exchange('/speech/v1/user');
   masked.route = speech;
-  masked.masked = secretForms(config.routes).forms;
+  masked.masked = secretForms(config.routes).forms.filter((f) => f.route === 'speech' && f.form === 'key');
   complete(masked, 200, false);
   const noRoute = exchange('/nowhere?token=abc');
   noRoute.settle({ by: 'gateway', code: 'not_found' });

@@ -1,0 +1,309 @@
+// Each form a secret can take in a response (docs/security.md, "Each form a
+// secret can take"). An upstream that echoes a secret rarely echoes it byte
+// for byte: a URL percent-encodes some of its characters, JSON may escape
+// any character as `\u00XX` and PHP's json_encode writes `/` as `\/`, HTML
+// writes entities, a cookie or a token may carry it in base64, a log line
+// may upper-case it, a Windows tool may write it in UTF-16. The scan reads a
+// run of bytes the way such a decoder would (decodeRun) and compares it with
+// each secret case-folded, so every mix of these spellings, in either hex
+// case, is one comparison. Pure: no I/O.
+
+const HEX_DIGITS = '0123456789abcdefABCDEF';
+
+/** HTML's named references for the punctuation a secret or its base64 can hold. */
+const NAMED: Readonly<Record<string, string>> = {
+  sol: '/',
+  equals: '=',
+  plus: '+',
+  lowbar: '_',
+  UnderBar: '_',
+  period: '.',
+  colon: ':',
+  commat: '@',
+  dash: '-',
+};
+const LONGEST_NAME = Math.max(...Object.keys(NAMED).map((n) => n.length));
+
+/** The most bytes one character's spelling takes (`&#x0000061;` in UTF-16): bounds what a scan may hold back. */
+export const MAX_UNIT = 24;
+
+/** A decoded character outside Latin-1: matches no secret. */
+const NONE = 0xffff;
+
+function hexValue(b: number): number {
+  if (b >= 0x30 && b <= 0x39) return b - 0x30;
+  const l = b | 0x20;
+  return l >= 0x61 && l <= 0x66 ? l - 0x61 + 10 : -1;
+}
+
+function hexRun(buf: Uint8Array, at: number, count: number, end: number): number {
+  let v = 0;
+  for (let i = 0; i < count; i++) {
+    if (at + i >= end) return -2; // cut short
+    const h = hexValue(buf[at + i] as number);
+    if (h < 0) return -1;
+    v = v * 16 + h;
+  }
+  return v;
+}
+
+/**
+ * One spelled character at `i`: [its code, its length in bytes], or null
+ * when the bytes there are no escape (then the byte stands for itself).
+ * `cut` is set when an escape starts here but the run ends before it does.
+ */
+function escapeAt(buf: Uint8Array, i: number, end: number): readonly [number, number] | 'cut' | null {
+  const x = buf[i] as number;
+  if (x === 0x25) {
+    // %XX (RFC 3986 §2.1), either hex case.
+    const v = hexRun(buf, i + 1, 2, end);
+    return v >= 0 ? [v, 3] : v === -2 ? 'cut' : null;
+  }
+  if (x === 0x5c) {
+    if (i + 1 >= end) return 'cut';
+    const y = buf[i + 1] as number;
+    // \u00XX (JSON, RFC 8259 §7) and \xXX (JavaScript, Python).
+    if (y === 0x75) {
+      const v = hexRun(buf, i + 2, 4, end);
+      return v >= 0 ? [v, 6] : v === -2 ? 'cut' : null;
+    }
+    if (y === 0x78) {
+      const v = hexRun(buf, i + 2, 2, end);
+      return v >= 0 ? [v, 4] : v === -2 ? 'cut' : null;
+    }
+    // \/ (JSON's optional escape, PHP's default).
+    if (y === 0x2f) return [0x2f, 2];
+    return null;
+  }
+  if (x === 0x26) {
+    // &#DDD; &#xHH; &name; (HTML).
+    if (i + 1 >= end) return 'cut';
+    if (buf[i + 1] === 0x23) {
+      const hex = i + 2 < end && (buf[i + 2] === 0x78 || buf[i + 2] === 0x58);
+      let j = i + (hex ? 3 : 2);
+      let v = 0;
+      const first = j;
+      for (; j < end && j - first < 8; j++) {
+        const b = buf[j] as number;
+        const d = hex ? hexValue(b) : b >= 0x30 && b <= 0x39 ? b - 0x30 : -1;
+        if (d < 0) break;
+        v = v * (hex ? 16 : 10) + d;
+      }
+      if (j >= end) return j - first < 8 ? 'cut' : null;
+      return buf[j] === 0x3b && j > first ? [v, j + 1 - i] : null;
+    }
+    // `;` at most one past the longest name.
+    const last = i + 1 + LONGEST_NAME;
+    let j = i + 1;
+    for (; j < end && j <= last; j++) if (buf[j] === 0x3b) break;
+    if (j >= end) return j <= last ? 'cut' : null;
+    if (buf[j] !== 0x3b) return null;
+    const named = NAMED[Buffer.from(buf.buffer, buf.byteOffset + i + 1, j - i - 1).toString('latin1')];
+    return named === undefined ? null : [named.charCodeAt(0), j + 1 - i];
+  }
+  return null;
+}
+
+const fold = (c: number): number => (c >= 0x41 && c <= 0x5a ? c | 0x20 : c > 0xff ? NONE : c);
+const isIntroducer = (x: number): boolean => x === 0x25 || x === 0x5c || x === 0x26;
+
+/** A run made ready to read: NUL bytes dropped (UTF-16, either byte order), and where each byte left came from. */
+interface Run {
+  readonly src: Buffer;
+  readonly place: (i: number) => number;
+  /** No escape and no NUL: every byte stands for itself. */
+  readonly plain: boolean;
+}
+
+function prepare(buf: Buffer, start: number, end: number): Run {
+  const run = buf.subarray(start, end);
+  const nul = run.indexOf(0) >= 0;
+  if (!nul) return { src: run, place: (i) => start + i, plain: run.indexOf(0x25) < 0 && run.indexOf(0x5c) < 0 && run.indexOf(0x26) < 0 };
+  const offsets: number[] = [];
+  for (let i = 0; i < run.length; i++) if (run[i] !== 0) offsets.push(start + i);
+  const src = Buffer.from(offsets.map((o) => buf[o] as number));
+  return { src, place: (i) => offsets[i] as number, plain: false };
+}
+
+const NO = -1;
+/** The run ended while the bytes so far still spell a start of the secret. */
+const PREFIX = -2;
+
+/**
+ * Does a spelling of `s` (lower case) start at src[i]? Its end, NO, or
+ * (with `atEnd`) PREFIX when the run ends inside it. Each character is
+ * matched as itself or as any escape that reads back as it; both are tried
+ * where both could (a secret holding `%`, `\` or `&`).
+ */
+function matchAt(src: Buffer, i: number, s: string, j: number, atEnd: boolean): number {
+  for (;;) {
+    if (j === s.length) return i;
+    if (i >= src.length) return atEnd ? PREFIX : NO;
+    const c = s.charCodeAt(j);
+    const x = src[i] as number;
+    if (isIntroducer(x)) {
+      const e = escapeAt(src, i, src.length);
+      if (e === 'cut' && atEnd) return PREFIX;
+      if (e !== null && e !== 'cut' && fold(e[0]) === c) {
+        if (fold(x) === c) {
+          const r = matchAt(src, i + 1, s, j + 1, atEnd);
+          if (r !== NO) return r;
+        }
+        i += e[1];
+        j++;
+        continue;
+      }
+    }
+    if (fold(x) !== c) return NO;
+    i++;
+    j++;
+  }
+}
+
+/** Secrets as a run is compared with them: lower case. */
+export interface Folded {
+  readonly folded: string;
+}
+
+/**
+ * Every spelling of every secret in buf[start, end), as the reader of each
+ * encoding would read it: `hit(form, from, to)` per occurrence, in bytes of
+ * `buf`.
+ */
+export function searchRun<F extends Folded>(buf: Buffer, start: number, end: number, forms: readonly F[], hit: (form: F, from: number, to: number) => void): void {
+  const { src, place, plain } = prepare(buf, start, end);
+  if (plain) {
+    // Most runs hold no escape: one native pass per secret.
+    const text = src.toString('latin1').toLowerCase();
+    for (const f of forms) {
+      for (let i = text.indexOf(f.folded); i >= 0; i = text.indexOf(f.folded, i + 1)) hit(f, start + i, start + i + f.folded.length);
+    }
+    return;
+  }
+  for (let i = 0; i < src.length; i++) {
+    const x = src[i] as number;
+    const introducer = isIntroducer(x);
+    for (const f of forms) {
+      if (!introducer && fold(x) !== f.folded.charCodeAt(0)) continue;
+      const e = matchAt(src, i, f.folded, 0, false);
+      if (e > i) hit(f, place(i), place(e - 1) + 1);
+    }
+  }
+}
+
+/**
+ * Where the longest tail of buf[start, end) begins that spells a proper
+ * prefix of some secret (an escape cut short by the end included), or -1.
+ * `start` is where the run of alphabet bytes at the end begins.
+ */
+export function prefixTail(buf: Buffer, start: number, end: number, forms: readonly Folded[]): number {
+  const { src, place, plain } = prepare(buf, start, end);
+  if (plain) {
+    const text = src.toString('latin1').toLowerCase();
+    // Earliest start first: the first hit is the longest tail.
+    for (let k = 0; k < text.length; k++) {
+      const rest = text.slice(k);
+      for (const f of forms) if (rest.length < f.folded.length && f.folded.startsWith(rest)) return start + k;
+    }
+    return -1;
+  }
+  for (let k = 0; k < src.length; k++) {
+    const x = src[k] as number;
+    const introducer = isIntroducer(x);
+    for (const f of forms) {
+      if (!introducer && fold(x) !== f.folded.charCodeAt(0)) continue;
+      if (matchAt(src, k, f.folded, 0, true) === PREFIX) return place(k);
+    }
+  }
+  return -1;
+}
+
+/** Every spelling of one (lower-case) character the decoder reads back as it. */
+export function spellingsOf(c: string): string[] {
+  const codes = c >= 'a' && c <= 'z' ? [c.charCodeAt(0), c.toUpperCase().charCodeAt(0)] : [c.charCodeAt(0)];
+  const out: string[] = [];
+  for (const code of codes) {
+    out.push(String.fromCharCode(code), `&#${code};`);
+    const hx = code.toString(16).padStart(2, '0');
+    for (const h of new Set([hx, hx.toUpperCase()])) out.push(`%${h}`, `\\u00${h}`, `\\x${h}`, `&#x${h};`, `&#X${h};`);
+  }
+  if (c === '/') out.push('\\/');
+  for (const [name, ch] of Object.entries(NAMED)) if (ch === c) out.push(`&${name};`);
+  return out;
+}
+
+/** Bytes inside escapes of any length (leading zeros, hex case): their adjacent pairs. */
+function escapeInnerPairs(add: (a: number, b: number) => void): void {
+  const hex = [...HEX_DIGITS].map((h) => h.charCodeAt(0));
+  const digits = hex.slice(0, 10);
+  for (const a of hex) for (const b of hex) add(a, b);
+  for (const introducer of [0x25, 0x78, 0x58]) for (const h of hex) add(introducer, h); // %H xH XH
+  for (const d of digits) add(0x23, d); // #D
+  for (const h of hex) add(h, 0x3b); // H;
+  add(0x5c, 0x75); // \u
+  add(0x5c, 0x78); // \x
+  add(0x75, 0x30); // u0
+  add(0x26, 0x23); // &#
+  add(0x23, 0x78); // #x
+  add(0x23, 0x58); // #X
+}
+
+/**
+ * The scan's tables for a set of (lower-case) secrets: every byte that can
+ * occur in a spelling of one, and every pair of adjacent bytes that can, at
+ * `first | second << 8`. A NUL may follow or precede any character (UTF-16).
+ */
+export function spellingTables(secrets: readonly string[]): { readonly alphabet: Uint8Array; readonly pairs: Uint8Array } {
+  const alphabet = new Uint8Array(256);
+  const pairs = new Uint8Array(65536);
+  const add = (a: number, b: number): void => {
+    pairs[a | (b << 8)] = 1;
+  };
+  const cache = new Map<string, string[]>();
+  const of = (c: string): string[] => {
+    let s = cache.get(c);
+    if (s === undefined) cache.set(c, (s = spellingsOf(c)));
+    return s;
+  };
+  escapeInnerPairs(add);
+  alphabet[0] = 1;
+  for (const secret of secrets) {
+    for (let i = 0; i < secret.length; i++) {
+      for (const u of of(secret[i] as string)) {
+        for (let k = 0; k < u.length; k++) {
+          alphabet[u.charCodeAt(k)] = 1;
+          if (k + 1 < u.length) add(u.charCodeAt(k), u.charCodeAt(k + 1));
+        }
+        const last = u.charCodeAt(u.length - 1);
+        if (i + 1 < secret.length) for (const v of of(secret[i + 1] as string)) add(last, v.charCodeAt(0));
+      }
+    }
+  }
+  // UTF-16: a NUL beside every byte of every spelling.
+  for (let b = 1; b < 256; b++) {
+    if (alphabet[b] === 0) continue;
+    add(b, 0);
+    add(0, b);
+  }
+  return { alphabet, pairs };
+}
+
+/**
+ * The base64 of a secret inside longer base64 text, at each of the three
+ * alignments it can start at, in the standard and the URL alphabet: only
+ * the characters that depend on the secret's bytes alone (RFC 4648 §4, §5).
+ */
+export function base64Middles(secret: string): string[] {
+  const bytes = Buffer.from(secret);
+  const out = new Set<string>();
+  for (let k = 0; k < 3; k++) {
+    const b64 = Buffer.concat([Buffer.alloc(k), bytes]).toString('base64').replace(/=+$/, '');
+    // Character j holds bits [6j, 6j + 6): keep those past the k padding bytes and within the secret.
+    const from = Math.ceil((8 * k) / 6);
+    const to = Math.floor((8 * (k + bytes.length)) / 6);
+    const middle = b64.slice(from, to);
+    out.add(middle);
+    out.add(middle.replace(/\+/g, '-').replace(/\//g, '_'));
+  }
+  return [...out];
+}
