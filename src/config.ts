@@ -41,6 +41,10 @@ export interface Config {
   readonly usageFlushMs: number;
   /** Scan responses for upstream secrets and mask them (egress.ts); off only to measure its cost. */
   readonly egressFilter: boolean;
+  /** Decoded bytes one compressed response may make the gateway scan. */
+  readonly maxDecodedBytes: number;
+  /** Decoded bytes per compressed byte received, past the first MiB. */
+  readonly maxRatio: number;
   /** Open client connections; new ones beyond it are closed at once. */
   readonly maxConnections: number;
   /** Extra PEM CA bundle trusted for upstream TLS, besides the system's roots. */
@@ -108,6 +112,15 @@ function workers(o: Options): number {
   if (/^[1-9]\d{0,2}$/.test(text)) return Number(text);
   o.problem('KEYWARD_WORKERS must be a whole number from 1 to 999, or auto');
   return 1;
+}
+
+/** Decoded bytes per compressed byte a response may reach (past its first MiB). */
+function decodeRatio(o: Options): number {
+  const text = o.get('KEYWARD_EGRESS_MAX_RATIO');
+  if (text === undefined) return 100;
+  if (/^[1-9]\d{0,5}$/.test(text) && Number(text) >= 2) return Number(text);
+  o.problem('KEYWARD_EGRESS_MAX_RATIO must be a whole number from 2 to 999999');
+  return 100;
 }
 
 function maxConnections(o: Options): number {
@@ -186,6 +199,9 @@ function read(env: Env, readFile: ReadFile, cwd: string, providers: readonly Ups
     // Upstreams send more than clients do (many Set-Cookie, long CSP or Link headers).
     upstreamMaxHeaderBytes: o.size('KEYWARD_UPSTREAM_MAX_HEADER_SIZE', '64KiB', { min: 1024, max: 1024 ** 3, hint: '1KiB to 1GiB (e.g. 64KiB)' }),
     egressFilter: o.oneOf('KEYWARD_EGRESS_FILTER', 'on', ['on', 'off']) === 'on',
+    // What one compressed response may make the gateway decode (docs/security.md).
+    maxDecodedBytes: o.size('KEYWARD_EGRESS_MAX_DECODED', '256MiB', { min: 1024 * 1024, max: 1024 ** 4, hint: '1MiB to 1TiB (e.g. 256MiB)' }),
+    maxRatio: decodeRatio(o),
     maxConnections: maxConnections(o),
     upstreamCa: upstreamCa(o, readFile),
     tls: serverTls(o, readFile),

@@ -31,6 +31,7 @@ interface Entry {
 const entries = {
   malformed: { status: 400, code: 'bad_request', message: 'Malformed request.' },
   tokenInUrl: { status: 400, code: 'bad_request', message: 'A client token must not appear in the URL.' },
+  credentialLookalike: { status: 400, code: 'bad_request', message: 'A query parameter an upstream could read as its credential is not allowed.' },
   badPathEscape: { status: 400, code: 'bad_request', message: 'The path holds an encoded control character, a %u escape or overlong UTF-8.' },
   unauthorized: { status: 401, code: 'unauthorized', message: 'Unauthorized.' },
   forbidden: { status: 403, code: 'forbidden', message: 'This key may not use this route.' },

@@ -42,6 +42,8 @@ export class Exchange {
   closed = false;
   /** The upstream's response has no body (204, 304, HEAD): bytes after its head are not relayed. */
   bodiless = false;
+  /** The upstream's response, once its head arrived: whether it was complete when its connection failed. */
+  upstreamResponse: IncomingMessage | null = null;
   /** Sent again after a reused upstream connection failed (forward.ts); never twice. */
   retried = false;
   /** The key's admission under its limits, released when the response closes; null without limits. */

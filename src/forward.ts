@@ -32,12 +32,14 @@ import type { Exchange, GatewayRequest } from './exchange.ts';
 import { downstreamResponseHeaders } from './headers.ts';
 import { upstream } from './outcome.ts';
 import { readCost } from './usage/cost.ts';
-import { decodersFor, relayCompressed, relayPlain } from './relay.ts';
+import { type DecodeLimits, decodersFor, relayCompressed, relayPlain } from './relay.ts';
+
+const NO_DECODERS = decodersFor(undefined) as NonNullable<ReturnType<typeof decodersFor>>;
 import { answer } from './reply.ts';
 import type { Route } from './routes.ts';
 import type { Expiry } from './timers.ts';
 
-export interface ForwardOptions {
+export interface ForwardOptions extends DecodeLimits {
   readonly connectTimeoutMs: number;
   /** Extra PEM CAs for upstream TLS, added to the system's roots. */
   readonly upstreamCa: string | null;
@@ -107,7 +109,7 @@ function unexpectedSwitch(ex: Exchange, res: ServerResponse): void {
 /** Statuses and methods whose response has no body (RFC 9110 §6.4.1): stray bytes after the head are not theirs. */
 const bodiless = (status: number, method: string | undefined): boolean => status === 204 || status === 304 || method === 'HEAD';
 
-function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, res: ServerResponse, secrets: Secrets): void {
+function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, res: ServerResponse, secrets: Secrets, limits: DecodeLimits): void {
   const ex = (req as GatewayRequest).exchange as Exchange;
   ex.ttfbMs = performance.now() - ex.forwardStart;
   if (ex.settled || ex.closed || res.headersSent) {
@@ -120,7 +122,7 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
     unexpectedSwitch(ex, res);
     return;
   }
-  const decoders = secrets.empty ? [] : decodersFor(proxyRes.headers['content-encoding']);
+  const decoders = secrets.empty ? NO_DECODERS : decodersFor(proxyRes.headers['content-encoding']);
   // A transfer coding other than chunked (`gzip, chunked`) is left on the
   // body by Node's parser and labelled nowhere a client would decode it
   // from: bytes the filter cannot read (RFC 9112 §6.1).
@@ -139,6 +141,7 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
     return;
   }
   ex.bodiless = bodiless(proxyRes.statusCode as number, req.method);
+  ex.upstreamResponse = proxyRes;
   // An upstream that dies mid-body: the status is already out, so the only
   // honest signal left is to close the client's connection at once.
   proxyRes.on('error', () => undefined);
@@ -167,16 +170,18 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
     }
   };
   const cost = readCost(ex, proxyRes, secrets.empty);
-  if (decoders.length === 0) {
-    if (head()) relayPlain(proxyRes, res, ex, secrets, onSecret, cost);
+  if (decoders.list.length === 0) {
+    // After the rest of this parse: stray bytes behind a complete response
+    // fail the upstream request in the same tick (onError), and the client
+    // must then be told the connection closes after this response.
+    queueMicrotask(() => {
+      if (!ex.settled && !ex.closed && head()) relayPlain(proxyRes, res, ex, secrets, onSecret, cost);
+    });
     return;
   }
   // A compressed body's head waits for its first clean decoded bytes: one
   // that does not decode gets a 502, not a 200 and a cut.
-  relayCompressed(proxyRes, res, ex, secrets, decoders, onSecret, cost, head, () => {
-    ex.fail(upstream('unscannable_encoding', 'undecodable'));
-    answer(ex, res, ERRORS.upstreamUnscannable, true);
-  });
+  relayCompressed(proxyRes, res, ex, secrets, decoders, limits, onSecret, cost, head, () => answer(ex, res, ERRORS.upstreamUnscannable, true));
 }
 
 
@@ -217,11 +222,14 @@ function onError(err: ErrorWithCode, req: http.IncomingMessage, res: ServerRespo
     return;
   }
   const response = res as ServerResponse;
-  if (ex.bodiless && response.headersSent) {
-    // 204, 304 or HEAD, relayed whole; what failed was the bytes after it,
-    // which Node's parser took for a next response. The connection is gone
-    // (never pooled again); the client's answer is complete.
-    if (!response.writableEnded) response.end();
+  if (ex.upstreamResponse?.complete === true) {
+    // The response was complete (a 204, 304 or HEAD, or a body as long as
+    // its Content-Length); what failed was the bytes after it, which Node's
+    // parser took for a next response. The upstream connection is gone
+    // (never pooled again); the response is relayed whole, and the client's
+    // connection closes after it, since what came next is unknown.
+    if (!response.headersSent) response.shouldKeepAlive = false;
+    else if (ex.bodiless && !response.writableEnded) response.end();
     return;
   }
   if (retriable(err, ex)) {
@@ -265,7 +273,7 @@ export class Forwarder {
     const internals = this.#proxy as unknown as { webPasses: Array<{ name: string }> };
     internals.webPasses = internals.webPasses.filter((pass) => pass.name !== 'deleteLength');
     this.#proxy.on('proxyReq', onProxyReq);
-    this.#proxy.on('proxyRes', (proxyRes, req, res) => onProxyRes(proxyRes, req, res, secrets));
+    this.#proxy.on('proxyRes', (proxyRes, req, res) => onProxyRes(proxyRes, req, res, secrets, options));
     const retry = (ex: Exchange): void => {
       // The other idle connections are at least as old: drop them too, so the retry opens a fresh one.
       this.#dropIdle();

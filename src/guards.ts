@@ -6,7 +6,7 @@ import { ERRORS, type GatewayError } from './errors.ts';
 import { hasMethodOverride } from './headers.ts';
 import { inScope, type Principal } from './keys/keyset.ts';
 import { containsTokenLike } from './keys/token.ts';
-import { hasParam } from './query.ts';
+import { hasLookalike, hasParam } from './query.ts';
 import type { Route } from './routes.ts';
 
 export interface GuardInput {
@@ -32,9 +32,17 @@ export type Guard = (g: GuardInput) => GatewayError | null;
  */
 const tokenInUrl: Guard = (g) => (containsTokenLike(g.path) || containsTokenLike(g.forwardQuery) ? ERRORS.tokenInUrl : null);
 
+/**
+ * What is left of the query after the credential parameters were removed
+ * holds none that a lenient upstream parser could still read as one
+ * (`token%00=`, `;token=`): refused, since rewriting it would change what
+ * other parsers read (docs/routes.md).
+ */
+const credentialLookalike: Guard = (g) => (hasLookalike(g.forwardQuery, g.route.dropQuery) ? ERRORS.credentialLookalike : null);
+
 /** Method overrides would side-step the route's method list (docs/routes.md): refused, not stripped. */
 const methodOverride: Guard = (g) => {
-  if (g.query !== null && hasParam(g.query, g.route.overrideQuery)) return ERRORS.methodOverride;
+  if (g.query !== null && (hasParam(g.query, g.route.overrideQuery) || hasLookalike(g.query, g.route.overrideQuery))) return ERRORS.methodOverride;
   return hasMethodOverride(g.headers) ? ERRORS.methodOverride : null;
 };
 
@@ -58,7 +66,7 @@ const size: Guard = (g) => {
   return cl !== undefined && Number(cl) > g.maxBodyBytes ? ERRORS.payloadTooLarge : null;
 };
 
-export const GUARDS: readonly Guard[] = [tokenInUrl, methodOverride, scope, routeConfigured, framing, size];
+export const GUARDS: readonly Guard[] = [tokenInUrl, credentialLookalike, methodOverride, scope, routeConfigured, framing, size];
 
 export function runGuards(g: GuardInput): GatewayError | null {
   for (const guard of GUARDS) {

@@ -70,3 +70,38 @@ export function paramValue(query: string, name: string): string | null {
   }
   return null;
 }
+
+/**
+ * A name as the most lenient common parser reads it: `+` as a space,
+ * percent-decoded, cut at a NUL (PHP registers `token%00` as `token`),
+ * blanks and control characters trimmed at both ends (PHP drops leading
+ * spaces: `+token`), without a `[...]` suffix, case-folded (ASP.NET's query
+ * keys ignore case).
+ */
+function lenientName(raw: string): string {
+  let name = raw.indexOf('+') >= 0 ? raw.replace(/\+/g, ' ') : raw;
+  if (name.indexOf('%') >= 0) {
+    name = name.replace(/%([0-9a-f]{2})/gi, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
+  }
+  const nul = name.indexOf('\0');
+  if (nul >= 0) name = name.slice(0, nul);
+  const bracket = name.indexOf('[');
+  if (bracket > 0) name = name.slice(0, bracket);
+  return name.replace(/^[\x00-\x20\x7f]+|[\x00-\x20\x7f]+$/g, '').toLowerCase();
+}
+
+/**
+ * True when some parameter could be read as one in `names` by a lenient
+ * parser but is not one by the rules above (docs/routes.md, "Spellings an
+ * upstream could read as its credential"): `token%00=`, `+token=`,
+ * `token%20=`, and `;token=` (Rack before 3 and Python before 3.9.2 split
+ * queries on `;` too). Such a request is refused rather than rewritten.
+ */
+export function hasLookalike(query: string, names: ReadonlySet<string>): boolean {
+  if (names.size === 0 || query.length === 0) return false;
+  for (const part of query.split(/[&;]/)) {
+    const eq = part.indexOf('=');
+    if (names.has(lenientName(eq < 0 ? part : part.slice(0, eq)))) return true;
+  }
+  return false;
+}

@@ -17,6 +17,7 @@ import { BodyScan, type SecretForm, type Secrets } from './egress.ts';
 import type { Exchange } from './exchange.ts';
 import { upstream } from './outcome.ts';
 import { plausible, type TopLevelField } from './usage/cost.ts';
+import { ZstdFrames } from './zstd-frames.ts';
 
 /** What a response found holding a secret does next; called once per response. */
 export type OnSecret = (ex: Exchange, found: readonly SecretForm[], cut: boolean) => void;
@@ -30,15 +31,24 @@ const DECODERS: Readonly<Record<string, Decoder>> = {
   ...(typeof zlib.createZstdDecompress === 'function' ? { zstd: () => zlib.createZstdDecompress() } : {}),
 };
 
-/**
- * The decoders for a Content-Encoding value, outermost first: [] for none or
- * identity, null for a coding the filter cannot read (the caller refuses it).
- */
 /** The most content codings a response may stack (docs/security.md); more is a 502. */
 export const MAX_CODINGS = 3;
 
-export function decodersFor(encoding: string | undefined): Decoder[] | null {
-  if (encoding === undefined) return [];
+/** The decoders for a response, outermost first, and whether the one coding is zstd. */
+export interface Decoders {
+  readonly list: readonly Decoder[];
+  readonly zstd: boolean;
+}
+
+const NONE: Decoders = { list: [], zstd: false };
+
+/**
+ * The decoders for a Content-Encoding value: none for none or identity,
+ * null for what the filter cannot read (the caller refuses it): a coding it
+ * has no decoder for, more than MAX_CODINGS, or zstd stacked with another.
+ */
+export function decodersFor(encoding: string | undefined): Decoders | null {
+  if (encoding === undefined) return NONE;
   const codings = encoding
     .split(',')
     .map((c) => c.trim().toLowerCase())
@@ -47,14 +57,17 @@ export function decodersFor(encoding: string | undefined): Decoder[] | null {
   // stacks them (`gzip,gzip,…` three thousand times) is work an upstream
   // forces on the gateway. No real upstream applies more than two.
   if (codings.length > MAX_CODINGS) return null;
-  const out: Decoder[] = [];
+  // zstd's release points are found in its own framing (zstd-frames.ts),
+  // which another coding around or inside it would hide.
+  if (codings.includes('zstd') && codings.length > 1) return null;
+  const list: Decoder[] = [];
   // Codings are listed in the order they were applied (RFC 9110 §8.4): undo the last first.
   for (const c of codings.reverse()) {
     const d = DECODERS[c];
     if (d === undefined) return null;
-    out.push(d);
+    list.push(d);
   }
-  return out;
+  return list.length === 0 ? NONE : { list, zstd: codings[0] === 'zstd' };
 }
 
 /** The body ended: what its top-level cost field said. */
@@ -101,13 +114,31 @@ export function relayPlain(proxyRes: IncomingMessage, res: ServerResponse, ex: E
   });
 }
 
+/** What one response may make the gateway decode (docs/security.md, "Work an upstream can force"). */
+export interface DecodeLimits {
+  /** Decoded bytes scanned per response, at most. */
+  readonly maxDecodedBytes: number;
+  /** Decoded bytes per byte received, at most, once past RATIO_FROM. */
+  readonly maxRatio: number;
+}
+
+/** Below this many decoded bytes the ratio is not judged (a small honest body can compress very well). */
+const RATIO_FROM = 1024 * 1024;
+/**
+ * Compressed bytes held past the last release, at most: room for a zstd
+ * block (128 KiB) and more. Past it the response is cut: an honest body
+ * does not go on this long decoding to nothing but a possible secret's start.
+ */
+export const MAX_HELD = 1024 * 1024;
+
 /** Relay a compressed body, scanning a decompressed copy (see the header comment). */
 export function relayCompressed(
   proxyRes: IncomingMessage,
   res: ServerResponse,
   ex: Exchange,
   secrets: Secrets,
-  decoders: readonly Decoder[],
+  decoders: Decoders,
+  limits: DecodeLimits,
   onSecret: OnSecret,
   cost: TopLevelField | null,
   head: () => boolean,
@@ -123,51 +154,71 @@ export function relayCompressed(
   const scan = new BodyScan(secrets);
   // The compressed bytes themselves, as they are: what decoders skip (gzip's
   // FNAME, FCOMMENT and FEXTRA, zstd's skippable frames) and literals a
-  // decoder stores raw are sent to the client as they are, secret and all.
+  // coding stores raw are sent to the client as they are, secret and all.
   const raw = new BodyScan(secrets);
+  // zstd releases a block's output only once the block is whole (zstd-frames.ts).
+  const frames = decoders.zstd ? new ZstdFrames() : null;
   let stages: Transform[] = [];
   /** Bytes given to each stage: what it must have consumed by its end. */
   let fed: number[] = [];
-  let held: Buffer[] = [];
+  /** Compressed bytes not yet released, from offset `released` of the body. */
+  let queue: Buffer[] = [];
+  let released = 0;
+  let decoded = 0;
+  /**
+   * (compressed offset, decoded bytes) after each settled chunk, decoded
+   * strictly increasing: the compressed bytes before the offset decode to
+   * no more than that many bytes. Only the marks still within the scan's
+   * held tail are kept.
+   */
+  let marks: number[] = [];
   let cut = false;
+  const halt = (): void => {
+    cut = true;
+    queue = [];
+    for (const s of stages) s.destroy();
+    proxyRes.destroy();
+  };
   const stop = (found: readonly SecretForm[] | null): void => {
     if (cut) return;
-    cut = true;
-    held = [];
-    for (const s of stages) s.destroy();
+    halt();
     if (found !== null) onSecret(ex, found, true);
-    proxyRes.destroy();
     res.destroy();
   };
+  // Not scannable, so not relayed: before anything went, a 502 says so; after, the response is cut.
+  const refuse = (detail: string): void => {
+    if (cut) return;
+    ex.fail(upstream('unscannable_encoding', detail));
+    if (headed) return stop(null);
+    headed = true;
+    halt();
+    undecodable();
+  };
+  // A client that leaves stops every decoder and the upstream response at once.
+  res.once('close', () => {
+    if (!res.writableFinished && !cut) halt();
+  });
   const open = (): void => {
-    stages = decoders.map((d) => d());
+    stages = decoders.list.map((d) => d());
     fed = stages.map(() => 0);
     for (let i = 1; i < stages.length; i++) {
       (stages[i - 1] as Transform).pipe(stages[i] as Transform);
       (stages[i - 1] as Transform).on('data', (d: Buffer) => (fed[i] = (fed[i] as number) + d.length));
     }
-    // Undecodable, so unscannable: not relayed. Nothing sent yet: a 502 says so.
-    const refuse = (): void => {
-      if (headed) return stop(null);
-      headed = true;
-      cut = true;
-      held = [];
-      for (const t of stages) t.destroy();
-      proxyRes.destroy();
-      undecodable();
-    };
     for (const [i, s] of stages.entries()) {
-      s.on('error', refuse);
+      s.on('error', () => refuse('undecodable'));
       // A decoder ends at the end of its compressed data and drops whatever
       // follows (`deflate(…) + "apify_api_…"`): bytes that were never decoded
       // were never scanned, so the response is cut before any of them goes.
       s.on('end', () => {
-        if ((s as unknown as zlib.Zlib).bytesWritten >= (fed[i] as number)) return;
-        ex.fail(upstream('unscannable_encoding', 'trailing_bytes'));
-        refuse();
+        if ((s as unknown as zlib.Zlib).bytesWritten < (fed[i] as number)) refuse('trailing_bytes');
       });
     }
     (stages.at(-1) as Transform).on('data', (plain: Buffer) => {
+      if (cut) return;
+      decoded += plain.length;
+      // A bomb (6 KB of brotli that inflates to 4 GiB): what one response may make the gateway decode is bounded.
+      if (decoded > limits.maxDecodedBytes || (decoded > RATIO_FROM && decoded > limits.maxRatio * (fed[0] as number))) return refuse('decoded_limit');
       cost?.push(plain);
       scan.push(plain);
       if (scan.found !== null) stop(scan.found);
@@ -185,29 +236,56 @@ export function relayCompressed(
     };
     next();
   };
-  const release = (): void => {
-    if (held.length === 0) return;
+  /** Send the queued compressed bytes up to body offset `to`. */
+  const releaseTo = (to: number): void => {
+    if (to <= released || cut) return;
     if (!headOnce()) {
       cut = true;
       return;
     }
-    for (const c of held) send(proxyRes, res, c);
-    held = [];
+    while (released < to && queue.length > 0) {
+      const c = queue[0] as Buffer;
+      const n = Math.min(c.length, to - released);
+      send(proxyRes, res, n === c.length ? c : c.subarray(0, n));
+      if (n === c.length) queue.shift();
+      else queue[0] = c.subarray(n);
+      released += n;
+    }
+  };
+  /**
+   * After a settled chunk: release every compressed byte whose whole decoded
+   * content is scanned and clean and lies before the scan's held tail (a
+   * possible start of a secret), and that is not itself a possible start of
+   * a secret as it stands. What is held stays bounded by the longest
+   * secret's spelling, decoded, whatever the body (a body of `a`s, each
+   * chunk ending in a secret's first byte, goes out as it comes).
+   */
+  const releaseClean = (): void => {
+    const offset = frames === null ? (fed[0] as number) : frames.safe;
+    if (marks.length >= 2 && marks[marks.length - 1] === decoded) marks[marks.length - 2] = offset;
+    else marks.push(offset, decoded);
+    const clean = decoded - scan.holding;
+    let to = -1;
+    let k = 0;
+    for (; k < marks.length && (marks[k + 1] as number) <= clean; k += 2) to = marks[k] as number;
+    marks = marks.slice(k);
+    if (to >= 0) releaseTo(Math.min(to, (fed[0] as number) - raw.holding));
+    if ((fed[0] as number) - released > MAX_HELD) refuse('held');
   };
   proxyRes.on('data', (chunk: Buffer) => {
     if (cut) return;
     ex.bytesOut += chunk.length;
     if (stages.length === 0) open();
-    held.push(chunk);
+    queue.push(chunk);
     raw.push(chunk);
     if (raw.found !== null) return stop(raw.found);
+    frames?.push(chunk);
     proxyRes.pause();
     fed[0] = (fed[0] as number) + chunk.length;
     (stages[0] as Transform).write(chunk);
     settle(() => {
-      // A partial secret at the end of what decoded so far, or of the raw bytes: keep the chunks until the next one says.
-      if (scan.holding === 0 && raw.holding === 0) release();
-      if (!res.writableNeedDrain) proxyRes.resume();
+      releaseClean();
+      if (!cut && !res.writableNeedDrain) proxyRes.resume();
     });
   });
   proxyRes.on('end', () => {
@@ -221,7 +299,8 @@ export function relayCompressed(
       raw.end();
       if (raw.found !== null) return stop(raw.found);
       if (cost !== null) costRead(ex, cost);
-      release();
+      // The body ended: a tail held as a possible start of a secret is none.
+      releaseTo(fed[0] as number);
       if (!cut && headOnce() && !res.writableEnded) res.end();
     });
     (stages[0] as Transform).end();

@@ -19,13 +19,15 @@ function input(over: Partial<GuardInput> = {}): GuardInput {
 
 test('a request every guard accepts passes', () => {
   assert.equal(runGuards(input()), null);
-  assert.equal(GUARDS.length, 6);
+  assert.equal(GUARDS.length, 7);
 });
 
 test('each guard refuses what it is for', () => {
   assert.equal(runGuards(input({ path: `/v2/${generateToken()}` })), ERRORS.tokenInUrl);
   assert.equal(runGuards(input({ forwardQuery: `x=${generateToken()}` })), ERRORS.tokenInUrl);
   assert.equal(runGuards(input({ query: 'method=DELETE' })), ERRORS.methodOverride);
+  assert.equal(runGuards(input({ query: 'a=1;method=DELETE' })), ERRORS.methodOverride);
+  assert.equal(runGuards(input({ forwardQuery: 'a=1;token=x' })), ERRORS.credentialLookalike);
   assert.equal(runGuards(input({ headers: { x_http_method_override: 'DELETE' } })), ERRORS.methodOverride);
   assert.equal(runGuards(input({ route: route('speech'), principal: { ...key, routes: ['scraper'] } })), ERRORS.forbidden);
   assert.equal(runGuards(input({ route: route('seo'), principal: { ...key, routes: null } })), ERRORS.routeNotConfigured);
