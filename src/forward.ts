@@ -175,7 +175,7 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
     // fail the upstream request in the same tick (onError), and the client
     // must then be told the connection closes after this response.
     queueMicrotask(() => {
-      if (!ex.settled && !ex.closed && head()) relayPlain(proxyRes, res, ex, secrets, onSecret, cost);
+      if (!ex.settled && !ex.closed && head()) relayPlain(proxyRes, res, ex, secrets, limits, onSecret, cost);
     });
     return;
   }

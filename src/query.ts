@@ -87,7 +87,13 @@ function lenientName(raw: string): string {
   if (nul >= 0) name = name.slice(0, nul);
   const bracket = name.indexOf('[');
   if (bracket > 0) name = name.slice(0, bracket);
-  return name.replace(/^[\x00-\x20\x7f]+|[\x00-\x20\x7f]+$/g, '').toLowerCase();
+  // Blanks and control characters (at or below U+0020, and U+007F) at either end.
+  const blank = (c: number): boolean => c <= 0x20 || c === 0x7f;
+  let a = 0;
+  let b = name.length;
+  while (a < b && blank(name.charCodeAt(a))) a++;
+  while (b > a && blank(name.charCodeAt(b - 1))) b--;
+  return name.slice(a, b).toLowerCase();
 }
 
 /**

@@ -91,11 +91,39 @@ function send(proxyRes: IncomingMessage, res: ServerResponse, out: Buffer): void
   }
 }
 
-/** Relay a body that is not compressed, masking secrets as it streams (no secrets: filter off). */
-export function relayPlain(proxyRes: IncomingMessage, res: ServerResponse, ex: Exchange, secrets: Secrets, onSecret: OnSecret, cost: TopLevelField | null): void {
+/**
+ * Compressed data by its magic bytes, whatever the labels: a gzip member
+ * (RFC 1952 §2.3.1), a zlib stream (RFC 1950 §2.2: deflate, a window up to
+ * 32 KiB, a header check that divides by 31), a zstd frame or skippable
+ * frame (RFC 8878 §3.1). A body sent as `identity` or unlabelled that is one
+ * of these is decoded by many clients (a saved `.gz`, a lenient library), so
+ * it is scanned decoded too.
+ */
+export function sniff(start: Buffer): Decoders | null {
+  const [a, b, c, d] = start;
+  if (a === 0x1f && b === 0x8b && c === 0x08) return { list: [DECODERS.gzip as Decoder], zstd: false };
+  if (a !== undefined && b !== undefined && (a & 0x0f) === 8 && a >> 4 <= 7 && ((a << 8) | b) % 31 === 0) return { list: [DECODERS.deflate as Decoder], zstd: false };
+  const zstd = DECODERS.zstd;
+  if (zstd !== undefined && d !== undefined && ((a === 0x28 && b === 0xb5 && c === 0x2f && d === 0xfd) || (a !== undefined && (a & 0xf0) === 0x50 && b === 0x2a && c === 0x4d && d === 0x18))) {
+    return { list: [zstd], zstd: true };
+  }
+  return null;
+}
+
+/** Bytes the sniff needs before it can say. */
+const SNIFF_BYTES = 4;
+
+/**
+ * Relay a body that is not labelled compressed, masking secrets as it
+ * streams (no secrets: filter off). One that is compressed all the same
+ * (sniff) goes to relayCompressed from its first bytes.
+ */
+export function relayPlain(proxyRes: IncomingMessage, res: ServerResponse, ex: Exchange, secrets: Secrets, limits: DecodeLimits, onSecret: OnSecret, cost: TopLevelField | null): void {
   const whole = contentLength(proxyRes);
   const scan = secrets.empty ? null : new BodyScan(secrets);
-  proxyRes.on('data', (chunk: Buffer) => {
+  /** The first bytes, until the sniff has enough to say (filter on only). */
+  let start: Buffer | null = scan === null ? null : Buffer.alloc(0);
+  const relay = (chunk: Buffer): void => {
     ex.bytesOut += chunk.length;
     // Watched on its way, never held: the cost reader only reads.
     cost?.push(chunk);
@@ -105,13 +133,28 @@ export function relayPlain(proxyRes: IncomingMessage, res: ServerResponse, ex: E
       return;
     }
     send(proxyRes, res, out);
-  });
-  proxyRes.on('end', () => {
+  };
+  const onData = (chunk: Buffer): void => {
+    if (start === null) return relay(chunk);
+    start = start.length === 0 ? chunk : Buffer.concat([start, chunk]);
+    if (start.length < SNIFF_BYTES) return;
+    const first = start;
+    start = null;
+    const compressed = sniff(first);
+    if (compressed === null) return relay(first);
+    proxyRes.removeListener('data', onData);
+    proxyRes.removeListener('end', onEnd);
+    relayCompressed(proxyRes, res, ex, secrets, compressed, limits, onSecret, cost, () => true, () => undefined, first);
+  };
+  const onEnd = (): void => {
+    if (start !== null && start.length > 0) relay(start);
     if (cost !== null) costRead(ex, cost);
     const rest = scan?.end() ?? null;
     if (scan !== null && scan.found !== null) onSecret(ex, scan.found, false);
     if (!res.writableEnded) res.end(rest ?? undefined);
-  });
+  };
+  proxyRes.on('data', onData);
+  proxyRes.on('end', onEnd);
 }
 
 /** What one response may make the gateway decode (docs/security.md, "Work an upstream can force"). */
@@ -143,9 +186,10 @@ export function relayCompressed(
   cost: TopLevelField | null,
   head: () => boolean,
   undecodable: () => void,
+  sniffed: Buffer | null = null,
 ): void {
-  /** The status and headers went out (with the first bytes released, or at the end). */
-  let headed = false;
+  /** The status and headers went out (with the first bytes released, or at the end); a sniffed body's went already. */
+  let headed = sniffed !== null;
   const headOnce = (): boolean => {
     if (headed) return true;
     headed = true;
@@ -185,9 +229,24 @@ export function relayCompressed(
     if (found !== null) onSecret(ex, found, true);
     res.destroy();
   };
+  /**
+   * A body sniffed as compressed (not labelled so) that turns out not to be
+   * (plain text that begins `x^`) or to go on past its compressed data: the
+   * client's decoder stops where ours did, so from here on it is relayed as
+   * a plain body, its raw bytes masked as they stream.
+   */
+  let plain = false;
+  const toPlain = (): void => {
+    plain = true;
+    for (const s of stages) s.destroy();
+    releaseTo((fed[0] as number) - raw.holding);
+    queue = [];
+    if (!res.writableNeedDrain) proxyRes.resume();
+  };
   // Not scannable, so not relayed: before anything went, a 502 says so; after, the response is cut.
   const refuse = (detail: string): void => {
-    if (cut) return;
+    if (cut || plain) return;
+    if (sniffed !== null && detail !== 'decoded_limit') return toPlain();
     ex.fail(upstream('unscannable_encoding', detail));
     if (headed) return stop(null);
     headed = true;
@@ -229,7 +288,7 @@ export function relayCompressed(
   const settle = (then: () => void): void => {
     let i = 0;
     const next = (): void => {
-      if (cut) return;
+      if (cut || plain) return;
       const s = stages[i++];
       if (s === undefined) then();
       else (s as unknown as zlib.Zlib).flush(() => setImmediate(next));
@@ -272,9 +331,14 @@ export function relayCompressed(
     if (to >= 0) releaseTo(Math.min(to, (fed[0] as number) - raw.holding));
     if ((fed[0] as number) - released > MAX_HELD) refuse('held');
   };
-  proxyRes.on('data', (chunk: Buffer) => {
+  const onData = (chunk: Buffer): void => {
     if (cut) return;
     ex.bytesOut += chunk.length;
+    if (plain) {
+      const out = raw.push(chunk);
+      send(proxyRes, res, out);
+      return;
+    }
     if (stages.length === 0) open();
     queue.push(chunk);
     raw.push(chunk);
@@ -287,15 +351,23 @@ export function relayCompressed(
       releaseClean();
       if (!cut && !res.writableNeedDrain) proxyRes.resume();
     });
-  });
+  };
+  proxyRes.on('data', onData);
+  if (sniffed !== null) onData(sniffed);
   proxyRes.on('end', () => {
     if (cut) return;
+    if (plain) {
+      const rest = raw.end();
+      if (raw.found !== null) onSecret(ex, raw.found, false);
+      if (!res.writableEnded) res.end(rest ?? undefined);
+      return;
+    }
     if (stages.length === 0) {
       if (headOnce() && !res.writableEnded) res.end();
       return;
     }
     (stages.at(-1) as Transform).on('end', () => {
-      if (cut) return;
+      if (cut || plain) return;
       raw.end();
       if (raw.found !== null) return stop(raw.found);
       if (cost !== null) costRead(ex, cost);
