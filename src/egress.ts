@@ -100,7 +100,7 @@ export function maskHeaders(secrets: Secrets, raw: string[]): SecretForm[] | nul
   const scan = new BodyScan(secrets);
   const ranges = scan.matches(joined);
   if (ranges === null) return null;
-  for (let r = 0; r < ranges.length; r += 2) joined.fill(MASK, ranges[r] as number, (ranges[r] as number) + (ranges[r + 1] as number));
+  scan.apply(joined, ranges, joined.length);
   // Same lengths, so each value is where it was.
   let at = 0;
   for (let i = 0; i < raw.length; i++) {
@@ -110,6 +110,9 @@ export function maskHeaders(secrets: Secrets, raw: string[]): SecretForm[] | nul
   }
   return scan.found;
 }
+
+/** One occurrence: [first byte, past its last byte, which form]; longest forms come first within a run. */
+type Match = readonly [number, number, SecretForm];
 
 /**
  * A streaming scan of one body. `push` returns the bytes that may leave now
@@ -134,16 +137,40 @@ export class BodyScan {
   }
 
   push(chunk: Buffer): Buffer {
-    let buf = this.#held === null ? chunk : Buffer.concat([this.#held, chunk]);
+    const buf = this.#held === null ? chunk : Buffer.concat([this.#held, chunk]);
+    // Both on the bytes as they came: a match inside a possible secret start
+    // (the password's base64 inside the Basic credential) must not break it.
     const ranges = this.matches(buf);
-    if (ranges !== null) {
-      // The chunk may be a view of a buffer that is not ours to change.
-      if (this.#held === null) buf = Buffer.from(buf);
-      for (let r = 0; r < ranges.length; r += 2) buf.fill(MASK, ranges[r] as number, (ranges[r] as number) + (ranges[r + 1] as number));
-    }
     const keep = this.#tail(buf);
-    this.#held = keep === 0 ? null : Buffer.from(buf.subarray(buf.length - keep));
-    return keep === 0 ? buf : buf.subarray(0, buf.length - keep);
+    const cut = buf.length - keep;
+    this.#held = keep === 0 ? null : Buffer.from(buf.subarray(cut));
+    if (ranges === null) return keep === 0 ? buf : buf.subarray(0, cut);
+    // The chunk may be a view of a buffer that is not ours to change.
+    const out = Buffer.from(buf.subarray(0, cut));
+    this.apply(out, ranges, cut);
+    return out;
+  }
+
+  /**
+   * Mask in `out` the matches that start before `cut` (the longest form
+   * first, so one inside another is masked, not reported), and note their
+   * forms. A match starting in the held tail is found again with the next
+   * chunk; one that runs from before `cut` into it is masked in the held
+   * bytes too, so it never leaves in part.
+   */
+  apply(out: Buffer, ranges: readonly Match[], cut: number): void {
+    for (let r = 0; r < ranges.length; r++) {
+      const [from, to, form] = ranges[r] as Match;
+      if (from >= cut) continue;
+      out.fill(MASK, from, Math.min(to, out.length));
+      if (to > cut && this.#held !== null) this.#held.fill(MASK, 0, Math.min(to - cut, this.#held.length));
+      let inside = false;
+      for (let q = 0; q < r && !inside; q++) {
+        const [f2, t2] = ranges[q] as Match;
+        inside = f2 <= from && to <= t2;
+      }
+      if (!inside && (this.found === null || !this.found.includes(form))) (this.found ??= []).push(form);
+    }
   }
 
   end(): Buffer | null {
@@ -153,8 +180,8 @@ export class BodyScan {
   }
 
   /**
-   * Every match in `buf` as (start, length) pairs, found on the unmasked
-   * bytes (two secrets that overlap are both masked whole), or null.
+   * Every match in `buf`, found on the bytes as they came (two secrets
+   * that overlap are both masked whole), or null.
    *
    * Every spelling of a secret is at least as long as the secret and longer
    * than `stride`, so an occurrence holds the two bytes at p, p+1 for some p
@@ -165,12 +192,12 @@ export class BodyScan {
    * 10 MiB stream costs a table lookup per `stride` bytes rather than a full
    * search per secret (bench/README.md, egress filter).
    */
-  matches(buf: Buffer): number[] | null {
+  matches(buf: Buffer): Match[] | null {
     const { alphabet: A, pairs: P, stride: t } = this.#secrets;
     const n = buf.length - 1;
     // Pairs read two bytes at a time (little-endian: first | second << 8).
     const view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
-    let ranges: number[] | null = null;
+    let ranges: Match[] | null = null;
     let searched = 0;
     for (let p = t - 1; p < n; p += t) {
       if (P[view.getUint16(p, true)] === 0 || p < searched) continue;
@@ -186,17 +213,9 @@ export class BodyScan {
     return ranges;
   }
 
-  #search(buf: Buffer, a: number, b: number, ranges: number[] | null): number[] | null {
+  #search(buf: Buffer, a: number, b: number, ranges: Match[] | null): Match[] | null {
     let out = ranges;
-    const first = ranges?.length ?? 0;
-    searchRun(buf, a, b, this.#secrets.forms, (f, from, to) => {
-      // Longest forms come first: one inside a match already made (the
-      // password's base64 inside the Basic credential) is masked, not reported.
-      let inside = false;
-      for (let r = first; out !== null && r < out.length && !inside; r += 2) inside = (out[r] as number) <= from && to <= (out[r] as number) + (out[r + 1] as number);
-      (out ??= []).push(from, to - from);
-      if (!inside && (this.found === null || !this.found.includes(f))) (this.found ??= []).push(f);
-    });
+    searchRun(buf, a, b, this.#secrets.forms, (f, from, to) => (out ??= []).push([from, to, f]));
     return out;
   }
 

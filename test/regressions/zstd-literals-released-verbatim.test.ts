@@ -8,12 +8,13 @@
 // position of every coding: no byte of the key, raw or decoded, reaches the
 // client.
 import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
 import net from 'node:net';
 import type { Transform } from 'node:stream';
 import zlib from 'node:zlib';
 import { test } from 'node:test';
 import { raw } from '../support/client.ts';
-import { startGateway } from '../support/gateway.ts';
+import { sampleSecrets, startGateway } from '../support/gateway.ts';
 
 type Decoder = zlib.Zlib & Transform;
 const CODINGS: ReadonlyArray<[string, (b: Buffer) => Buffer, () => Decoder]> = [
@@ -53,13 +54,27 @@ test('no split of a compressed body lets any byte of the key reach the client, r
     socket.on('error', () => socket.destroy());
   });
   await new Promise<void>((r) => up.listen(0, '127.0.0.1', r));
-  const gw = await startGateway({ speech: `http://127.0.0.1:${(up.address() as net.AddressInfo).port}` });
+  const gw = await startGateway({
+    speech: `http://127.0.0.1:${(up.address() as net.AddressInfo).port}`,
+    secrets: { ...sampleSecrets(), speech: [`sk_${randomBytes(24).toString('base64url')}`] },
+  });
   try {
     const key = gw.secrets.speechKey;
-    const json = Buffer.from(`{"xi_api_key":"${key}","subscription":{"tier":"creator","character_count":1200}}`);
+    // Repeats make it a compressed block; its few literals, the key among them, are stored raw.
+    const short = Buffer.from(`{"xi_api_key":"${key}","voices":[{"voice_id":"v1"},{"voice_id":"v2"},{"voice_id":"v3"}]}`);
+    // Enough text that zstd codes the literals (the key among them) with Huffman: never verbatim in the compressed bytes.
+    const words = 'the quick brown fox jumps over the lazy dog while voices speak softly in a studio near the river bank '.repeat(3);
+    const long = Buffer.from(`{"description":"${words}","xi_api_key":"${key}","subscription":{"tier":"creator","note":"${words.slice(0, 120)}"}}`);
+    const huffman = zlib.zstdCompressSync(long, { params: { [zlib.constants.ZSTD_c_compressionLevel]: 19 } });
+    assert.ok(!huffman.includes(Buffer.from(key.slice(0, 8))), 'the key is not verbatim in the compressed bytes');
+    const verbatim = zlib.zstdCompressSync(short);
+    assert.ok(verbatim.includes(Buffer.from(key)) && verbatim.length < short.length, 'the key is verbatim in a compressed block');
+    const bodies: Array<[string, Buffer, () => Decoder]> = [
+      ...CODINGS.map(([name, compress, decoder]): [string, Buffer, () => Decoder] => [name, compress(short), decoder]),
+      ['zstd', huffman, (CODINGS[0] as (typeof CODINGS)[0])[2]],
+    ];
     let cuts = 0;
-    for (const [name, compress, decoder] of CODINGS) {
-      const body = compress(json);
+    for (const [name, body, decoder] of bodies) {
       for (let at = 1; at < body.length; at++) {
         coding = name;
         parts = [body.subarray(0, at), body.subarray(at)];
