@@ -5,7 +5,7 @@
 // is replaced by as many `*` as it has bytes, so Content-Length and framing
 // stay right. Pure: no I/O here; relay.ts drives it as the body streams.
 import type { Route } from './routes.ts';
-import { base64Middles, MAX_UNIT, prefixTail, searchRun, spellingTables } from './spellings.ts';
+import { base64Middles, MAX_UNIT, prefixTail, searchRun, spellingsOf, spellingTables } from './spellings.ts';
 
 /** Shorter values are not filtered (they would mask ordinary text); the start-up log names them. */
 const MIN_SECRET_LENGTH = 8;
@@ -35,6 +35,8 @@ export class Secrets {
   readonly stride: number;
   /** The longest secret's length. */
   readonly longest: number;
+  /** 1 for every byte that can begin a spelling of some secret (NUL too: UTF-16 big-endian). */
+  readonly starts: Uint8Array;
 
   constructor(forms: readonly SecretForm[]) {
     this.forms = forms;
@@ -49,6 +51,9 @@ export class Secrets {
     }
     this.stride = Number.isFinite(shortest) ? Math.max(1, shortest - 1) : 1;
     this.longest = longest;
+    this.starts = new Uint8Array(256);
+    this.starts[0] = 1;
+    for (const f of forms) for (const u of spellingsOf(f.folded[0] as string)) this.starts[u.charCodeAt(0)] = 1;
   }
 
   get empty(): boolean {
@@ -233,7 +238,11 @@ export class BodyScan {
     // No spelling of a proper prefix is longer than this.
     const limit = Math.max(0, n - longest * MAX_UNIT);
     while (r > limit && A[buf[r - 1] as number] === 1) r--;
-    const at = prefixTail(buf, r, n, forms);
+    // Only a byte that can begin a spelling of a secret can begin the tail: most runs hold none.
+    let start = r;
+    while (start < n && this.#secrets.starts[buf[start] as number] === 0) start++;
+    if (start === n) return 0;
+    const at = prefixTail(buf, start, n, forms);
     return at < 0 ? 0 : n - at;
   }
 }
