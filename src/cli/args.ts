@@ -1,5 +1,6 @@
 // What every command shares (docs/cli.md): the process seam `Io`, exit
-// codes, help texts, strict argument parsing and option readers. Pure.
+// codes, help texts, strict argument parsing and option readers (which read
+// a file where an option names one).
 import { readFileSync } from 'node:fs';
 import type { Writable } from 'node:stream';
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
