@@ -4,7 +4,7 @@
 // the known name closest to it. Pure.
 
 /** Read by the launcher or by tests, not by the configuration. */
-const ELSEWHERE = new Set(['KEYWARD_CONFIG_FILE', 'KEYWARD_FROM_SOURCE', 'KEYWARD_INHERITED_FD', 'KEYWARD_STRICT_ENV', 'KEYWARD_TEST_DATABASE_URL']);
+export const ELSEWHERE: ReadonlySet<string> = new Set(['KEYWARD_CONFIG_FILE', 'KEYWARD_FROM_SOURCE', 'KEYWARD_INHERITED_FD', 'KEYWARD_STRICT_ENV', 'KEYWARD_TEST_DATABASE_URL']);
 
 export interface UnknownVariable {
   readonly name: string;

@@ -1,0 +1,55 @@
+// Where a document lists what the code defines, the two are compared, so
+// neither can change without the other: the options (README's table), the
+// error codes (docs/responses.md, docs/limits.md), the metrics
+// (docs/operations.md) and the PostgreSQL migrations (docs/fleet.md).
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { test } from 'node:test';
+import { knownVariables } from '../../src/config.ts';
+import { ELSEWHERE } from '../../src/config/unknown.ts';
+import { ERRORS } from '../../src/errors.ts';
+import { MIGRATIONS } from '../../src/keys/pg-schema.ts';
+import { Metrics } from '../../src/metrics.ts';
+
+const read = (path: string): string => readFileSync(new URL(`../../${path}`, import.meta.url), 'utf8');
+
+test("README's option table lists every option the configuration reads, and nothing else", () => {
+  const readme = read('README.md');
+  // A row's first cell names one option or several (`KEYWARD_SEO_LOGIN`, `KEYWARD_SEO_PASSWORD`).
+  const firstCells = [...readme.matchAll(/^\| (`KEYWARD_[^|]*) \|/gm)].map((m) => m[1] as string);
+  const rows = new Set(firstCells.flatMap((cell) => [...cell.matchAll(/`(KEYWARD_[A-Z0-9_]+)`/g)].map((m) => m[1] as string)));
+  const known = new Set(knownVariables());
+  // A secret's `_FILE` twin is covered by the table's rule for secrets (`KEYWARD_<NAME>_FILE`).
+  assert.match(readme, /`KEYWARD_<NAME>_FILE`/);
+  const missing = [...known].filter((k) => !rows.has(k) && !(k.endsWith('_FILE') && rows.has(k.slice(0, -5))));
+  assert.deepEqual(missing, [], 'read by the configuration, not in the table');
+  const stale = [...rows].filter((r) => !known.has(r) && !ELSEWHERE.has(r));
+  assert.deepEqual(stale, [], 'in the table, read by nothing');
+});
+
+test('every error code the gateway answers with is documented, and the documented ones exist', () => {
+  const codes = new Set<string>(Object.values(ERRORS).map((e) => e.code));
+  const docs = read('docs/responses.md') + read('docs/limits.md');
+  assert.deepEqual([...codes].filter((c) => !docs.includes(`\`${c}\``)), []);
+  const table = [...read('docs/responses.md').matchAll(/^\| \d{3} \| `([a-z_]+)` \|/gm)].map((m) => m[1] as string);
+  assert.ok(table.length > 5);
+  assert.deepEqual(table.filter((c) => !codes.has(c)), []);
+  // Each status with its code, as the catalogue pairs them.
+  for (const e of Object.values(ERRORS)) if (table.includes(e.code)) assert.match(read('docs/responses.md'), new RegExp(`^\\| ${e.status} \\| \`${e.code}\``, 'm'), e.code);
+});
+
+test("every keyward_ metric is in docs/operations.md's list, and the list names no other", async () => {
+  const text = await new Metrics({ defaults: false, routes: ['scraper'] }).text();
+  const served = new Set([...text.matchAll(/^# HELP (keyward_[a-z_]+)/gm)].map((m) => m[1] as string));
+  assert.ok(served.size > 5);
+  const section = read('docs/operations.md').split('## Metrics')[1]?.split('\n## ')[0] ?? '';
+  const listed = new Set([...section.matchAll(/`(keyward_[a-z_]+)/g)].map((m) => m[1] as string));
+  assert.deepEqual([...served].filter((m) => !listed.has(m)), [], 'served, not documented');
+  assert.deepEqual([...listed].filter((m) => !served.has(m)), [], 'documented, not served');
+});
+
+test('docs/fleet.md lists each migration, numbered as the schema applies them', () => {
+  const section = read('docs/fleet.md').split('Versioned migrations')[1]?.split('\n## ')[0] ?? '';
+  const numbers = [...section.matchAll(/^(\d+)\. /gm)].map((m) => Number(m[1]));
+  assert.deepEqual(numbers, MIGRATIONS.map((_, i) => i + 1));
+});
