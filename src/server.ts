@@ -95,7 +95,6 @@ function serverOptions(config: Config): http.ServerOptions {
 }
 
 // Kept where it was first exported from, for callers that import it from here.
-export { restartOnlyChanges };
 
 export async function createGateway(config: Config, store: KeyStore, logger: Logger, options: GatewayOptions = {}): Promise<Gateway> {
   const metrics = options.metrics ?? new Metrics({ routes: config.routes.map((r) => r.name) });

@@ -195,5 +195,3 @@ export class KeySet {
   }
 }
 
-// Header parsing is auth.ts's; kept importable from here for earlier callers.
-export { basicPassword, bearerToken } from '../auth.ts';

@@ -13,7 +13,6 @@ import { reconnectDelayMs, watchTable } from './pg-watch.ts';
 import { validRecords } from './record.ts';
 import type { Change, KeyStore, UpdateOptions } from './store.ts';
 
-export { MIGRATIONS, notice, noticeVersion } from './pg-schema.ts';
 
 /** Where the keys are, for messages: host, port and database, never the password. */
 function describeDatabase(url: string): string {

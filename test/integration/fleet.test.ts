@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { serialiseKeysFile } from '../../src/keys/file-store.ts';
 import { generateToken, tokenDigest } from '../../src/keys/token.ts';
-import { MIGRATIONS } from '../../src/keys/pg-store.ts';
+import { MIGRATIONS } from '../../src/keys/pg-schema.ts';
 import { request } from '../support/client.ts';
 import { deadline, eventually } from '../support/deadline.ts';
 import { runCli, startCli } from '../support/cli.ts';

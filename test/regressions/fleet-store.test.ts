@@ -4,7 +4,8 @@
 // skipped alone, and a set that cannot be put in force fails closed.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { PgKeyStore, MIGRATIONS } from '../../src/keys/pg-store.ts';
+import { MIGRATIONS } from '../../src/keys/pg-schema.ts';
+import { PgKeyStore } from '../../src/keys/pg-store.ts';
 import type { KeyRecord } from '../../src/keys/keyset.ts';
 import { generateToken, tokenDigest as hexDigest } from '../../src/keys/token.ts';
 import { request } from '../support/client.ts';

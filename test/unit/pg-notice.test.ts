@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { notice, noticeVersion } from '../../src/keys/pg-store.ts';
+import { notice, noticeVersion } from '../../src/keys/pg-schema.ts';
 
 test('a change notice names the version and the ids, or only their number when they would not fit', () => {
   assert.deepEqual(JSON.parse(notice('42', ['key_a', 'key_b'])), { version: '42', ids: ['key_a', 'key_b'] });

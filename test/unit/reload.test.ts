@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { loadConfig } from '../../src/config.ts';
-import { restartOnlyChanges } from '../../src/server.ts';
+import { restartOnlyChanges } from '../../src/runtime.ts';
 
 const read = (): string => {
   throw Object.assign(new Error('no file'), { code: 'ENOENT' });
