@@ -236,12 +236,20 @@ export function relayCompressed(
    * a plain body, its raw bytes masked as they stream.
    */
   let plain = false;
+  /** The upstream's body ended (the decoders may still be working on it). */
+  let ended = false;
+  const finishPlain = (): void => {
+    const rest = raw.end();
+    if (raw.found !== null) onSecret(ex, raw.found, false);
+    if (!res.writableEnded) res.end(rest ?? undefined);
+  };
   const toPlain = (): void => {
     plain = true;
     for (const s of stages) s.destroy();
     releaseTo((fed[0] as number) - raw.holding);
     queue = [];
-    if (!res.writableNeedDrain) proxyRes.resume();
+    if (ended) finishPlain();
+    else if (!res.writableNeedDrain) proxyRes.resume();
   };
   // Not scannable, so not relayed: before anything went, a 502 says so; after, the response is cut.
   const refuse = (detail: string): void => {
@@ -340,9 +348,13 @@ export function relayCompressed(
       return;
     }
     if (stages.length === 0) open();
-    queue.push(chunk);
-    raw.push(chunk);
-    if (raw.found !== null) return stop(raw.found);
+    // What goes is the raw scan's output: the same bytes, less a tail that
+    // may start a secret (it goes with the next chunk), a secret masked. A
+    // labelled body with a secret in its raw bytes is cut; a sniffed one
+    // may be plain text after all, so it goes on, masked.
+    const out = raw.push(chunk);
+    if (raw.found !== null && sniffed === null) return stop(raw.found);
+    if (out.length > 0) queue.push(out);
     frames?.push(chunk);
     proxyRes.pause();
     fed[0] = (fed[0] as number) + chunk.length;
@@ -355,21 +367,19 @@ export function relayCompressed(
   proxyRes.on('data', onData);
   if (sniffed !== null) onData(sniffed);
   proxyRes.on('end', () => {
+    ended = true;
     if (cut) return;
-    if (plain) {
-      const rest = raw.end();
-      if (raw.found !== null) onSecret(ex, raw.found, false);
-      if (!res.writableEnded) res.end(rest ?? undefined);
-      return;
-    }
+    if (plain) return finishPlain();
     if (stages.length === 0) {
       if (headOnce() && !res.writableEnded) res.end();
       return;
     }
     (stages.at(-1) as Transform).on('end', () => {
       if (cut || plain) return;
-      raw.end();
-      if (raw.found !== null) return stop(raw.found);
+      const rest = raw.end();
+      if (raw.found !== null && sniffed === null) return stop(raw.found);
+      if (rest !== null) queue.push(rest);
+      if (raw.found !== null) onSecret(ex, raw.found, false);
       if (cost !== null) costRead(ex, cost);
       // The body ended: a tail held as a possible start of a secret is none.
       releaseTo(fed[0] as number);
