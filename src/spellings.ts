@@ -180,15 +180,51 @@ export function searchRun<F extends Folded>(buf: Buffer, start: number, end: num
     }
     return;
   }
+  const firsts = firstsOf(forms);
   for (let i = 0; i < src.length; i++) {
+    // What the character here can read as, decoded once for every secret:
+    // the byte itself, and the escape that starts here.
     const x = src[i] as number;
-    const introducer = isIntroducer(x);
+    const literal = fold(x);
+    let escaped = -1;
+    if (isIntroducer(x)) {
+      const e = escapeAt(src, i, src.length);
+      if (e !== null && e !== 'cut') escaped = fold(e[0]);
+    }
+    if (firsts[literal & 0xff] === 0 && (escaped < 0 || firsts[escaped & 0xff] === 0)) continue;
     for (const f of forms) {
-      if (!introducer && fold(x) !== f.folded.charCodeAt(0)) continue;
+      const c = f.folded.charCodeAt(0);
+      if (literal !== c && escaped !== c) continue;
       const e = matchAt(src, i, f.folded, 0, false);
       if (e > i) hit(f, place(i), place(e - 1) + 1);
     }
   }
+}
+
+const FIRSTS = new WeakMap<readonly Folded[], Uint8Array>();
+
+/** 1 for each (folded) first character of a secret, by its low byte: a quick no for most positions. */
+function firstsOf(forms: readonly Folded[]): Uint8Array {
+  let t = FIRSTS.get(forms);
+  if (t === undefined) {
+    t = new Uint8Array(256);
+    for (const f of forms) t[f.folded.charCodeAt(0) & 0xff] = 1;
+    FIRSTS.set(forms, t);
+  }
+  return t;
+}
+
+/**
+ * What the character at src[i] can read as: the byte itself (folded), and
+ * the escape starting there (folded), or -1; an escape the run ends inside
+ * reads as anything (-2).
+ */
+function firstCodes(src: Buffer, i: number): readonly [number, number] {
+  const x = src[i] as number;
+  if (!isIntroducer(x)) return [fold(x), -1];
+  const e = escapeAt(src, i, src.length);
+  if (e === 'cut') return [fold(x), -2];
+  return [fold(x), e === null ? -1 : fold(e[0])];
 }
 
 /**
@@ -200,18 +236,24 @@ export function prefixTail(buf: Buffer, start: number, end: number, forms: reado
   const { src, place, plain } = prepare(buf, start, end);
   if (plain) {
     const text = src.toString('latin1').toLowerCase();
-    // Earliest start first: the first hit is the longest tail.
-    for (let k = 0; k < text.length; k++) {
+    // Earliest start first: the first hit is the longest tail. Each byte
+    // stands for itself here, so a proper prefix is shorter than the
+    // longest secret: only the last so many starts can be one.
+    const longest = forms.reduce((n, f) => Math.max(n, f.folded.length), 0);
+    for (let k = Math.max(0, text.length - longest + 1); k < text.length; k++) {
       const rest = text.slice(k);
       for (const f of forms) if (rest.length < f.folded.length && f.folded.startsWith(rest)) return start + k;
     }
     return -1;
   }
+  const firsts = firstsOf(forms);
   for (let k = 0; k < src.length; k++) {
     const x = src[k] as number;
-    const introducer = isIntroducer(x);
+    if (!isIntroducer(x) && firsts[fold(x) & 0xff] === 0) continue;
+    const [literal, escaped] = firstCodes(src, k);
     for (const f of forms) {
-      if (!introducer && fold(x) !== f.folded.charCodeAt(0)) continue;
+      const c = f.folded.charCodeAt(0);
+      if (literal !== c && escaped !== c && escaped !== -2) continue;
       if (matchAt(src, k, f.folded, 0, true) === PREFIX) return place(k);
     }
   }
