@@ -2,6 +2,7 @@
 // one row here: a stable `code` (the contract, docs/responses.md) plus a fixed message.
 // Bodies are serialised once at load time, so replying costs one write.
 import { STATUS_CODES } from 'node:http';
+import type { LimitDetail } from './usage/limiter.ts';
 
 export type ErrorCode =
   | 'bad_request'
@@ -75,6 +76,31 @@ export const ERRORS: { readonly [K in ErrorName]: GatewayError } = Object.freeze
     ]),
   ) as { [K in ErrorName]: GatewayError },
 );
+
+/** A number as a person reads it: no float dust (0.1 + 0.2), no exponent. */
+const plain = (n: number): string => String(Math.round(n * 1e6) / 1e6);
+
+/**
+ * A 429 from a key's limits that explains itself (docs/limits.md,
+ * "Refusals"): the catalogue's code, a sentence naming the limit, its value
+ * and when it resets, and the same as fields under `limit`, `unit` being
+ * the route's for a budget (`usd`, `characters`) and `requests` otherwise.
+ * The only answer built per request: its numbers are the request's own.
+ */
+export function limitRefusal(base: GatewayError, d: LimitDetail, budgetUnit: string): GatewayError {
+  const unit = d.kind === 'budget' ? budgetUnit : 'requests';
+  const per = d.period === null ? '' : ` per ${d.period}`;
+  const message =
+    d.kind === 'quota'
+      ? `Quota of ${plain(d.value)} requests${per} used up; it resets at ${d.resets}.`
+      : d.kind === 'budget'
+        ? `Budget of ${plain(d.value)} ${unit}${per} on ${d.route} used up (${plain(d.used)} spent or reserved); it resets at ${d.resets}.`
+        : d.kind === 'rate'
+          ? `Rate limit of ${plain(d.value)} requests per ${d.window} s reached; the next request is allowed at ${d.resets}.`
+          : `Concurrency limit of ${plain(d.value)} requests in flight reached; one may start when another finishes.`;
+  const limit = { kind: d.kind, ...(d.route === null ? {} : { route: d.route }), value: d.value, unit, used: d.used, period: d.period, ...(d.window === null ? {} : { window: d.window }), resets: d.resets };
+  return { ...base, message, body: Buffer.from(JSON.stringify({ error: message, code: base.code, limit })) };
+}
 
 /**
  * Upstream failures, translated in one place. The gateway owns

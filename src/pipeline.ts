@@ -8,7 +8,7 @@ import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
 import { presentedToken } from './auth.ts';
 import type { Complete } from './completion.ts';
-import { ERRORS, type GatewayError } from './errors.ts';
+import { ERRORS, limitRefusal, type GatewayError } from './errors.ts';
 import { answer, isClosing, writeRawError } from './reply.ts';
 import { Exchange, type GatewayRequest } from './exchange.ts';
 import type { Forwarder } from './forward.ts';
@@ -117,7 +117,9 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
     if (r.limit !== null) headers['ratelimit-limit'] = r.limit;
     if (r.remaining !== null) headers['ratelimit-remaining'] = r.remaining;
     if (r.policy !== null) headers['ratelimit-policy'] = r.policy;
-    answer(ex, res, LIMIT_ERRORS[r.code], hasBody(req) || deps.draining(), headers);
+    const base = LIMIT_ERRORS[r.code];
+    const err = r.detail === null ? base : limitRefusal(base, r.detail, (ex.route as NonNullable<Exchange['route']>).cost?.unit ?? 'usd');
+    answer(ex, res, err, hasBody(req) || deps.draining(), headers);
   }
 
   function refuse(ex: Exchange, req: GatewayRequest, res: ServerResponse, err: GatewayError): void {

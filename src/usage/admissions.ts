@@ -39,7 +39,7 @@ interface DoneMessage {
 
 /** How long a worker waits for the primary's answer before refusing (the primary is stuck or gone). */
 const ANSWER_MS = 5_000;
-const NO_ANSWER: Refused = { code: 'concurrency_limited', retryAfter: 1, limit: null, remaining: null, reset: 1, policy: null };
+const NO_ANSWER: Refused = { code: 'concurrency_limited', detail: null, retryAfter: 1, limit: null, remaining: null, reset: 1, policy: null };
 
 /** The limits as sent to the primary: serialised once per key record. */
 const SENT = new WeakMap<object, string>();

@@ -14,8 +14,27 @@ import { periodOf, type Period, type Policy } from './policy.ts';
 
 export type LimitCode = 'rate_limited' | 'concurrency_limited' | 'quota_exceeded' | 'budget_exceeded';
 
+/**
+ * Which limit refused, in the client's terms (docs/limits.md, "Refusals"):
+ * its value, what is used of it, its period or window, and when it resets
+ * (RFC 3339; null for concurrency, which frees up as requests finish).
+ */
+export interface LimitDetail {
+  readonly kind: 'quota' | 'budget' | 'rate' | 'concurrency';
+  /** A budget's route; null for the others (they are per key). */
+  readonly route: string | null;
+  readonly value: number;
+  readonly used: number;
+  readonly period: Period | null;
+  /** A rate's window in seconds. */
+  readonly window: number | null;
+  readonly resets: string | null;
+}
+
 export interface Refused {
   readonly code: LimitCode;
+  /** Null only when the primary did not answer (workers). */
+  readonly detail: LimitDetail | null;
   /** Whole seconds, at least 1: until a token, a slot, or the period's end. */
   readonly retryAfter: number;
   /**
@@ -134,13 +153,15 @@ export class Limiter {
   #admit(keyId: string, policy: Policy, route: string, now: number, share: number): Admission | Refused {
     const quota = policy.quota;
     const units = quota === null ? 0 : (this.#units.get(keyId) ?? 0);
-    if (quota !== null && this.#use.requests(keyId, quota.period, now) + units >= quota.count) return periodOver('quota_exceeded', quota.count, quota.period, now);
+    if (quota !== null) {
+      const used = this.#use.requests(keyId, quota.period, now) + units;
+      if (used >= quota.count) return periodOver('quota_exceeded', quota.count, quota.period, now, used, null);
+    }
     const budget = policy.budgets.get(route);
     const slot = `${keyId}\u0000${route}`;
     const held = budget === undefined ? 0 : (this.#reserved.get(slot) ?? 0);
-    if (budget !== undefined && this.#use.cost(keyId, route, budget.period, now) + held >= budget.amount) {
-      return periodOver('budget_exceeded', budget.amount, budget.period, now);
-    }
+    const spent = budget === undefined ? 0 : this.#use.cost(keyId, route, budget.period, now) + held;
+    if (budget !== undefined && spent >= budget.amount) return periodOver('budget_exceeded', budget.amount, budget.period, now, spent, route);
     const limit = this.#local(keyId, policy, now, share);
     if (typeof limit !== 'number') return limit;
     if (limit === 0 && quota === null && budget === undefined) return NOTHING;
@@ -169,7 +190,8 @@ export class Limiter {
       attempt >= 50 ? refused : p.then(() => this.#leased(leases, keyId, policy, route, Date.now(), share, attempt + 1));
     if (quota !== null) {
       const took = leases.take(keyId, 'quota', q, quota.count, 1);
-      const refused = periodOver('quota_exceeded', quota.count, quota.period, at);
+      // The fleet's allowance is taken (spent or leased to gateways): all of it is in use.
+      const refused = periodOver('quota_exceeded', quota.count, quota.period, at, quota.count, null);
       if (took instanceof Promise) return later(took, refused);
       if (!took) return refused;
     }
@@ -178,7 +200,7 @@ export class Limiter {
     };
     if (budget !== undefined) {
       const took = leases.take(keyId, kind, b, budget.amount, estimate);
-      const refused = periodOver('budget_exceeded', budget.amount, budget.period, at);
+      const refused = periodOver('budget_exceeded', budget.amount, budget.period, at, budget.amount, route);
       if (took !== true) untake();
       if (took instanceof Promise) return later(took, refused);
       if (!took) return refused;
@@ -214,7 +236,10 @@ export class Limiter {
     const limit = policy.concurrency === null ? null : Math.max(1, Math.ceil(policy.concurrency / share));
     const running = this.#inFlight.get(keyId) ?? 0;
     // The key's concurrency, not this gateway's share of it: the client's view. No time window, so no policy.
-    if (limit !== null && running >= limit) return { code: 'concurrency_limited', retryAfter: 1, limit: policy.concurrency, remaining: 0, reset: 1, policy: null };
+    if (limit !== null && running >= limit) {
+      const detail: LimitDetail = { kind: 'concurrency', route: null, value: policy.concurrency as number, used: running, period: null, window: null, resets: null };
+      return { code: 'concurrency_limited', detail, retryAfter: 1, limit: policy.concurrency, remaining: 0, reset: 1, policy: null };
+    }
     if (policy.rate !== null) {
       const { count, seconds: per } = policy.rate;
       const burst = Math.max(1, policy.rate.burst / share);
@@ -226,7 +251,8 @@ export class Limiter {
       if (bucket.tokens < 1) {
         const wait = seconds((1 - bucket.tokens) / perMs);
         // The key's rate per its window, its burst as the draft's `burst` parameter (not this gateway's share).
-        return { code: 'rate_limited', retryAfter: wait, limit: count, remaining: 0, reset: wait, policy: `${count};w=${per};burst=${policy.rate.burst}` };
+        const detail: LimitDetail = { kind: 'rate', route: null, value: count, used: count, period: null, window: per, resets: rfc3339(now + wait * 1000) };
+        return { code: 'rate_limited', detail, retryAfter: wait, limit: count, remaining: 0, reset: wait, policy: `${count};w=${per};burst=${policy.rate.burst}` };
       }
       bucket.tokens -= 1;
     }
@@ -242,12 +268,16 @@ export class Limiter {
   }
 }
 
-function periodOver(code: LimitCode, limit: number, period: Period, now: number): Refused {
+/** An instant as RFC 3339 in UTC, to the second. */
+const rfc3339 = (ms: number): string => new Date(Math.ceil(ms / 1000) * 1000).toISOString().replace('.000Z', 'Z');
+
+function periodOver(code: LimitCode, limit: number, period: Period, now: number, used: number, route: string | null): Refused {
   const { starts, ends } = periodOf(period, now);
   const wait = seconds(ends - now);
+  const detail: LimitDetail = { kind: code === 'budget_exceeded' ? 'budget' : 'quota', route, value: limit, used, period, window: null, resets: rfc3339(ends) };
   // A quota counts requests over the period (its window in seconds); a budget counts money or characters.
-  if (code === 'budget_exceeded') return { code, retryAfter: wait, limit: null, remaining: null, reset: wait, policy: null };
-  return { code, retryAfter: wait, limit, remaining: 0, reset: wait, policy: `${limit};w=${Math.round((ends - starts) / 1000)}` };
+  if (code === 'budget_exceeded') return { code, detail, retryAfter: wait, limit: null, remaining: null, reset: wait, policy: null };
+  return { code, detail, retryAfter: wait, limit, remaining: 0, reset: wait, policy: `${limit};w=${Math.round((ends - starts) / 1000)}` };
 }
 
 /** Take `n` from `map`'s entry for `k`, removing it at zero (floating-point dust included). */
