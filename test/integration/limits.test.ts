@@ -276,7 +276,11 @@ test('a crash loses at most one flush interval of the ledger; a cost that is not
     const gw = await startCli(['serve'], env, '"msg":"keyward listening"');
     const port = (JSON.parse(gw.output().split('\n').find((l) => l.includes('keyward listening')) as string) as { port: number }).port;
     for (let i = 0; i < 5; i++) assert.equal((await request(`http://127.0.0.1:${port}/speech/v1/x`, { headers: auth(token) })).status, 200);
-    await sleep(1_000); // several flushes
+    // Flushed: the ledger holds the first five (the drain never runs after SIGKILL).
+    const ledger = async (): Promise<number> => (JSON.parse((await runCli(['usage', '--json'], env)).stdout) as Array<{ requests: number }>).reduce((a, r) => a + r.requests, 0);
+    await eventually(async () => (await ledger()) === 5, 10_000, 'the first five flushed');
+    // The warning reaches the log (lines are written at least once a second) before the crash.
+    await eventually(() => gw.output().includes('reported a cost that is not a number'), 5_000, 'the cost warning logged');
     for (let i = 0; i < 3; i++) assert.equal((await request(`http://127.0.0.1:${port}/speech/v1/y`, { headers: auth(token) })).status, 200);
     gw.child.kill('SIGKILL');
     await deadline(gw.done, 10_000, 'killed');
