@@ -254,7 +254,8 @@ export function relayCompressed(
   // Not scannable, so not relayed: before anything went, a 502 says so; after, the response is cut.
   const refuse = (detail: string): void => {
     if (cut || plain) return;
-    if (sniffed !== null && detail !== 'decoded_limit') return toPlain();
+    // A sniffed body that does not decode (or ends early) is plain after all; one over a bound is cut like any other.
+    if (sniffed !== null && (detail === 'undecodable' || detail === 'trailing_bytes')) return toPlain();
     ex.fail(upstream('unscannable_encoding', detail));
     if (headed) return stop(null);
     headed = true;

@@ -43,6 +43,21 @@ test('a compressed body under another label is scanned decoded; a plain one that
         assert.ok(!decoded.includes(Buffer.from(key.slice(0, 6))), `${name}: decoded`);
       }
     }
+    // Unlabelled gzip that holds a secret's start, then more than 1 MiB of empty blocks, then the rest: cut, never relayed plain.
+    headers = 'content-type: application/octet-stream\r\n';
+    const start = zlib.gzipSync(`hello ${key.slice(0, 6)}`, { finishFlush: zlib.constants.Z_SYNC_FLUSH });
+    const rest = zlib.deflateRawSync(`${key.slice(6)} bye`);
+    body = Buffer.concat([start, Buffer.from('000000ffff'.repeat(230_000), 'hex'), rest]);
+    const held = await request(`${gw.url}/speech/v1/user`, { headers: { authorization: `Bearer ${gw.token}` } }).catch(() => null);
+    const heldBody = held?.body ?? Buffer.alloc(0);
+    let heldDecoded = Buffer.alloc(0);
+    try {
+      heldDecoded = zlib.gunzipSync(heldBody, { finishFlush: zlib.constants.Z_SYNC_FLUSH });
+    } catch {
+      // cut
+    }
+    assert.ok(heldBody.length < body.length, 'not relayed whole');
+    assert.ok(!heldDecoded.includes(Buffer.from(key.slice(0, 6))), 'the secret start never decodes at the client');
     // Text whose first two bytes are a valid zlib header ("x^"): not compressed, relayed whole.
     headers = 'content-type: text/plain\r\n';
     body = Buffer.from('x^2 + y^2 = r^2, the circle; nothing here is compressed at all.');
