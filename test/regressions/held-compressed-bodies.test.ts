@@ -120,6 +120,8 @@ test('a body whose every decoded chunk ends in a possible secret start streams t
         fc.array(fc.integer({ min: 2048, max: 40_000 }), { minLength: 1, maxLength: 6 }),
         async (spec, sizes) => {
           const plain = Buffer.from(spec.map(([n, tail]) => 'a'.repeat(n) + tail).join('') + 'a'.repeat(200_000));
+          // Starts of the token, never the whole of it (a start followed by `a` can complete a token ending in `a`).
+          fc.pre(!plain.toString('latin1').toLowerCase().includes(token.toLowerCase()));
           for (const level of [0, 6]) {
             const chunks = cutInto(zlib.gzipSync(plain, { level }), sizes);
             const ends: number[] = [];
