@@ -44,7 +44,7 @@ export function collect(child: ChildProcess): Promise<Result> {
 }
 
 /** Start a long-running command and wait until its output contains `ready`. */
-export async function startCli(args: string[], env: Record<string, string>, ready: string, stream: 'stdout' | 'stderr' = 'stdout', cwd?: string) {
+export async function startCli(args: string[], env: Record<string, string>, ready: string, stream: 'stdout' | 'stderr' = 'stdout', cwd?: string, readyMs = 20_000) {
   const child = spawn(BIN, args, { env: childEnv(env), cwd, stdio: ['ignore', 'pipe', 'pipe'] });
   const done = collect(child);
   let seen = '';
@@ -56,7 +56,7 @@ export async function startCli(args: string[], env: Record<string, string>, read
       });
       void done.then((r) => reject(new Error(`exited ${r.code} before ready: ${r.stderr}`)));
     }),
-    20_000,
+    readyMs,
     `keyward ${args.join(' ')} ready`,
   );
   return { child, done, output: () => seen };
