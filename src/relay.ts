@@ -32,7 +32,7 @@ const DECODERS: Readonly<Record<string, Decoder>> = {
 };
 
 /** The most content codings a response may stack (docs/security.md); more is a 502. */
-export const MAX_CODINGS = 3;
+const MAX_CODINGS = 3;
 
 /** The decoders for a response, outermost first, and whether the one coding is zstd. */
 export interface Decoders {
@@ -99,7 +99,7 @@ function send(proxyRes: IncomingMessage, res: ServerResponse, out: Buffer): void
  * of these is decoded by many clients (a saved `.gz`, a lenient library), so
  * it is scanned decoded too.
  */
-export function sniff(start: Buffer): Decoders | null {
+function sniff(start: Buffer): Decoders | null {
   const [a, b, c, d] = start;
   if (a === 0x1f && b === 0x8b && c === 0x08) return { list: [DECODERS.gzip as Decoder], zstd: false };
   if (a !== undefined && b !== undefined && (a & 0x0f) === 8 && a >> 4 <= 7 && ((a << 8) | b) % 31 === 0) return { list: [DECODERS.deflate as Decoder], zstd: false };
@@ -172,7 +172,7 @@ const RATIO_FROM = 1024 * 1024;
  * block (128 KiB) and more. Past it the response is cut: an honest body
  * does not go on this long decoding to nothing but a possible secret's start.
  */
-export const MAX_HELD = 1024 * 1024;
+const MAX_HELD = 1024 * 1024;
 
 /** Relay a compressed body, scanning a decompressed copy (see the header comment). */
 export function relayCompressed(

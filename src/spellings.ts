@@ -4,7 +4,7 @@
 // any character as `\u00XX` and PHP's json_encode writes `/` as `\/`, HTML
 // writes entities, a cookie or a token may carry it in base64, a log line
 // may upper-case it, a Windows tool may write it in UTF-16. The scan reads a
-// run of bytes the way such a decoder would (decodeRun) and compares it with
+// run of bytes the way such a decoder would (searchRun, prefixTail) and compares it with
 // each secret case-folded, so every mix of these spellings, in either hex
 // case, is one comparison. Pure: no I/O.
 
