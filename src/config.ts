@@ -63,6 +63,12 @@ export interface Config {
   readonly databaseTimeoutMs: number;
   /** With a shared store: refuse (503) once it has been unreachable this long, ms; 0 serves the last good set forever. */
   readonly keysMaxStalenessMs: number;
+  /** Where limit alerts are POSTed (docs/limits.md, "Alerts"); null: logs and metrics only. */
+  readonly alertWebhook: string | null;
+  /** The HMAC-SHA256 key of the webhook's `X-Keyward-Signature`; null: unsigned. */
+  readonly alertWebhookSecret: string | null;
+  /** How long after an alert fired its delivery is still retried, ms. */
+  readonly alertWebhookRetryMs: number;
   readonly routes: readonly Route[];
   /** KEYWARD_* variables no option reads (typos), with the closest known name; an error with KEYWARD_STRICT_ENV=1. */
   readonly unknownVariables: readonly UnknownVariable[];
@@ -129,6 +135,20 @@ function maxConnections(o: Options): number {
   if (/^[1-9]\d{0,6}$/.test(text)) return Number(text);
   o.problem('KEYWARD_MAX_CONNECTIONS must be a whole number from 1 to 9999999');
   return 10_000;
+}
+
+/** KEYWARD_ALERT_WEBHOOK: an http(s) URL, or unset. */
+function alertWebhook(o: Options): string | null {
+  const text = o.get('KEYWARD_ALERT_WEBHOOK');
+  if (text === undefined || text === '') return null;
+  try {
+    const url = new URL(text);
+    if (url.protocol === 'http:' || url.protocol === 'https:') return url.href;
+  } catch {
+    // Reported below.
+  }
+  o.problem('KEYWARD_ALERT_WEBHOOK must be an http:// or https:// URL');
+  return null;
 }
 
 /** KEYWARD_KEYS_MAX_STALENESS: a duration, or 0 (also the default) for never. */
@@ -211,6 +231,9 @@ function read(env: Env, readFile: ReadFile, cwd: string, providers: readonly Ups
     databaseTimeoutMs: o.duration('KEYWARD_DATABASE_TIMEOUT', '5s'),
     leaseTtlMs: o.duration('KEYWARD_LEASE_TTL', '30s'),
     keysMaxStalenessMs: staleness(o),
+    alertWebhook: alertWebhook(o),
+    alertWebhookSecret: secret(o, 'KEYWARD_ALERT_WEBHOOK_SECRET', readFile),
+    alertWebhookRetryMs: o.duration('KEYWARD_ALERT_WEBHOOK_RETRY', '6h'),
     routes: [],
     unknownVariables: [],
     enabledRoutes: [],

@@ -92,13 +92,13 @@ export function limitRefusal(base: GatewayError, d: LimitDetail, budgetUnit: str
   const per = d.period === null ? '' : ` per ${d.period}`;
   const message =
     d.kind === 'quota'
-      ? `Quota of ${plain(d.value)} requests${per} used up; it resets at ${d.resets}.`
+      ? `Quota of ${plain(d.value)} requests${per} used up; it resets at ${d.resetsAt}.`
       : d.kind === 'budget'
-        ? `Budget of ${plain(d.value)} ${unit}${per} on ${d.route} used up (${plain(d.used)} spent or reserved); it resets at ${d.resets}.`
+        ? `Budget of ${plain(d.value)} ${unit}${per} on ${d.route} used up (${plain(d.used)} spent or reserved); it resets at ${d.resetsAt}.`
         : d.kind === 'rate'
-          ? `Rate limit of ${plain(d.value)} requests per ${d.window} s reached; the next request is allowed at ${d.resets}.`
+          ? `Rate limit of ${plain(d.value)} requests per ${d.window} s reached; the next request is allowed at ${d.resetsAt}.`
           : `Concurrency limit of ${plain(d.value)} requests in flight reached; one may start when another finishes.`;
-  const limit = { kind: d.kind, ...(d.route === null ? {} : { route: d.route }), value: d.value, unit, used: d.used, period: d.period, ...(d.window === null ? {} : { window: d.window }), resets: d.resets };
+  const limit = { kind: d.kind, ...(d.route === null ? {} : { route: d.route }), value: d.value, unit, used: d.used, period: d.period, ...(d.window === null ? {} : { window: d.window }), resetsAt: d.resetsAt };
   return { ...base, message, body: Buffer.from(JSON.stringify({ error: message, code: base.code, limit })) };
 }
 

@@ -15,7 +15,7 @@ import type { Forwarder } from './forward.ts';
 import { runGuards } from './guards.ts';
 import { upstreamRequestHeaders } from './headers.ts';
 import type { LastUse } from './keys/last-use.ts';
-import type { KeySet } from './keys/keyset.ts';
+import type { KeySet, Principal } from './keys/keyset.ts';
 import { isWellFormed, redactTokens } from './keys/token.ts';
 import { neverConnected } from './outcome.ts';
 import type { AuthFailure, Metrics } from './metrics.ts';
@@ -48,7 +48,12 @@ export interface PipelineDeps {
   /** Admission against a key's limits: in this process, or asked of the primary (workers). */
   readonly admit: Admit;
   readonly ledger: Ledger;
+  /** GET /keyward/key's body for this key (usage/key-status.ts): at once, or once the primary or the store answered. */
+  keyStatus(principal: Principal, now: number): unknown;
 }
+
+/** The gateway's own prefix on the public listener (docs/limits.md, "A key's own status"). */
+const OWN = '/keyward/';
 
 export type Expect = 'none' | 'continue' | 'other';
 
@@ -163,6 +168,7 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
     }
     const principal = ex.principal as NonNullable<Exchange['principal']>;
     if (expect === 'other') return refuse(ex, req, res, ERRORS.expectationFailed);
+    if (url.startsWith(OWN)) return own(ex, req, res, principal, url);
 
     const match = matchRoute(rt.table, req.method as string, url);
     if (match.error !== null) return refuse(ex, req, res, match.error);
@@ -221,6 +227,29 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
     }
   }
 
+
+  /**
+   * The gateway's own paths: `GET /keyward/key`, the key's own status. Never
+   * forwarded, never counted against the key's limits, never refused by them.
+   */
+  function own(ex: Exchange, req: GatewayRequest, res: ServerResponse, principal: Principal, url: string): void {
+    const q = url.indexOf('?');
+    if ((q < 0 ? url : url.slice(0, q)) !== `${OWN}key`) return refuse(ex, req, res, ERRORS.noRoute);
+    if (req.method !== 'GET' && req.method !== 'HEAD') return refuse(ex, req, res, ERRORS.methodNotAllowed);
+    ex.logPath = `${OWN}key`;
+    const send = (body: unknown): void => {
+      if (ex.closed || res.headersSent) return;
+      if (body === null) return refuse(ex, req, res, ERRORS.keystoreUnavailable);
+      const text = Buffer.from(JSON.stringify(body));
+      ex.bytesOut = req.method === 'HEAD' ? 0 : text.length;
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': text.length, 'cache-control': 'no-store', ...(hasBody(req) ? { connection: 'close' } : {}) });
+      res.end(req.method === 'HEAD' ? undefined : text);
+    };
+    const body = deps.keyStatus(principal, Date.now());
+    // The store could not be read (a worker's, a fleet's): 503, as when keys cannot be.
+    if (body instanceof Promise) void body.then(send, () => send(null));
+    else send(body);
+  }
 
   function refuseRaw(req: GatewayRequest, socket: Duplex, err: GatewayError): void {
     const ex = new Exchange(`${boot}-${(++counter).toString(36)}`, req, req.url as string);

@@ -24,7 +24,11 @@ import { buildRuntime, idleReason, restartOnlyChanges } from './runtime.ts';
 import { Sweeper } from './timers.ts';
 import type { Admit } from './usage/admissions.ts';
 import { Ledger, type UsageStore } from './usage/ledger.ts';
-import { Limiter } from './usage/limiter.ts';
+import { Limiter, type Admission, type LimitState, type Refused } from './usage/limiter.ts';
+import type { Principal } from './keys/keyset.ts';
+import { keyStatus, StoreView, type StatusSources } from './usage/key-status.ts';
+import { createSpend, type Spend } from './usage/spend.ts';
+import { UPSTREAMS } from './routes.ts';
 import type { Clock } from './usage/leases.ts';
 import { fleetLeases, openUsageStore, writeOnly } from './usage/open.ts';
 import { spoolPrefix } from './usage/spool.ts';
@@ -75,6 +79,8 @@ export interface GatewayOptions {
   readonly admit?: Admit;
   /** The clock a fleet corrects by the database's (tests set this machine's clock elsewhere). */
   readonly clock?: Clock;
+  /** A worker's view of where a key's limits stand, asked of its primary (GET /keyward/key). */
+  readonly limitStatus?: (principal: Principal) => Promise<readonly LimitState[] | null>;
 }
 
 function serverOptions(config: Config): http.ServerOptions {
@@ -94,7 +100,30 @@ function serverOptions(config: Config): http.ServerOptions {
   };
 }
 
-// Kept where it was first exported from, for callers that import it from here.
+/** Each configured route's cost unit, or null for a route that reports none. */
+function costUnits(config: Config): (route: string) => string | null {
+  const units = new Map(UPSTREAMS.map((u) => [u.name, u.cost?.unit ?? null]));
+  for (const r of config.routes) units.set(r.name, r.cost?.unit ?? null);
+  return (route) => units.get(route) ?? null;
+}
+
+/** Admission in this process, its alerts checked once a request that reached the upstream was counted. */
+function alerting(limiter: Limiter, ledger: Ledger, spend: Spend): Admit {
+  return (principal, policy, route, now) => {
+    const r = limiter.admit(principal.id, policy, route, now, ledger.gateways);
+    if (policy.alerts.length === 0) return r;
+    const watch = (a: Admission | Refused): Admission | Refused =>
+      'code' in a
+        ? a
+        : {
+            done: (reached, cost) => {
+              a.done(reached, cost);
+              if (reached) spend.counted(principal, policy);
+            },
+          };
+    return r instanceof Promise ? r.then(watch) : watch(r);
+  };
+}
 
 export async function createGateway(config: Config, store: KeyStore, logger: Logger, options: GatewayOptions = {}): Promise<Gateway> {
   const metrics = options.metrics ?? new Metrics({ routes: config.routes.map((r) => r.name) });
@@ -128,7 +157,20 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
   await ledger.start(config.usageFlushMs);
   const leases = options.admit === undefined ? await fleetLeases(usageStore, ledger, config, options.clock) : null;
   const limiter = new Limiter(ledger, leases);
-  const admit: Admit = options.admit ?? ((principal, policy, route, now) => limiter.admit(principal.id, policy, route, now, ledger.gateways));
+  const units = costUnits(config);
+  // The process that decides limits answers where a key stands and fires its alerts; a worker asks its primary.
+  const spend: Spend | null =
+    options.admit === undefined ? createSpend({ config, store: usageStore, ledger, limiter, logger, registry: metrics.registry, unitOf: (r) => units(r) ?? 'usd' }) : null;
+  await spend?.start();
+  const admit: Admit = options.admit ?? (spend === null ? (p, policy, route, now) => limiter.admit(p.id, policy, route, now, ledger.gateways) : alerting(limiter, ledger, spend));
+  const statusSources: StatusSources =
+    spend?.status ??
+    (() => {
+      // A worker: the others' counts are in the store (read at most once per flush), its own not yet written are added.
+      const view = new StoreView(usageStore, ledger, config.usageFlushMs);
+      const remote = options.limitStatus ?? (() => Promise.resolve(null));
+      return { usage: (keyId, now) => view.usage(keyId, now), limits: (principal) => remote(principal) };
+    })();
   const credentialParams = (): ReadonlySet<string> => {
     const names = new Set<string>();
     for (const r of runtime.table.values()) for (const n of r.dropQuery) names.add(n);
@@ -145,6 +187,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     complete: createCompletion(logger, metrics, credentialParams, ledger),
     admit,
     ledger,
+    keyStatus: (principal, now) => keyStatus(statusSources, principal, units, now),
   });
 
   const server: http.Server =
@@ -255,6 +298,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
           // Requests may have taken the whole drain: the ledger still gets a moment to write or keep its counts.
           const left = Math.max(FINAL_WRITE_MS, endBy - Date.now());
           // Leases give back what they did not use, so the others may admit it at once.
+          spend?.stop();
           void Promise.all([within(lastUse.stop(), left), within(leases?.stop().catch(() => undefined) ?? Promise.resolve(), left), ledger.stop(left)]).finally(async () => {
             await within(store.close?.().catch(() => undefined) ?? Promise.resolve(), FINAL_WRITE_MS);
             logger.info('stopped');

@@ -16,8 +16,10 @@ import cluster, { type Worker } from 'node:cluster';
 import type { Readable, Writable } from 'node:stream';
 import { EXIT_FAILURE, EXIT_USAGE } from './cli/args.ts';
 import type { Readiness } from './server.ts';
-import { remoteAdmit, serveAdmissions, type Admit } from './usage/admissions.ts';
-import type { Limiter } from './usage/limiter.ts';
+import { remoteAdmit, remoteStatus, serveAdmissions, type Admit } from './usage/admissions.ts';
+import type { LimitState, Limiter } from './usage/limiter.ts';
+import type { Principal } from './keys/keyset.ts';
+import type { Policy } from './usage/policy.ts';
 
 /** In a worker: admission for keys with limits, asked of the primary. */
 export function primaryAdmit(): Admit {
@@ -27,9 +29,22 @@ export function primaryAdmit(): Admit {
   );
 }
 
-/** In the primary: decide admissions for every worker (usage/admissions.ts). */
-export function decideForWorkers(limiter: Limiter, share: () => number, counted: (keyId: string, route: string, cost: number) => void): void {
-  serveAdmissions(cluster, limiter, share, counted);
+/** In a worker: where a key's limits stand, asked of the primary. */
+export function primaryStatus(): (principal: Principal) => Promise<readonly LimitState[] | null> {
+  return remoteStatus(
+    (m) => process.send?.(m),
+    (listener) => process.on('message', listener),
+  );
+}
+
+/** In the primary: decide admissions for every worker, and answer where a key's limits stand (usage/admissions.ts). */
+export function decideForWorkers(
+  limiter: Limiter,
+  share: () => number,
+  counted: (key: { id: string; name: string }, policy: Policy, route: string, cost: number) => void,
+  status: (keyId: string, policy: Policy) => readonly LimitState[] | Promise<readonly LimitState[]>,
+): void {
+  serveAdmissions(cluster, limiter, share, counted, status);
 }
 
 /** Relay `source` to `sink` one whole line at a time (a partial tail waits for its newline). */

@@ -29,6 +29,8 @@ const LIMITS_HELP = `limits (each optional; a refused request gets 429 and is no
   --quota N/day|N/month   requests forwarded per UTC day or month
   --budget ROUTE=AMOUNT/day|month   cost the upstream reports, in its unit
                           (${UPSTREAMS.filter((u) => u.cost !== null).map((u) => `${u.name}: ${u.cost?.unit}`).join(', ')}); repeat for several routes
+  --alert-at P%,…|none    alert when a quota or budget reaches these shares
+                          of itself (default 80%,100%), once per period
 `;
 
 export const HELP: Readonly<Record<string, string>> = {

@@ -175,7 +175,7 @@ function keysAction(sub: string, rest: string[], command: string, help: string):
           return next;
         };
       }
-      if (Object.keys(changes).length === 0) throw new UsageError('keys update needs --routes or --expires-in, or a limit (--rate, --burst, --concurrency, --quota, --budget)', help);
+      if (Object.keys(changes).length === 0) throw new UsageError('keys update needs --routes or --expires-in, or a limit (--rate, --burst, --concurrency, --quota, --budget, --alert-at)', help);
       return async (store, io, noteForced) => {
         const record = await updateKey(store, target, changes, Date.now(), { force: values.force === true });
         noteForced();

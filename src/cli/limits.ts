@@ -12,6 +12,7 @@ export const LIMIT_OPTIONS = {
   concurrency: { type: 'string' },
   quota: { type: 'string' },
   budget: { type: 'string', multiple: true },
+  'alert-at': { type: 'string' },
 } as const satisfies ParseArgsOptionsConfig;
 
 /** Per field: a new value, or null to remove it (`none`); budgets by route. Absent: unchanged. */
@@ -21,6 +22,8 @@ export interface LimitChanges {
   readonly concurrency?: number | null;
   readonly quota?: string | null;
   readonly budgets?: Readonly<Record<string, string | null>>;
+  /** Alert thresholds in percent; empty: none (`--alert-at none`). */
+  readonly alerts?: readonly number[];
 }
 
 const whole = (name: string, text: string, fail: (message: string) => void): number => {
@@ -56,6 +59,13 @@ export function limitChanges(values: Record<string, unknown>, help: string, allo
   if (quota !== undefined) {
     if (quota !== null && limitsProblem({ quota }) !== null) fail('--quota must be N/day or N/month (e.g. 1000/day), or none');
     changes.quota = quota;
+  }
+  const alertAt = values['alert-at'];
+  if (typeof alertAt === 'string') {
+    // `none` turns a key's alerts off, on create as on update: absent means the defaults (80 % and 100 %).
+    const list = alertAt === 'none' ? [] : alertAt.split(',').map((p) => (/^\s*([1-9]\d?|100)\s*%?\s*$/.exec(p)?.[1] ?? null));
+    if (list.some((p) => p === null) || list.length > 10) fail('--alert-at must be up to 10 percentages from 1 to 100 (e.g. 80%,100%), or none');
+    else changes.alerts = [...new Set(list.map(Number))].sort((a, b) => a - b);
   }
   const budgets = values.budget;
   if (Array.isArray(budgets)) {
@@ -93,6 +103,7 @@ export function applyLimits(limits: Limits | undefined, changes: LimitChanges): 
     if (v === null) delete next[field];
     else if (v !== undefined) next[field] = v;
   }
+  if (changes.alerts !== undefined) next.alerts = changes.alerts;
   // A burst belongs to its rate.
   if (next.rate === undefined) delete next.burst;
   if (changes.budgets !== undefined) {
@@ -115,5 +126,6 @@ export function describeLimits(limits: Limits | undefined, left: Left | null = n
   if (limits.concurrency !== undefined) parts.push(`concurrency ${limits.concurrency}`);
   if (limits.quota !== undefined) parts.push(`quota ${limits.quota}${left?.quota !== undefined ? ` (${left.quota} left)` : ''}`);
   for (const [route, b] of Object.entries(limits.budgets ?? {})) parts.push(`budget ${route} ${b}${left?.budgets?.[route] !== undefined ? ` (${left.budgets[route]} left)` : ''}`);
+  if (limits.alerts !== undefined) parts.push(limits.alerts.length === 0 ? 'no alerts' : `alerts at ${limits.alerts.map((a) => `${a}%`).join(',')}`);
   return parts.join(', ');
 }

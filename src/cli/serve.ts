@@ -9,6 +9,9 @@ import { clusterMetrics, createMetrics } from '../metrics.ts';
 import { createGateway, type Gateway } from '../server.ts';
 import { Ledger } from '../usage/ledger.ts';
 import { Limiter } from '../usage/limiter.ts';
+import { periodUse } from '../usage/key-status.ts';
+import { createSpend } from '../usage/spend.ts';
+import { Registry } from 'prom-client';
 import { countOnly, fleetLeases, openUsageStore } from '../usage/open.ts';
 import { inheritedListenFd } from '../systemd.ts';
 import { closest } from '../config/unknown.ts';
@@ -47,8 +50,8 @@ export async function serveCommand(args: string[], io: Io): Promise<number> {
   try {
     const store = openKeyStore(config);
     // A worker's limits are decided by its primary, for the whole machine.
-    const admit = worker ? (await import('../workers.ts')).primaryAdmit() : undefined;
-    gateway = await createGateway(config, store, log.logger, { listenFd, metrics, ...(admit === undefined ? {} : { admit }) });
+    const w = worker ? await import('../workers.ts') : null;
+    gateway = await createGateway(config, store, log.logger, { listenFd, metrics, ...(w === null ? {} : { admit: w.primaryAdmit(), limitStatus: w.primaryStatus() }) });
     await gateway.listen();
     if (worker) {
       metrics.serveToPrimary();
@@ -114,13 +117,31 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io): Pr
   await ledger.start(config.usageFlushMs);
   const leases = await fleetLeases(usage, ledger, config);
   const limiter = new Limiter(ledger, leases);
-  decideForWorkers(limiter, () => ledger.gateways, (keyId, route, cost) => ledger.record(keyId, route, 200, 0, 0, cost));
+  // The primary decides limits, so it fires their alerts and says where a key stands; its own metric is added to the workers'.
+  const registry = new Registry();
+  const units = new Map(config.routes.map((r) => [r.name, r.cost?.unit ?? 'usd']));
+  const spend = createSpend({ config, store: usage, ledger, limiter, logger: log.logger, registry, unitOf: (r) => units.get(r) ?? 'usd' });
+  await spend.start();
+  decideForWorkers(
+    limiter,
+    () => ledger.gateways,
+    (key, policy, route, cost) => {
+      ledger.record(key.id, route, 200, 0, 0, cost);
+      spend.counted(key, policy);
+    },
+    async (keyId, policy) => {
+      const now = Date.now();
+      const use = periodUse(await spend.status.usage(keyId, now));
+      return limiter.status(keyId, policy, now, ledger.gateways, usage.fleet === undefined ? ledger : use);
+    },
+  );
   const primary = runPrimary(config.workers, ['serve'], io, listenFd === null ? {} : { KEYWARD_INHERITED_FD: String(listenFd) });
   let admin: Admin | null = null;
   if (config.admin !== null) {
     const summed = clusterMetrics();
     try {
-      admin = await startAdmin(config.admin, { readiness: () => primary.readiness(), metrics: () => summed.text(), metricsContentType: summed.contentType }, log.logger);
+      const text = async (): Promise<string> => `${await summed.text()}\n${await registry.metrics()}`;
+      admin = await startAdmin(config.admin, { readiness: () => primary.readiness(), metrics: text, metricsContentType: summed.contentType }, log.logger);
     } catch (err) {
       line(io.stderr, `keyward: admin listener: ${(err as Error).message}`);
       io.signals.emit('SIGTERM');
@@ -128,6 +149,7 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io): Pr
   }
   const code = await primary.done;
   await admin?.close();
+  spend.stop();
   await leases?.stop().catch(() => undefined);
   await ledger.stop(1_000);
   await keys.close?.().catch(() => undefined);

@@ -161,6 +161,19 @@ export const MIGRATIONS: readonly string[] = [
      primary key (gateway, key_id, kind, period)
    );
    create index keyward_leases_expires on keyward_leases (expires);`,
+  // 7: alerts fired (docs/limits.md, "Alerts"): one row per key, limit,
+  // period and threshold, so each fires once across the fleet and restarts;
+  // the webhook's body kept until it was delivered.
+  `create table keyward_alerts (
+     id text primary key,
+     key_id text not null,
+     body text not null,
+     at timestamptz not null,
+     delivered boolean not null default false,
+     sender text,
+     sending_until timestamptz not null default '-infinity'
+   );
+   create index keyward_alerts_undelivered on keyward_alerts (at) where not delivered;`,
 ];
 
 export interface Row {

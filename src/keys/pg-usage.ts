@@ -5,6 +5,7 @@
 // (pg-store.ts): an unreachable database fails a flush, never hangs it.
 import type postgres from 'postgres';
 import { PgLeaseStore } from './pg-leases.ts';
+import type { AlertRow, AlertStore } from '../usage/alerts.ts';
 import { rowColumns, type BatchId, type FleetView, type UsageRow, type UsageStore } from '../usage/ledger.ts';
 
 /** A gateway not seen for this long has left the fleet. */
@@ -18,7 +19,7 @@ export interface Pool {
   migrate(): Promise<unknown>;
 }
 
-export class PgUsageStore implements UsageStore, FleetView {
+export class PgUsageStore implements UsageStore, FleetView, AlertStore {
   readonly location: string;
   readonly #pool: Pool;
 
@@ -30,6 +31,33 @@ export class PgUsageStore implements UsageStore, FleetView {
 
   get fleet(): FleetView {
     return this;
+  }
+
+  get alerts(): AlertStore {
+    return this;
+  }
+
+  async claimAlert(a: AlertRow): Promise<boolean> {
+    await this.#pool.migrate();
+    const made = await this.#pool.within(
+      (sql) => sql`insert into keyward_alerts (id, key_id, body, at) values (${a.id}, ${a.keyId}, ${a.body}, to_timestamp(${a.at / 1000})) on conflict do nothing returning id`,
+    );
+    return made.length > 0;
+  }
+
+  async alertDelivered(id: string): Promise<void> {
+    await this.#pool.within((sql) => sql`update keyward_alerts set delivered = true where id = ${id}`);
+  }
+
+  async undeliveredAlerts(by: string, since: number, forMs: number): Promise<AlertRow[]> {
+    await this.#pool.migrate();
+    // Marked as being sent by `by`: another gateway starting now leaves them alone until `forMs` passed.
+    return await this.#pool.within((sql) =>
+      sql<AlertRow[]>`
+        update keyward_alerts set sender = ${by}, sending_until = now() + make_interval(secs => ${forMs / 1000})
+        where not delivered and at >= to_timestamp(${since / 1000}) and sending_until < now()
+        returning id, key_id as "keyId", body, (extract(epoch from at) * 1000)::float8 as at`,
+    );
   }
 
   readonly leases: PgLeaseStore;

@@ -7,7 +7,7 @@
 // limits never asks: its requests cost what they cost with one process.
 import type { Worker } from 'node:cluster';
 import type { Principal } from '../keys/keyset.ts';
-import type { Admission, Limiter, Refused } from './limiter.ts';
+import type { Admission, LimitState, Limiter, Refused } from './limiter.ts';
 import { policyOf, type Limits, type Policy } from './policy.ts';
 
 /** Admission for one request of a key with limits: at once, or after the primary answered. */
@@ -16,14 +16,29 @@ export type Admit = (principal: Principal, policy: Policy, route: string, now: n
 const ADMIT = 'keyward:admit';
 const ADMITTED = 'keyward:admitted';
 const DONE = 'keyward:done';
+const STATUS = 'keyward:status';
+const STATUS_RES = 'keyward:status-res';
 
 interface AdmitMessage {
   readonly type: typeof ADMIT;
   readonly id: number;
   readonly key: string;
+  /** The key's name, for the alerts the primary fires. */
+  readonly name: string;
   readonly limits: string;
   readonly route: string;
   readonly now: number;
+}
+interface StatusMessage {
+  readonly type: typeof STATUS;
+  readonly id: number;
+  readonly key: string;
+  readonly limits: string;
+}
+interface StatusAnswer {
+  readonly type: typeof STATUS_RES;
+  readonly id: number;
+  readonly limits: readonly LimitState[];
 }
 interface AdmittedMessage {
   readonly type: typeof ADMITTED;
@@ -56,7 +71,7 @@ const sent = (p: Principal): string => {
  * In a worker: ask the primary. `send` is the worker's IPC channel
  * (process.send); `on` subscribes to the primary's messages.
  */
-export function remoteAdmit(send: (m: AdmitMessage | DoneMessage) => void, on: (listener: (m: unknown) => void) => void): Admit {
+export function remoteAdmit(send: (m: AdmitMessage | DoneMessage | StatusMessage) => void, on: (listener: (m: unknown) => void) => void): Admit {
   let next = 0;
   const waiting = new Map<number, (r: Refused | null) => void>();
   on((m) => {
@@ -87,9 +102,38 @@ export function remoteAdmit(send: (m: AdmitMessage | DoneMessage) => void, on: (
           },
         });
       });
-      send({ type: ADMIT, id, key: principal.id, limits: sent(principal), route, now });
+      send({ type: ADMIT, id, key: principal.id, name: principal.name, limits: sent(principal), route, now });
     });
   };
+}
+
+/**
+ * In a worker: where a key's limits stand, asked of the primary that
+ * decides them (GET /keyward/key); null when it does not answer in time.
+ */
+export function remoteStatus(send: (m: StatusMessage) => void, on: (listener: (m: unknown) => void) => void): (principal: Principal) => Promise<readonly LimitState[] | null> {
+  let next = 0;
+  const waiting = new Map<number, (r: readonly LimitState[] | null) => void>();
+  on((m) => {
+    const msg = m as Partial<StatusAnswer> | null;
+    if (msg?.type !== STATUS_RES || typeof msg.id !== 'number') return;
+    waiting.get(msg.id)?.(Array.isArray(msg.limits) ? msg.limits : null);
+    waiting.delete(msg.id);
+  });
+  return (principal) =>
+    new Promise((resolve) => {
+      const id = ++next;
+      const timer = setTimeout(() => {
+        waiting.delete(id);
+        resolve(null);
+      }, ANSWER_MS);
+      timer.unref();
+      waiting.set(id, (r) => {
+        clearTimeout(timer);
+        resolve(r);
+      });
+      send({ type: STATUS, id, key: principal.id, limits: sent(principal) });
+    });
 }
 
 /**
@@ -103,21 +147,34 @@ export function serveAdmissions(
   cluster: { on(event: 'message', l: (w: Worker, m: unknown) => void): unknown; on(event: 'exit', l: (w: Worker) => void): unknown },
   limiter: Limiter,
   share: () => number,
-  counted: (keyId: string, route: string, cost: number) => void,
+  counted: (key: { id: string; name: string }, policy: Policy, route: string, cost: number) => void,
+  status: (keyId: string, policy: Policy) => readonly LimitState[] | Promise<readonly LimitState[]> = () => [],
 ): void {
   const policies = new Map<string, Policy | null>();
-  const open = new Map<Worker, Map<number, { admission: Admission; key: string; route: string }>>();
+  const policyFrom = (limits: string): Policy | null => {
+    let policy = policies.get(limits);
+    if (policy === undefined) {
+      policy = policyOf(JSON.parse(limits) as Limits | null);
+      if (policies.size > 100_000) policies.clear();
+      policies.set(limits, policy);
+    }
+    return policy;
+  };
+  const open = new Map<Worker, Map<number, { admission: Admission; key: { id: string; name: string }; policy: Policy; route: string }>>();
   cluster.on('message', (worker, m) => {
     // Loosely typed on purpose: checked field by field below.
-    const msg = m as { type?: unknown; id?: unknown; key?: unknown; limits?: unknown; route?: unknown; now?: unknown; reached?: unknown; cost?: unknown } | null;
-    if (msg?.type === ADMIT && typeof msg.id === 'number' && typeof msg.key === 'string' && typeof msg.route === 'string' && typeof msg.limits === 'string') {
-      let policy = policies.get(msg.limits);
-      if (policy === undefined) {
-        policy = policyOf(JSON.parse(msg.limits) as Limits | null);
-        if (policies.size > 100_000) policies.clear();
-        policies.set(msg.limits, policy);
-      }
-      const { id, key, route } = msg;
+    const msg = m as { type?: unknown; id?: unknown; key?: unknown; name?: unknown; limits?: unknown; route?: unknown; now?: unknown; reached?: unknown; cost?: unknown } | null;
+    if (msg?.type === STATUS && typeof msg.id === 'number' && typeof msg.key === 'string' && typeof msg.limits === 'string') {
+      const { id } = msg;
+      const policy = policyFrom(msg.limits);
+      const reply = (limits: readonly LimitState[]): void => void worker.send({ type: STATUS_RES, id, limits } satisfies StatusAnswer);
+      const r = policy === null ? [] : status(msg.key, policy);
+      if (r instanceof Promise) void r.then(reply, () => undefined);
+      else reply(r);
+    } else if (msg?.type === ADMIT && typeof msg.id === 'number' && typeof msg.key === 'string' && typeof msg.route === 'string' && typeof msg.limits === 'string') {
+      const policy = policyFrom(msg.limits);
+      const { id, route } = msg;
+      const key = { id: msg.key, name: typeof msg.name === 'string' ? msg.name : msg.key };
       const answer = (r: Admission | Refused | null): void => {
         if (r !== null && 'code' in r) {
           worker.send({ type: ADMITTED, id, refused: r } satisfies AdmittedMessage);
@@ -126,11 +183,11 @@ export function serveAdmissions(
         if (r !== null) {
           let mine = open.get(worker);
           if (mine === undefined) open.set(worker, (mine = new Map()));
-          mine.set(id, { admission: r, key, route });
+          mine.set(id, { admission: r, key, policy: policy as Policy, route });
         }
         worker.send({ type: ADMITTED, id, refused: null } satisfies AdmittedMessage);
       };
-      const r = policy === null ? null : limiter.admit(key, policy, route, typeof msg.now === 'number' ? msg.now : Date.now(), share());
+      const r = policy === null ? null : limiter.admit(key.id, policy, route, typeof msg.now === 'number' ? msg.now : Date.now(), share());
       // A fleet's lease may have to be claimed first.
       if (r instanceof Promise) void r.then(answer);
       else answer(r);
@@ -141,7 +198,7 @@ export function serveAdmissions(
       const reached = msg.reached === true;
       const cost = typeof msg.cost === 'number' && Number.isFinite(msg.cost) ? msg.cost : 0;
       // Counted before the reservation goes, in the same tick: admission never sees a gap.
-      if (reached) counted(held.key, held.route, cost);
+      if (reached) counted(held.key, held.policy, held.route, cost);
       held.admission.done(reached, cost);
     }
   });
@@ -149,9 +206,9 @@ export function serveAdmissions(
     const mine = open.get(worker);
     open.delete(worker);
     if (mine === undefined) return;
-    for (const { admission, key, route } of mine.values()) {
-      const estimate = limiter.estimate(key, route);
-      counted(key, route, estimate);
+    for (const { admission, key, policy, route } of mine.values()) {
+      const estimate = limiter.estimate(key.id, route);
+      counted(key, policy, route, estimate);
       admission.done(true, estimate);
     }
   });

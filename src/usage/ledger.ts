@@ -8,6 +8,7 @@
 // What a drain could not write is kept on local disk (spool.ts) and written
 // at the next start. The period totals that quotas and budgets read are the
 // store's at start plus everything counted since.
+import type { AlertStore } from './alerts.ts';
 import type { PeriodUse } from './limiter.ts';
 import type { LeaseStore } from './leases.ts';
 import { readSpool, writeSpool, type Batch } from './spool.ts';
@@ -68,6 +69,8 @@ export interface UsageStore {
    * already: then nothing, so that sending a batch again never doubles it.
    */
   add(rows: readonly UsageRow[], batch: BatchId): Promise<void>;
+  /** Where alerts are recorded as fired, once per key, limit, period and threshold (alerts.ts). */
+  readonly alerts?: AlertStore;
   /** Stored rows from `since` (a UTC day) on, optionally for one key or route. */
   rows(filter: { since?: string; keyId?: string; route?: string }): Promise<UsageRow[]>;
   close(): Promise<void>;
@@ -91,10 +94,36 @@ interface Tally {
   m: number;
 }
 
-/** One key's totals, kept per request with no string built: requests, and cost by route. */
+/** One key's totals, kept per request with no string built: requests, and by route requests and cost. */
 interface KeyTotals {
   readonly requests: Tally;
-  readonly cost: Map<string, Tally>;
+  readonly routes: Map<string, { readonly requests: Tally; readonly cost: Tally }>;
+}
+
+/** A key's requests and cost by route, today and this month (GET /keyward/key). */
+export interface RouteUsage {
+  readonly day: string;
+  readonly month: string;
+  readonly routes: ReadonlyMap<string, { readonly today: { requests: number; cost: number }; readonly month: { requests: number; cost: number } }>;
+}
+
+/** A key's usage by route from its rows (stored, and any counted since and not yet written). */
+export function usageFrom(rows: readonly Pick<UsageRow, 'route' | 'day' | 'requests' | 'cost'>[], now: number): RouteUsage {
+  const day = periodOf('day', now).key;
+  const month = periodOf('month', now).key;
+  const routes = new Map<string, { today: { requests: number; cost: number }; month: { requests: number; cost: number } }>();
+  for (const r of rows) {
+    if (!r.day.startsWith(month)) continue;
+    let u = routes.get(r.route);
+    if (u === undefined) routes.set(r.route, (u = { today: { requests: 0, cost: 0 }, month: { requests: 0, cost: 0 } }));
+    u.month.requests += r.requests;
+    u.month.cost += r.cost;
+    if (r.day === day) {
+      u.today.requests += r.requests;
+      u.today.cost += r.cost;
+    }
+  }
+  return { day, month, routes };
 }
 
 /** `t` rolled over to `day` and `month` (a count of a period that has passed starts again from 0). */
@@ -214,7 +243,26 @@ export class Ledger implements PeriodUse {
   }
 
   cost(keyId: string, route: string, period: Period, now: number): number {
-    return current(this.#totals.get(keyId)?.cost.get(route), period, now);
+    return current(this.#totals.get(keyId)?.routes.get(route)?.cost, period, now);
+  }
+
+  /** A key's requests and cost by route today and this month, as counted here (the store's at start plus everything since). */
+  usage(keyId: string, now = this.now()): RouteUsage {
+    const routes = new Map<string, { today: { requests: number; cost: number }; month: { requests: number; cost: number } }>();
+    for (const [route, t] of this.#totals.get(keyId)?.routes ?? []) {
+      const today = { requests: current(t.requests, 'day', now), cost: current(t.cost, 'day', now) };
+      const month = { requests: current(t.requests, 'month', now), cost: current(t.cost, 'month', now) };
+      if (month.requests > 0 || month.cost > 0) routes.set(route, { today, month });
+    }
+    return { day: periodOf('day', now).key, month: periodOf('month', now).key, routes };
+  }
+
+  /** This key's rows counted here and not yet in the store (pending, or in a batch not yet written). */
+  unwritten(keyId: string): UsageRow[] {
+    const out: UsageRow[] = [];
+    for (const b of this.#queue) for (const r of b.rows) if (r.keyId === keyId) out.push(r);
+    for (const r of this.#pending.values()) if (r.keyId === keyId) out.push(r);
+    return out;
   }
 
   /** Write what was counted since the last flush; a failed write keeps it for the next. */
@@ -341,19 +389,23 @@ export class Ledger implements PeriodUse {
     const month = periodOf('month', now).key;
     let t = this.#totals.get(keyId);
     if (t === undefined) {
-      t = { requests: { day, month, d: 0, m: 0 }, cost: new Map() };
+      t = { requests: { day, month, d: 0, m: 0 }, routes: new Map() };
       this.#totals.set(keyId, t);
     }
     const r = rolled(t.requests, day, month);
     r.m += requests;
     if (today) r.d += requests;
-    if (cost === 0) return;
-    let c = t.cost.get(route);
-    if (c === undefined) {
-      c = { day, month, d: 0, m: 0 };
-      t.cost.set(route, c);
+    let byRoute = t.routes.get(route);
+    if (byRoute === undefined) {
+      byRoute = { requests: { day, month, d: 0, m: 0 }, cost: { day, month, d: 0, m: 0 } };
+      t.routes.set(route, byRoute);
     }
-    rolled(c, day, month).m += cost;
+    const rr = rolled(byRoute.requests, day, month);
+    rr.m += requests;
+    if (today) rr.d += requests;
+    if (cost === 0) return;
+    const c = rolled(byRoute.cost, day, month);
+    c.m += cost;
     if (today) c.d += cost;
   }
 }

@@ -28,7 +28,14 @@ export interface LimitDetail {
   readonly period: Period | null;
   /** A rate's window in seconds. */
   readonly window: number | null;
-  readonly resets: string | null;
+  readonly resetsAt: string | null;
+}
+
+/** Where one of a key's limits stands (GET /keyward/key): what a refusal would say, and what is left. */
+export interface LimitState extends LimitDetail {
+  readonly remaining: number;
+  /** A rate's bucket size. */
+  readonly burst?: number;
 }
 
 export interface Refused {
@@ -237,7 +244,7 @@ export class Limiter {
     const running = this.#inFlight.get(keyId) ?? 0;
     // The key's concurrency, not this gateway's share of it: the client's view. No time window, so no policy.
     if (limit !== null && running >= limit) {
-      const detail: LimitDetail = { kind: 'concurrency', route: null, value: policy.concurrency as number, used: running, period: null, window: null, resets: null };
+      const detail: LimitDetail = { kind: 'concurrency', route: null, value: policy.concurrency as number, used: running, period: null, window: null, resetsAt: null };
       return { code: 'concurrency_limited', detail, retryAfter: 1, limit: policy.concurrency, remaining: 0, reset: 1, policy: null };
     }
     if (policy.rate !== null) {
@@ -251,7 +258,7 @@ export class Limiter {
       if (bucket.tokens < 1) {
         const wait = seconds((1 - bucket.tokens) / perMs);
         // The key's rate per its window, its burst as the draft's `burst` parameter (not this gateway's share).
-        const detail: LimitDetail = { kind: 'rate', route: null, value: count, used: count, period: null, window: per, resets: rfc3339(now + wait * 1000) };
+        const detail: LimitDetail = { kind: 'rate', route: null, value: count, used: count, period: null, window: per, resetsAt: rfc3339(now + wait * 1000) };
         return { code: 'rate_limited', detail, retryAfter: wait, limit: count, remaining: 0, reset: wait, policy: `${count};w=${per};burst=${policy.rate.burst}` };
       }
       bucket.tokens -= 1;
@@ -259,6 +266,41 @@ export class Limiter {
     if (limit === null) return 0;
     this.#inFlight.set(keyId, running + 1);
     return limit;
+  }
+
+  /**
+   * Where each of a key's limits stands at `now`, taking nothing: quota and
+   * budgets as counted plus what requests in flight reserved (the figures a
+   * refusal gives), a rate's bucket as it would be refilled, the requests in
+   * flight. `use`: the period totals to read (a fleet's, read from its
+   * ledger); default this limiter's own.
+   */
+  status(keyId: string, policy: Policy, now: number, share = 1, use: PeriodUse = this.#use): LimitState[] {
+    const out: LimitState[] = [];
+    const q = policy.quota;
+    if (q !== null) {
+      const used = use.requests(keyId, q.period, now) + (this.#units.get(keyId) ?? 0);
+      out.push({ kind: 'quota', route: null, value: q.count, used, remaining: Math.max(0, q.count - used), period: q.period, window: null, resetsAt: rfc3339(periodOf(q.period, now).ends) });
+    }
+    for (const [route, b] of policy.budgets) {
+      const spent = use.cost(keyId, route, b.period, now) + (this.#reserved.get(`${keyId}\u0000${route}`) ?? 0);
+      const used = Math.round(spent * 1e6) / 1e6;
+      out.push({ kind: 'budget', route, value: b.amount, used, remaining: Math.max(0, Math.round((b.amount - spent) * 1e6) / 1e6), period: b.period, window: null, resetsAt: rfc3339(periodOf(b.period, now).ends) });
+    }
+    if (policy.rate !== null) {
+      const { count, seconds: per, burst } = policy.rate;
+      // This gateway's bucket holds its share; the key's figures are the share times the gateways.
+      const perMs = count / (per * 1000);
+      const bucket = this.#buckets.get(keyId);
+      const tokens = bucket === undefined ? burst : Math.min(burst, (bucket.tokens + (now - bucket.at) * (perMs / share)) * share);
+      const remaining = Math.max(0, Math.floor(tokens + 1e-9));
+      out.push({ kind: 'rate', route: null, value: count, burst, used: burst - remaining, remaining, period: null, window: per, resetsAt: rfc3339(now + (burst - tokens) / perMs) });
+    }
+    if (policy.concurrency !== null) {
+      const used = this.#inFlight.get(keyId) ?? 0;
+      out.push({ kind: 'concurrency', route: null, value: policy.concurrency, used, remaining: Math.max(0, policy.concurrency - used), period: null, window: null, resetsAt: null });
+    }
+    return out;
   }
 
   #learn(keyId: string, route: string, cost: number): void {
@@ -274,7 +316,7 @@ const rfc3339 = (ms: number): string => new Date(Math.ceil(ms / 1000) * 1000).to
 function periodOver(code: LimitCode, limit: number, period: Period, now: number, used: number, route: string | null): Refused {
   const { starts, ends } = periodOf(period, now);
   const wait = seconds(ends - now);
-  const detail: LimitDetail = { kind: code === 'budget_exceeded' ? 'budget' : 'quota', route, value: limit, used, period, window: null, resets: rfc3339(ends) };
+  const detail: LimitDetail = { kind: code === 'budget_exceeded' ? 'budget' : 'quota', route, value: limit, used, period, window: null, resetsAt: rfc3339(ends) };
   // A quota counts requests over the period (its window in seconds); a budget counts money or characters.
   if (code === 'budget_exceeded') return { code, detail, retryAfter: wait, limit: null, remaining: null, reset: wait, policy: null };
   return { code, detail, retryAfter: wait, limit, remaining: 0, reset: wait, policy: `${limit};w=${Math.round((ends - starts) / 1000)}` };

@@ -1,10 +1,12 @@
 // A usage store that keeps nothing past the process: the fallback when the
 // ledger's file cannot be opened, and the tests' store.
+import { MemoryAlertStore } from './alerts.ts';
 import type { BatchId, UsageRow, UsageStore } from './ledger.ts';
 
 /** A store that keeps nothing past the process (no ledger file or table configured). */
 export class MemoryUsageStore implements UsageStore {
   readonly location = 'memory';
+  readonly alerts = new MemoryAlertStore();
   readonly #rows: UsageRow[] = [];
   /** The highest batch applied, per gateway: a batch sent again is not counted again. */
   readonly #applied = new Map<string, number>();

@@ -30,11 +30,19 @@ export function openUsageStore(config: Pick<Config, 'keysFile'>, store: KeyStore
  */
 export function writeOnly(store: UsageStore): UsageStore {
   return { location: store.location, add: (rows, batch) => store.add(rows, batch), rows: () => Promise.resolve([]), close: () => store.close() };
+  // No alerts: the primary checks and fires them (it decides the limits).
 }
 
 /** `store` for the primary of workers: it reads totals and takes part in the fleet, and never writes counts (the workers do). */
 export function countOnly(store: UsageStore): UsageStore {
-  return { location: store.location, ...(store.fleet === undefined ? {} : { fleet: store.fleet }), add: () => Promise.resolve(), rows: (filter) => store.rows(filter), close: () => store.close() };
+  return {
+    location: store.location,
+    ...(store.fleet === undefined ? {} : { fleet: store.fleet }),
+    ...(store.alerts === undefined ? {} : { alerts: store.alerts }),
+    add: () => Promise.resolve(),
+    rows: (filter) => store.rows(filter),
+    close: () => store.close(),
+  };
 }
 
 /**

@@ -15,6 +15,11 @@ export interface Limits {
   readonly quota?: string;
   /** Route → `AMOUNT/day` or `AMOUNT/month`, in the cost unit the route's upstream reports. */
   readonly budgets?: Readonly<Record<string, string>>;
+  /**
+   * Percentages of a quota or budget at which an alert fires (`--alert-at`,
+   * docs/limits.md "Alerts"); absent: 80 and 100; empty: none.
+   */
+  readonly alerts?: readonly number[];
 }
 
 export type Period = 'day' | 'month';
@@ -24,13 +29,18 @@ export interface Policy {
   readonly concurrency: number | null;
   readonly quota: { readonly count: number; readonly period: Period } | null;
   readonly budgets: ReadonlyMap<string, { readonly amount: number; readonly period: Period }>;
+  /** Alert thresholds in percent, ascending; empty when the key has none (or no quota or budget). */
+  readonly alerts: readonly number[];
 }
+
+/** The thresholds of a key with a quota or budget whose record names none. */
+export const DEFAULT_ALERTS: readonly number[] = [80, 100];
 
 const RATE = /^([1-9]\d{0,8})\/(s|m|h)$/;
 const PER_PERIOD = /^(\d{1,12}(?:\.\d{1,6})?)\/(day|month)$/;
 const SECONDS: Readonly<Record<string, number>> = { s: 1, m: 60, h: 3_600 };
 
-const FIELDS = new Set(['rate', 'burst', 'concurrency', 'quota', 'budgets']);
+const FIELDS = new Set(['rate', 'burst', 'concurrency', 'quota', 'budgets', 'alerts']);
 /** Routes whose upstream reports a cost: the only ones a budget can hold to. */
 const COSTLY = new Set(UPSTREAMS.filter((u) => u.cost !== null).map((u) => u.name));
 
@@ -45,11 +55,12 @@ export function limitsProblem(limits: unknown): string | null {
   if (typeof limits !== 'object' || Array.isArray(limits)) return '.limits must be an object';
   const l = limits as Record<string, unknown>;
   const unknown = Object.keys(l).find((k) => !FIELDS.has(k));
-  if (unknown !== undefined) return `.limits.${unknown} is not a limit (rate, burst, concurrency, quota, budgets)`;
+  if (unknown !== undefined) return `.limits.${unknown} is not a limit (rate, burst, concurrency, quota, budgets, alerts)`;
   if (l.rate !== undefined && !(typeof l.rate === 'string' && RATE.test(l.rate))) return '.limits.rate must be N/s, N/m or N/h';
   if (l.burst !== undefined && !(Number.isInteger(l.burst) && (l.burst as number) > 0)) return '.limits.burst must be a whole number above 0';
   if (l.concurrency !== undefined && !(Number.isInteger(l.concurrency) && (l.concurrency as number) > 0)) return '.limits.concurrency must be a whole number above 0';
   if (l.quota !== undefined && !(typeof l.quota === 'string' && PER_PERIOD.test(l.quota) && Number.isInteger(Number(l.quota.split('/')[0])))) return '.limits.quota must be N/day or N/month';
+  if (l.alerts !== undefined && !(Array.isArray(l.alerts) && l.alerts.length <= 10 && l.alerts.every((a) => Number.isInteger(a) && (a as number) >= 1 && (a as number) <= 100))) return '.limits.alerts must be a list of up to 10 whole percentages from 1 to 100';
   if (l.budgets !== undefined) {
     if (typeof l.budgets !== 'object' || l.budgets === null || Array.isArray(l.budgets)) return '.limits.budgets must be an object of route → AMOUNT/day|month';
     for (const [route, v] of Object.entries(l.budgets)) {
@@ -73,11 +84,13 @@ export function policyOf(limits: Limits | undefined | null): Policy | null {
     const { n, period } = perPeriod(text);
     return [route, { amount: n, period }] as const;
   }));
+  const quota = limits.quota === undefined ? null : (({ n, period }) => ({ count: n, period }))(perPeriod(limits.quota));
   const policy: Policy = {
     rate: rate === null ? null : { count: Number(rate[1]), seconds: SECONDS[rate[2] as string] as number, burst: limits.burst ?? Number(rate[1]) },
     concurrency: limits.concurrency ?? null,
-    quota: limits.quota === undefined ? null : (({ n, period }) => ({ count: n, period }))(perPeriod(limits.quota)),
+    quota,
     budgets,
+    alerts: quota === null && budgets.size === 0 ? [] : [...new Set(limits.alerts ?? DEFAULT_ALERTS)].sort((a, b) => a - b),
   };
   return policy.rate === null && policy.concurrency === null && policy.quota === null && budgets.size === 0 ? null : policy;
 }

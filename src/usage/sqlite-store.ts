@@ -4,6 +4,7 @@
 // for usage.
 import { chmodSync, closeSync, existsSync, openSync } from 'node:fs';
 import { DatabaseSync } from 'node:sqlite';
+import type { AlertRow, AlertStore } from './alerts.ts';
 import { rowColumns, type BatchId, type UsageRow, type UsageStore } from './ledger.ts';
 
 const SCHEMA = `
@@ -15,7 +16,12 @@ const SCHEMA = `
     cost real not null default 0,
     primary key (key_id, route, day)
   );
-  create table if not exists batches (gateway text primary key, seq integer not null, at text not null)`;
+  create table if not exists batches (gateway text primary key, seq integer not null, at text not null);
+  create index if not exists usage_day on usage (day);
+  create table if not exists alerts (
+    id text primary key, key_id text not null, body text not null, at integer not null,
+    delivered integer not null default 0, sender text, sending_until integer not null default 0
+  )`;
 
 // Applied once: a batch at or below the number recorded for its gateway is already counted (ledger.ts).
 const BATCH = `
@@ -33,9 +39,13 @@ const UPSERT = `
     bytes_out = bytes_out + excluded.bytes_out, cost = cost + excluded.cost`;
 
 
-export class SqliteUsageStore implements UsageStore {
+export class SqliteUsageStore implements UsageStore, AlertStore {
   readonly location: string;
   readonly #db: DatabaseSync;
+
+  get alerts(): AlertStore {
+    return this;
+  }
 
   constructor(path: string) {
     this.location = path;
@@ -76,6 +86,33 @@ export class SqliteUsageStore implements UsageStore {
       .prepare(`select ${rowColumns()} from usage where day >= ? and (? is null or key_id = ?) and (? is null or route = ?) order by day, key_id, route`)
       .all(filter.since ?? '', filter.keyId ?? null, filter.keyId ?? null, filter.route ?? null, filter.route ?? null);
     return Promise.resolve(found as unknown as UsageRow[]);
+  }
+
+  /** A query as a promise: node:sqlite is synchronous, and a locked file fails at once (no busy wait). */
+  #run<T>(work: () => T): Promise<T> {
+    try {
+      return Promise.resolve(work());
+    } catch (err) {
+      return Promise.reject(err as Error);
+    }
+  }
+
+  claimAlert(a: AlertRow): Promise<boolean> {
+    return this.#run(() => this.#db.prepare('insert into alerts (id, key_id, body, at) values (?, ?, ?, ?) on conflict do nothing returning id').get(a.id, a.keyId, a.body, a.at) !== undefined);
+  }
+
+  alertDelivered(id: string): Promise<void> {
+    return this.#run(() => void this.#db.prepare('update alerts set delivered = 1 where id = ?').run(id));
+  }
+
+  undeliveredAlerts(by: string, since: number, forMs: number): Promise<AlertRow[]> {
+    const now = Date.now();
+    return this.#run(
+      () =>
+        this.#db
+          .prepare('update alerts set sender = ?, sending_until = ? where delivered = 0 and at >= ? and sending_until < ? returning id, key_id as keyId, body, at')
+          .all(by, now + forMs, since, now) as unknown as AlertRow[],
+    );
   }
 
   close(): Promise<void> {

@@ -27,12 +27,12 @@ test('a burst against a rate limit: the bucket passes, the rest get 429 rate_lim
     assert.ok(refused.length >= 3, `refused: ${statuses.join(',')}`);
     for (const r of refused) {
       // The refusal explains itself: which limit, its value and window, when the next request may go (RFC 3339), consistent with Retry-After.
-      const body = r.json() as { error: string; code: string; limit: { kind: string; value: number; unit: string; used: number; period: null; window: number; resets: string } };
+      const body = r.json() as { error: string; code: string; limit: { kind: string; value: number; unit: string; used: number; period: null; window: number; resetsAt: string } };
       assert.equal(body.code, 'rate_limited');
-      assert.deepEqual({ ...body.limit, resets: 'checked below' }, { kind: 'rate', value: 2, unit: 'requests', used: 2, period: null, window: 1, resets: 'checked below' });
-      assert.equal(body.error, `Rate limit of 2 requests per 1 s reached; the next request is allowed at ${body.limit.resets}.`);
-      const resetsIn = (Date.parse(body.limit.resets) - Date.now()) / 1000;
-      assert.ok(resetsIn > -1 && resetsIn <= Number(r.headers['retry-after']) + 1, `resets ${body.limit.resets}, Retry-After ${r.headers['retry-after']}`);
+      assert.deepEqual({ ...body.limit, resetsAt: 'checked below' }, { kind: 'rate', value: 2, unit: 'requests', used: 2, period: null, window: 1, resetsAt: 'checked below' });
+      assert.equal(body.error, `Rate limit of 2 requests per 1 s reached; the next request is allowed at ${body.limit.resetsAt}.`);
+      const resetsIn = (Date.parse(body.limit.resetsAt) - Date.now()) / 1000;
+      assert.ok(resetsIn > -1 && resetsIn <= Number(r.headers['retry-after']) + 1, `resets ${body.limit.resetsAt}, Retry-After ${r.headers['retry-after']}`);
       assert.ok(Number(r.headers['retry-after']) >= 1);
       // The key's rate per window, its burst in the policy (docs/limits.md, "Refusals").
       assert.equal(r.headers['ratelimit-limit'], '2');
@@ -76,7 +76,7 @@ test('a concurrency slot comes back when the client leaves mid-response', async 
     assert.deepEqual(second.json(), {
       error: 'Concurrency limit of 1 requests in flight reached; one may start when another finishes.',
       code: 'concurrency_limited',
-      limit: { kind: 'concurrency', value: 1, unit: 'requests', used: 1, period: null, resets: null },
+      limit: { kind: 'concurrency', value: 1, unit: 'requests', used: 1, period: null, resetsAt: null },
     });
     assert.equal(second.headers['retry-after'], '1');
     slow.destroy(); // the client leaves
@@ -118,7 +118,7 @@ test('budgets on both cost-reporting routes: the speech header and the SEO body 
     assert.deepEqual(third.json(), {
       error: `Budget of 100 characters per day on speech used up (120 spent or reserved); it resets at ${midnight}.`,
       code: 'budget_exceeded',
-      limit: { kind: 'budget', route: 'speech', value: 100, unit: 'characters', used: 120, period: 'day', resets: midnight },
+      limit: { kind: 'budget', route: 'speech', value: 100, unit: 'characters', used: 120, period: 'day', resetsAt: midnight },
     });
     const untilMidnight = (Date.UTC(new Date().getUTCFullYear(), new Date().getUTCMonth(), new Date().getUTCDate() + 1) - Date.now()) / 1000;
     assert.ok(Math.abs(Number(third.headers['retry-after']) - untilMidnight) < 5, 'Retry-After: until the period ends');
@@ -233,11 +233,11 @@ test('a spent quota stays spent across a restart; SIGTERM writes what was counte
     const second = await serve();
     const again = await request(`${second.base}/seo/v3/x`, { headers: auth(token) });
     assert.equal(again.status, 429);
-    const refusal = again.json() as { code: string; error: string; limit: { kind: string; value: number; used: number; period: string; resets: string } };
+    const refusal = again.json() as { code: string; error: string; limit: { kind: string; value: number; used: number; period: string; resetsAt: string } };
     assert.equal(refusal.code, 'quota_exceeded');
     // After a restart the count comes from the ledger the drain wrote: 3 of 3 used.
     assert.deepEqual({ kind: refusal.limit.kind, value: refusal.limit.value, used: refusal.limit.used, period: refusal.limit.period }, { kind: 'quota', value: 3, used: 3, period: 'day' });
-    assert.equal(refusal.error, `Quota of 3 requests per day used up; it resets at ${refusal.limit.resets}.`);
+    assert.equal(refusal.error, `Quota of 3 requests per day used up; it resets at ${refusal.limit.resetsAt}.`);
     await second.stop();
     const usage = await runCli(['usage', '--json'], env);
     assert.equal(usage.code, 0, usage.stderr);

@@ -58,6 +58,7 @@ test('a key set that vanishes after its first read in a request neither crashes 
       complete: createCompletion(logger, metrics, () => new Set(), ledger),
       admit: () => ({ done: () => undefined }),
       ledger,
+      keyStatus: () => null,
     });
     const server = http.createServer({ IncomingMessage: GatewayRequest }, (req, res) => twice.handle(req as GatewayRequest, res, 'none'));
     server.on('upgrade', (req, socket) => twice.refuseRaw(req as GatewayRequest, socket, ERRORS.webSocket));

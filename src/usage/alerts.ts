@@ -1,0 +1,192 @@
+// Alerts before a quota or budget runs out (docs/limits.md, "Alerts"). Each
+// threshold of each limit fires once per period: the store records a firing
+// with a unique row (key, limit, period, threshold), and only the process
+// whose insert made the row fires it. So a restart, a second gateway or
+// usage hovering at the line never fires it again. Checks run after a key's
+// counts changed, off the request path: a request never waits for one.
+import type { PeriodUse } from './limiter.ts';
+import { periodOf, type Period, type Policy } from './policy.ts';
+
+/** One firing as recorded in the store; `id` is unique per key, limit, period and threshold. */
+export interface AlertRow {
+  readonly id: string;
+  readonly keyId: string;
+  /** The webhook's body, sent again as it is. */
+  readonly body: string;
+  /** When it fired, ms since the epoch. */
+  readonly at: number;
+}
+
+/** Where firings are recorded (the ledger's store: SQLite, PostgreSQL, or memory). */
+export interface AlertStore {
+  /** Record `alert` unless its id is recorded already: true when this call recorded it (and so fires it). */
+  claimAlert(alert: AlertRow): Promise<boolean>;
+  /** The webhook took it. */
+  alertDelivered(id: string): Promise<void>;
+  /**
+   * Firings not yet delivered, fired since `since`, that no other process is
+   * sending: each is marked as sent by `by` for `forMs`.
+   */
+  undeliveredAlerts(by: string, since: number, forMs: number): Promise<AlertRow[]>;
+}
+
+export interface Alert {
+  readonly id: string;
+  readonly event: 'threshold_crossed' | 'limit_reached';
+  readonly key: { readonly id: string; readonly name: string };
+  readonly limit: {
+    readonly kind: 'quota' | 'budget';
+    readonly route?: string;
+    readonly value: number;
+    readonly unit: string;
+    readonly period: Period;
+    /** The period's key (`2026-11-24`, `2026-11`). */
+    readonly periodKey: string;
+    readonly threshold: number;
+    readonly resetsAt: string;
+  };
+  readonly used: number;
+  readonly at: string;
+}
+
+/** The limits of `policy` crossed at `now` for `threshold`s not fired before: pure. */
+export function crossed(key: { id: string; name: string }, policy: Policy, use: PeriodUse, now: number, unitOf: (route: string) => string): Alert[] {
+  const out: Alert[] = [];
+  const at = new Date(now).toISOString();
+  const check = (kind: 'quota' | 'budget', route: string | null, value: number, period: Period, used: number): void => {
+    const p = periodOf(period, now);
+    for (const threshold of policy.alerts) {
+      if (used * 100 < threshold * value - 1e-9) break;
+      const limit = {
+        kind,
+        ...(route === null ? {} : { route }),
+        value,
+        unit: route === null ? 'requests' : unitOf(route),
+        period,
+        periodKey: p.key,
+        threshold,
+        resetsAt: new Date(p.ends).toISOString().replace('.000Z', 'Z'),
+      };
+      out.push({ id: `${key.id}/${kind}${route === null ? '' : `:${route}`}/${p.key}/${threshold}`, event: threshold >= 100 ? 'limit_reached' : 'threshold_crossed', key: { id: key.id, name: key.name }, limit, used: Math.round(used * 1e6) / 1e6, at });
+    }
+  };
+  if (policy.quota !== null) check('quota', null, policy.quota.count, policy.quota.period, use.requests(key.id, policy.quota.period, now));
+  for (const [route, b] of policy.budgets) check('budget', route, b.amount, b.period, use.cost(key.id, route, b.period, now));
+  return out;
+}
+
+export class Alerts {
+  readonly #store: AlertStore;
+  readonly #use: (keyId: string, now: number) => PeriodUse | Promise<PeriodUse>;
+  readonly #fire: (alert: Alert, body: string) => void;
+  readonly #unitOf: (route: string) => string;
+  readonly #now: () => number;
+  /** Firings known here (claimed here, or found claimed): never asked of the store again. */
+  readonly #seen = new Set<string>();
+  readonly #dirty = new Map<string, { key: { id: string; name: string }; policy: Policy }>();
+  #scheduled: NodeJS.Immediate | NodeJS.Timeout | null = null;
+  /** 0: check as soon as the event loop is free; else every `everyMs` (a fleet's, whose totals come from the store). */
+  readonly #everyMs: number;
+  #checking: Promise<void> = Promise.resolve();
+
+  constructor(options: {
+    store: AlertStore;
+    use: (keyId: string, now: number) => PeriodUse | Promise<PeriodUse>;
+    fire: (alert: Alert, body: string) => void;
+    unitOf: (route: string) => string;
+    now?: () => number;
+    everyMs?: number;
+  }) {
+    this.#store = options.store;
+    this.#use = options.use;
+    this.#fire = options.fire;
+    this.#unitOf = options.unitOf;
+    this.#now = options.now ?? Date.now;
+    this.#everyMs = options.everyMs ?? 0;
+  }
+
+  /** A request of this key was counted: its thresholds are checked soon. */
+  touched(key: { id: string; name: string }, policy: Policy): void {
+    if (policy.alerts.length === 0) return;
+    this.#dirty.set(key.id, { key, policy });
+    if (this.#scheduled !== null) return;
+    const run = (): void => {
+      this.#scheduled = null;
+      this.#checking = this.#checking.then(() => this.#check());
+    };
+    this.#scheduled = this.#everyMs === 0 ? setImmediate(run) : setTimeout(run, this.#everyMs);
+    this.#scheduled.unref();
+  }
+
+  /** Resolves once every check asked for so far is done (tests, drain). */
+  async settled(): Promise<void> {
+    while (this.#scheduled !== null || (await this.#checking.then(() => this.#scheduled !== null))) {
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    await this.#checking;
+  }
+
+  stop(): void {
+    if (this.#scheduled !== null) clearTimeout(this.#scheduled as NodeJS.Timeout);
+    if (this.#scheduled !== null) clearImmediate(this.#scheduled as NodeJS.Immediate);
+    this.#scheduled = null;
+  }
+
+  async #check(): Promise<void> {
+    const dirty = [...this.#dirty.values()];
+    this.#dirty.clear();
+    for (const { key, policy } of dirty) {
+      const now = this.#now();
+      let use: PeriodUse;
+      try {
+        use = await this.#use(key.id, now);
+      } catch {
+        // The store is unreachable: checked again at the key's next request.
+        continue;
+      }
+      for (const alert of crossed(key, policy, use, now, this.#unitOf)) {
+        if (this.#seen.has(alert.id)) continue;
+        if (this.#seen.size >= 100_000) this.#seen.clear();
+        this.#seen.add(alert.id);
+        const body = JSON.stringify({ event: alert.event, key: alert.key, limit: alert.limit, used: alert.used, at: alert.at, id: alert.id });
+        let mine: boolean;
+        try {
+          mine = await this.#store.claimAlert({ id: alert.id, keyId: key.id, body, at: now });
+        } catch {
+          // Not recorded: asked again at the key's next request.
+          this.#seen.delete(alert.id);
+          continue;
+        }
+        if (mine) this.#fire(alert, body);
+      }
+    }
+  }
+}
+
+/** Firings recorded in memory (a ledger that could not be opened): once per process. */
+export class MemoryAlertStore implements AlertStore {
+  readonly #rows = new Map<string, AlertRow & { delivered: boolean; until: number }>();
+
+  claimAlert(alert: AlertRow): Promise<boolean> {
+    if (this.#rows.has(alert.id)) return Promise.resolve(false);
+    this.#rows.set(alert.id, { ...alert, delivered: false, until: 0 });
+    return Promise.resolve(true);
+  }
+
+  alertDelivered(id: string): Promise<void> {
+    const row = this.#rows.get(id);
+    if (row !== undefined) row.delivered = true;
+    return Promise.resolve();
+  }
+
+  undeliveredAlerts(_by: string, since: number, forMs: number): Promise<AlertRow[]> {
+    const now = Date.now();
+    const out: AlertRow[] = [];
+    for (const r of this.#rows.values()) {
+      if (r.delivered || r.at < since || r.until > now) continue;
+      r.until = now + forMs;
+      out.push({ id: r.id, keyId: r.keyId, body: r.body, at: r.at });
+    }
+    return Promise.resolve(out);
+  }
+}

@@ -1,0 +1,107 @@
+// A key's own status (docs/limits.md, "A key's own status"): what
+// `GET /keyward/key` answers a key holder. Where each of the key's limits
+// stands (the figures a refusal would give), its alert thresholds, and its
+// requests and cost by route today and this month. Only the key that asked,
+// never a secret: the record's id, name, scope and expiry, nothing else of it.
+import type { Principal } from '../keys/keyset.ts';
+import type { LimitState, PeriodUse } from './limiter.ts';
+import { usageFrom, type Ledger, type RouteUsage, type UsageRow, type UsageStore } from './ledger.ts';
+import { policyFor } from './policy.ts';
+
+/** Where a key's figures come from: this process's limiter and ledger, or the primary and the store (workers, a fleet). */
+export interface StatusSources {
+  /** Requests and cost by route, and the period totals its limits read. */
+  usage(keyId: string, now: number): RouteUsage | Promise<RouteUsage>;
+  /** Where each limit stands; null when nobody could say (a worker whose primary did not answer). */
+  limits(principal: Principal, use: PeriodUse, now: number): readonly LimitState[] | Promise<readonly LimitState[] | null>;
+}
+
+/** The unit of each route's cost (`usd`, `characters`), or null for a route that reports none. */
+export type CostUnits = (route: string) => string | null;
+
+/** Period totals as a limiter reads them, from a key's usage by route. */
+export function periodUse(u: RouteUsage): PeriodUse {
+  const of = (period: 'day' | 'month'): 'today' | 'month' => (period === 'day' ? 'today' : 'month');
+  return {
+    requests: (_key, period) => {
+      let n = 0;
+      for (const r of u.routes.values()) n += r[of(period)].requests;
+      return n;
+    },
+    cost: (_key, route, period) => u.routes.get(route)?.[of(period)].cost ?? 0,
+  };
+}
+
+const round = (n: number): number => Math.round(n * 1e6) / 1e6;
+
+/** The answer's body. */
+export function statusBody(principal: Principal, limits: readonly LimitState[] | null, usage: RouteUsage, units: CostUnits, now: number): unknown {
+  const policy = policyFor(principal);
+  const byRoute = (which: 'today' | 'month'): Record<string, { requests: number; cost: number; unit: string | null }> =>
+    Object.fromEntries([...usage.routes].map(([route, u]) => [route, { requests: u[which].requests, cost: round(u[which].cost), unit: units(route) }]));
+  return {
+    key: { id: principal.id, name: principal.name, routes: principal.routes ?? null, expires: principal.expires },
+    limits:
+      limits === null
+        ? null
+        : limits.map((l) => ({
+            kind: l.kind,
+            ...(l.route === null ? {} : { route: l.route }),
+            value: l.value,
+            unit: l.kind === 'budget' ? (units(l.route as string) ?? 'usd') : 'requests',
+            ...(l.burst === undefined ? {} : { burst: l.burst }),
+            used: l.used,
+            remaining: l.remaining,
+            ...(l.period === null ? {} : { period: l.period }),
+            ...(l.window === null ? {} : { window: l.window }),
+            resetsAt: l.resetsAt,
+          })),
+    alertAt: policy?.alerts ?? [],
+    usage: { today: { day: usage.day, routes: byRoute('today') }, month: { month: usage.month, routes: byRoute('month') } },
+    at: new Date(now).toISOString(),
+  };
+}
+
+/**
+ * A key's usage read from the store (with workers or in a fleet, where other
+ * processes count too): the key's rows of this month, read at most once per
+ * `ttlMs` per key (calls in between share the read), plus what this process
+ * counted and has not written yet.
+ */
+export class StoreView {
+  readonly #store: Pick<UsageStore, 'rows'>;
+  readonly #ledger: Pick<Ledger, 'unwritten'> | null;
+  readonly #ttlMs: number;
+  readonly #read = new Map<string, { at: number; rows: Promise<UsageRow[]> }>();
+
+  constructor(store: Pick<UsageStore, 'rows'>, ledger: Pick<Ledger, 'unwritten'> | null, ttlMs: number) {
+    this.#store = store;
+    this.#ledger = ledger;
+    this.#ttlMs = ttlMs;
+  }
+
+  async usage(keyId: string, now: number): Promise<RouteUsage> {
+    const month = usageFrom([], now).month;
+    let read = this.#read.get(keyId);
+    if (read === undefined || Date.now() - read.at >= this.#ttlMs) {
+      // Bounded: one key's rows of one month. The map is bounded too (a flood of keys asking clears it).
+      if (this.#read.size >= 10_000) this.#read.clear();
+      read = { at: Date.now(), rows: this.#store.rows({ keyId, since: `${month}-01` }) };
+      this.#read.set(keyId, read);
+      // A failed read is not kept: the next call tries again.
+      read.rows.catch(() => this.#read.delete(keyId));
+    }
+    const rows = await read.rows;
+    return usageFrom([...rows, ...(this.#ledger?.unwritten(keyId) ?? [])], now);
+  }
+}
+
+/** The answer for `principal`: at once when every source answers from memory, else once they have. */
+export function keyStatus(sources: StatusSources, principal: Principal, units: CostUnits, now: number): unknown {
+  const usage = sources.usage(principal.id, now);
+  const withUsage = (u: RouteUsage): unknown => {
+    const limits = sources.limits(principal, periodUse(u), now);
+    return limits instanceof Promise ? limits.then((l) => statusBody(principal, l, u, units, now)) : statusBody(principal, limits, u, units, now);
+  };
+  return usage instanceof Promise ? usage.then(withUsage) : withUsage(usage);
+}

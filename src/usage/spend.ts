@@ -1,0 +1,107 @@
+// Seeing spend (docs/limits.md, "A key's own status" and "Alerts"), put
+// together for the process that decides a key's limits: one gateway, or the
+// primary of workers. It answers where a key stands and fires the alerts;
+// a worker asks its primary for the limits and reads usage itself.
+import { Counter, type Registry } from 'prom-client';
+import type { Principal } from '../keys/keyset.ts';
+import type { Logger } from '../log.ts';
+import { Alerts, MemoryAlertStore, type Alert, type AlertStore } from './alerts.ts';
+import { periodUse, StoreView, type StatusSources } from './key-status.ts';
+import type { Ledger, UsageStore } from './ledger.ts';
+import type { Limiter } from './limiter.ts';
+import { policyFor, type Policy } from './policy.ts';
+import { Webhook } from './webhook.ts';
+
+export interface SpendOptions {
+  readonly config: {
+    readonly alertWebhook: string | null;
+    readonly alertWebhookSecret: string | null;
+    readonly alertWebhookRetryMs: number;
+    readonly usageFlushMs: number;
+  };
+  /** The ledger's store as this process opened it (reads rows; records alerts). */
+  readonly store: UsageStore;
+  readonly ledger: Ledger;
+  readonly limiter: Limiter;
+  readonly logger: Logger;
+  /** Where `keyward_limit_alerts_total` is registered. */
+  readonly registry: Registry;
+  /** A route's cost unit (`usd`, `characters`). */
+  readonly unitOf: (route: string) => string;
+}
+
+export interface Spend {
+  readonly status: StatusSources;
+  /** A request of this key was counted: check its alert thresholds (soon, off the request path). */
+  counted(key: { id: string; name: string }, policy: Policy): void;
+  readonly alerts: Alerts;
+  readonly webhook: Webhook | null;
+  /** Alerts fired and not delivered before the last stop are sent (within the retry window). */
+  start(): Promise<void>;
+  stop(): void;
+}
+
+/**
+ * Counts come from memory when this process sees every request of the
+ * machine (one gateway); in a fleet the others' counts are in the store, so
+ * a key's usage is the store's rows (read at most once per flush interval)
+ * plus what this gateway has not written yet.
+ */
+export function createSpend(o: SpendOptions): Spend {
+  const fleet = o.store.fleet !== undefined;
+  const view = fleet ? new StoreView(o.store, o.ledger, o.config.usageFlushMs) : null;
+  const fresh = fleet ? new StoreView(o.store, o.ledger, 0) : null;
+  const alertStore: AlertStore = o.store.alerts ?? new MemoryAlertStore();
+  const metric = new Counter({ name: 'keyward_limit_alerts_total', help: 'Limit alerts fired, by limit kind and threshold (percent)', labelNames: ['kind', 'threshold'], registers: [o.registry] });
+  const webhook =
+    o.config.alertWebhook === null
+      ? null
+      : new Webhook({
+          url: o.config.alertWebhook,
+          secret: o.config.alertWebhookSecret,
+          retryMs: o.config.alertWebhookRetryMs,
+          onDelivered: (id) => void alertStore.alertDelivered(id).catch(() => undefined),
+          onFailed: (id, reason, attempt, gaveUp) =>
+            o.logger[gaveUp ? 'error' : 'warn']({ alert: id, reason, attempt }, gaveUp ? 'alert webhook: not delivered within KEYWARD_ALERT_WEBHOOK_RETRY; given up' : 'alert webhook: not delivered; retrying'),
+        });
+  const fire = (alert: Alert, body: string): void => {
+    const l = alert.limit;
+    o.logger.warn(
+      { alert: alert.id, event: alert.event, keyId: alert.key.id, keyName: alert.key.name, limit: l.kind, route: l.route ?? null, threshold: l.threshold, used: alert.used, value: l.value, unit: l.unit, period: l.periodKey },
+      `limit alert: key ${alert.key.name} has used ${l.threshold}% of its ${l.kind === 'quota' ? 'quota' : `${l.route} budget`} this ${l.period}`,
+    );
+    metric.inc({ kind: l.kind, threshold: String(l.threshold) });
+    webhook?.send(alert.id, body, Date.parse(alert.at));
+  };
+  const alerts = new Alerts({
+    store: alertStore,
+    use: fresh === null ? () => o.ledger : async (keyId, now) => periodUse(await fresh.usage(keyId, now)),
+    fire,
+    unitOf: o.unitOf,
+    // A fleet's totals are read from the store: once per flush interval, not after each request.
+    everyMs: fleet ? o.config.usageFlushMs : 0,
+  });
+  const status: StatusSources = {
+    usage: (keyId, now) => (view === null ? o.ledger.usage(keyId, now) : view.usage(keyId, now)),
+    limits: (principal: Principal, use, now) => {
+      const policy = policyFor(principal);
+      return policy === null ? [] : o.limiter.status(principal.id, policy, now, o.ledger.gateways, view === null ? o.ledger : use);
+    },
+  };
+  return {
+    status,
+    counted: (key, policy) => alerts.touched(key, policy),
+    alerts,
+    webhook,
+    start: async () => {
+      if (webhook === null) return;
+      const found = await alertStore.undeliveredAlerts(o.ledger.id, Date.now() - o.config.alertWebhookRetryMs, 60_000).catch(() => []);
+      for (const a of found) webhook.send(a.id, a.body, a.at);
+      if (found.length > 0) o.logger.info({ alerts: found.length }, 'alerts not delivered before the last stop; sending them');
+    },
+    stop: () => {
+      alerts.stop();
+      webhook?.stop();
+    },
+  };
+}
