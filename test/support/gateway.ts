@@ -56,6 +56,8 @@ export interface GatewayOptions {
   readonly usageStore?: UsageStore;
   /** Limits of the test key, as `keys create` stores them. */
   readonly limits?: Limits;
+  /** The test key's name (default `tester`). */
+  readonly keyName?: string;
 }
 
 /** Each provider's sample secrets (routes.ts), by route name, with a tag of their own. */
@@ -91,7 +93,7 @@ export async function startGateway(options: GatewayOptions = {}): Promise<TestGa
   };
   const config = loadConfig(env, (p) => readFileSync(p, 'utf8'), dir, providers);
   const store = new FileKeyStore(config.keysFile);
-  const { token, record } = await createKey(store, 'tester', options.limits === undefined ? {} : { limits: options.limits });
+  const { token, record } = await createKey(store, options.keyName ?? 'tester', options.limits === undefined ? {} : { limits: options.limits });
   let text = '';
   const sink = new Writable({
     write(chunk: Buffer, _enc, cb) {

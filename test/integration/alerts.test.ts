@@ -1,0 +1,187 @@
+// Alerts before a quota or budget runs out (docs/limits.md, "Alerts"), to a
+// real HTTP receiver started by each test: once per threshold and period,
+// signed, across a restart, across three gateways on one PostgreSQL, after
+// the receiver was down, and while it hangs.
+import assert from 'node:assert/strict';
+import { createHmac } from 'node:crypto';
+import { mkdtempSync } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { request } from '../support/client.ts';
+import { runCli } from '../support/cli.ts';
+import { deadline, eventually } from '../support/deadline.ts';
+import { startFleetGateway, statusOf } from '../support/fleet.ts';
+import { startGateway } from '../support/gateway.ts';
+import { startDatabase } from '../support/postgres.ts';
+import { parseProm } from '../support/prom.ts';
+import { startUpstream } from '../support/upstream.ts';
+import { freePort } from '../../src/listen.ts';
+
+const SECRET = 'alert-signing-secret';
+
+interface Received {
+  readonly body: string;
+  readonly signature: string | undefined;
+  readonly json: { event: string; key: { id: string; name: string }; limit: { kind: string; value: number; threshold: number; unit: string; period: string }; used: number; at: string; id: string };
+}
+
+/** A webhook receiver on 127.0.0.1 (on `port` when given): records every POST; `hang` leaves requests unanswered. */
+async function startReceiver(port = 0, hang = false): Promise<{ url: string; got: Received[]; close(): Promise<void> }> {
+  const got: Received[] = [];
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const body = Buffer.concat(chunks).toString();
+      got.push({ body, signature: req.headers['x-keyward-signature'] as string | undefined, json: JSON.parse(body) as Received['json'] });
+      if (hang) return;
+      res.writeHead(204);
+      res.end();
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks/keyward`,
+    got,
+    close: () =>
+      new Promise((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+const signed = (r: Received): boolean => r.signature === `sha256=${createHmac('sha256', SECRET).update(r.body).digest('hex')}`;
+const auth = (token: string): Record<string, string> => ({ authorization: `Bearer ${token}` });
+
+test('a quota driven past 80 % and, after a restart, 100 %: exactly two signed alerts, a warn line and the metric each; none fired twice', async () => {
+  const up = await startUpstream();
+  const receiver = await startReceiver();
+  const env = { KEYWARD_ALERT_WEBHOOK: receiver.url, KEYWARD_ALERT_WEBHOOK_SECRET: SECRET };
+  const gw = await startGateway({ seo: up.url, env, limits: { quota: '10/day' } });
+  let second: Awaited<ReturnType<typeof startGateway>> | null = null;
+  try {
+    // Nine overlapping requests: 80 % crossed, 100 % not yet.
+    const statuses = await Promise.all(Array.from({ length: 9 }, () => request(`${gw.url}/seo/v3/x`, { headers: auth(gw.token) }).then((r) => r.status)));
+    assert.deepEqual(statuses, Array(9).fill(200));
+    await eventually(() => receiver.got.length >= 1, 10_000, 'the 80 % alert');
+    await sleep(300); // nothing more comes
+    assert.deepEqual(receiver.got.map((r) => [r.json.event, r.json.limit.kind, r.json.limit.threshold, r.json.limit.value]), [['threshold_crossed', 'quota', 80, 10]]);
+    // What was counted when the check ran: the 8th request crossed the line, the 9th may be in too.
+    assert.ok([8, 9].includes(receiver.got[0]?.json.used as number), `used ${receiver.got[0]?.json.used}`);
+    assert.equal(gw.logs().filter((l) => l.msg?.toString().startsWith('limit alert')).length, 1);
+    const m = parseProm(await gw.gateway.metrics.text());
+    assert.equal(m.sum('keyward_limit_alerts_total', { kind: 'quota', threshold: '80' }), 1);
+    await gw.gateway.shutdown();
+
+    // The same keys file and ledger, a new process: 80 % is recorded as fired, so the
+    // next request (past 80 % still) fires 100 % alone. Then 20 overlapping: refused, nothing fires.
+    second = await startGateway({ seo: up.url, env: { ...env, KEYWARD_KEYS_FILE: gw.config.keysFile }, limits: { quota: '10/day' }, keyName: 'second' });
+    assert.equal((await request(`${second.url}/seo/v3/x`, { headers: auth(gw.token) })).status, 200);
+    const more = await Promise.all(Array.from({ length: 20 }, () => request(`${second?.url}/seo/v3/x`, { headers: auth(gw.token) }).then((r) => r.status)));
+    assert.deepEqual(more, Array(20).fill(429));
+    await eventually(() => receiver.got.length >= 2, 10_000, 'the 100 % alert');
+    await sleep(300);
+    assert.deepEqual(receiver.got.map((r) => [r.json.event, r.json.limit.threshold]), [['threshold_crossed', 80], ['limit_reached', 100]]);
+    for (const r of receiver.got) {
+      assert.ok(signed(r), 'HMAC-SHA256 of the body with the configured secret');
+      assert.deepEqual(r.json.key, { id: gw.keyId, name: 'tester' });
+      assert.ok(!r.body.includes(gw.token) && !r.body.includes(gw.secrets.seoPassword));
+    }
+    const warns = second.logs().filter((l) => l.msg?.toString().startsWith('limit alert'));
+    assert.deepEqual(warns.map((l) => [l.level, l.threshold]), [[40, 100]]);
+    // Another key crosses its own thresholds: its alerts are its own.
+    for (let i = 0; i < 8; i++) assert.equal((await request(`${second.url}/seo/v3/x`, { headers: auth(second.token) })).status, 200);
+    await eventually(() => receiver.got.length >= 3, 10_000, 'the other key at 80 %');
+    await sleep(300);
+    assert.deepEqual(receiver.got.slice(2).map((r) => [r.json.key.id, r.json.limit.threshold]), [[second.keyId, 80]]);
+  } finally {
+    await second?.close();
+    await gw.close();
+    await receiver.close();
+    await up.close();
+  }
+});
+
+test('a receiver down for a while gets every alert once it is back; a hanging receiver holds no request', async () => {
+  const up = await startUpstream((req, res) => {
+    req.resume();
+    res.writeHead(200, { 'content-type': 'audio/mpeg', 'character-cost': '25', 'content-length': 2 });
+    res.end('ok');
+  });
+  const port = await freePort();
+  const gw = await startGateway({ speech: up.url, env: { KEYWARD_ALERT_WEBHOOK: `http://127.0.0.1:${port}/hooks/keyward`, KEYWARD_ALERT_WEBHOOK_SECRET: SECRET }, limits: { budgets: { speech: '100/day' }, alerts: [50, 90, 100] } });
+  let receiver: Awaited<ReturnType<typeof startReceiver>> | null = null;
+  try {
+    // 4 × 25 characters: 50 %, 90 % and 100 % crossed while nothing listens.
+    for (let i = 0; i < 4; i++) assert.equal((await request(`${gw.url}/speech/v1/tts`, { method: 'POST', headers: auth(gw.token), body: '{}' })).status, 200);
+    await eventually(() => gw.logs().some((l) => l.msg === 'alert webhook: not delivered; retrying'), 10_000, 'a failed attempt');
+    receiver = await startReceiver(port);
+    await eventually(() => receiver !== null && receiver.got.length >= 3, 30_000, 'every alert after the receiver came back');
+    assert.deepEqual(receiver.got.map((r) => [r.json.limit.kind, r.json.limit.threshold, r.json.limit.unit]), [
+      ['budget', 50, 'characters'],
+      ['budget', 90, 'characters'],
+      ['budget', 100, 'characters'],
+    ]);
+    assert.ok(receiver.got.every(signed));
+  } finally {
+    await gw.close();
+    await receiver?.close();
+    await up.close();
+  }
+
+  // A receiver that takes every POST and never answers.
+  const hanging = await startReceiver(0, true);
+  const up2 = await startUpstream();
+  const gw2 = await startGateway({ seo: up2.url, env: { KEYWARD_ALERT_WEBHOOK: hanging.url }, limits: { quota: '40/day', alerts: [1, 2, 3, 4, 5, 10, 20, 50, 80, 100] } });
+  try {
+    await eventually(async () => ((await request(`${gw2.url}/seo/v3/x`, { headers: auth(gw2.token) })).status === 200 && hanging.got.length > 0), 10_000, 'the first alert sent');
+    // Requests go on while the webhook waits for its answer: 30 more, one after another, each within a loaded machine's bound.
+    for (let i = 0; i < 30; i++) {
+      const r = await deadline(request(`${gw2.url}/seo/v3/x`, { headers: auth(gw2.token) }), 5_000, 'a request while the receiver hangs');
+      assert.equal(r.status, 200);
+    }
+    assert.equal(hanging.got.length, 1, 'one delivery at a time: the first still waits for its answer');
+  } finally {
+    await gw2.close();
+    await hanging.close();
+    await up2.close();
+  }
+});
+
+test('three gateways on one PostgreSQL: one alert per threshold for the fleet', { timeout: 180_000 }, async () => {
+  const db = await startDatabase();
+  const up = await startUpstream();
+  const receiver = await startReceiver();
+  const dir = mkdtempSync(join(tmpdir(), 'keyward-alerts-'));
+  const env = { KEYWARD_DATABASE_URL: db.url, KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p', KEYWARD_USAGE_FLUSH: '300ms', KEYWARD_ALERT_WEBHOOK: receiver.url, KEYWARD_ALERT_WEBHOOK_SECRET: SECRET, KEYWARD_KEYS_FILE: join(dir, 'unused.json') };
+  const gateways: Array<Awaited<ReturnType<typeof startFleetGateway>>> = [];
+  try {
+    const created = await runCli(['keys', 'create', '--name', 'fleet-alerts', '--quota', '30/day', '--alert-at', '50%,80%,100%', '--json'], env);
+    assert.equal(created.code, 0, created.stderr);
+    const token = (JSON.parse(created.stdout) as { token: string }).token;
+    for (let i = 0; i < 3; i++) gateways.push(await startFleetGateway(env));
+    // Each gateway takes its part, overlapping: the fleet forwards exactly the quota.
+    const ok = await Promise.all(gateways.map(async (g) => {
+      let n = 0;
+      for (let i = 0; i < 15; i++) if ((await statusOf(g.base, token)) === 200) n++;
+      return n;
+    }));
+    assert.equal(ok.reduce((a, b) => a + b, 0), 30);
+    await eventually(() => receiver.got.length >= 3, 20_000, 'the fleet crossed every threshold');
+    await sleep(1_500); // several flushes: no gateway fires one again
+    assert.deepEqual(receiver.got.map((r) => r.json.limit.threshold).sort((a, b) => a - b), [50, 80, 100]);
+    assert.ok(receiver.got.every(signed));
+    const [rows] = await db.admin<Array<{ n: number }>>`select count(*)::int as n from keyward_alerts where delivered`;
+    assert.equal(rows?.n, 3);
+  } finally {
+    await Promise.all(gateways.map((g) => g.stop().catch(() => g.kill())));
+    await receiver.close();
+    await up.close();
+    await db.close();
+  }
+});
