@@ -10,6 +10,8 @@ export interface AdminSources {
   readiness(): Readiness | Promise<Readiness>;
   metrics(): Promise<string>;
   readonly metricsContentType: string;
+  /** The usage page for these query parameters (usage/page.ts); absent: 404. */
+  usage?(params: URLSearchParams): Promise<string>;
 }
 
 export interface Admin {
@@ -25,7 +27,8 @@ function json(res: http.ServerResponse, status: number, body: unknown): void {
 
 export async function startAdmin(address: { host: string; port: number }, sources: AdminSources, logger: Logger): Promise<Admin> {
   const server = http.createServer({ requireHostHeader: false, headersTimeout: 10_000, requestTimeout: 30_000 }, (req, res) => {
-    const path = (req.url ?? '').split('?')[0];
+    const url = req.url ?? '';
+    const path = url.split('?')[0];
     if (req.method !== 'GET' && req.method !== 'HEAD') return json(res, 404, { error: 'Not found.', code: 'not_found' });
     switch (path) {
       case '/healthz':
@@ -48,6 +51,23 @@ export async function startAdmin(address: { host: string; port: number }, source
           },
         );
         return;
+      case '/usage': {
+        const page = sources.usage;
+        if (page === undefined) return json(res, 404, { error: 'Not found.', code: 'not_found' });
+        void page(new URLSearchParams(url.includes('?') ? url.slice(url.indexOf('?') + 1) : '')).then(
+          (html) => {
+            const body = Buffer.from(html);
+            // No script runs on the page; none may.
+            res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'content-length': body.length, 'cache-control': 'no-store', 'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'", 'x-content-type-options': 'nosniff' });
+            res.end(req.method === 'HEAD' ? undefined : body);
+          },
+          (err: Error) => {
+            logger.error({ err }, 'usage page not built');
+            json(res, 503, { error: 'The usage ledger could not be read.', code: 'usage_unavailable' });
+          },
+        );
+        return;
+      }
       default:
         return json(res, 404, { error: 'Not found.', code: 'not_found' });
     }

@@ -28,6 +28,8 @@ import { Limiter, type Admission, type LimitState, type Refused } from './usage/
 import type { Principal } from './keys/keyset.ts';
 import { keyStatus, StoreView, type StatusSources } from './usage/key-status.ts';
 import { createSpend, type Spend } from './usage/spend.ts';
+import { renderPage } from './usage/page.ts';
+import { usagePage } from './usage/report.ts';
 import { UPSTREAMS } from './routes.ts';
 import type { Clock } from './usage/leases.ts';
 import { fleetLeases, openUsageStore, writeOnly } from './usage/open.ts';
@@ -65,6 +67,8 @@ export interface Gateway {
   reconfigure(config: Config): void;
   readiness(): Readiness;
   keyCount(): number;
+  /** The usage page (admin listener): from the ledger's store and the loaded keys. */
+  usagePage(params: URLSearchParams): Promise<string>;
 }
 
 export interface GatewayOptions {
@@ -337,6 +341,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
       return { ready: true, draining, keys: set.size, ...stale };
     },
     keyCount: () => keys.loaded?.size ?? 0,
+    usagePage: usagePage(usageStore, () => keys.loaded?.records ?? [], config.routes.map((r) => r.name), units, renderPage),
   };
   return gateway;
 }

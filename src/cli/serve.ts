@@ -12,6 +12,9 @@ import { Limiter } from '../usage/limiter.ts';
 import { periodUse } from '../usage/key-status.ts';
 import { createSpend } from '../usage/spend.ts';
 import { Registry } from 'prom-client';
+import type { KeyRecord } from '../keys/keyset.ts';
+import { renderPage } from '../usage/page.ts';
+import { usagePage } from '../usage/report.ts';
 import { countOnly, fleetLeases, openUsageStore } from '../usage/open.ts';
 import { inheritedListenFd } from '../systemd.ts';
 import { closest } from '../config/unknown.ts';
@@ -58,7 +61,7 @@ export async function serveCommand(args: string[], io: Io): Promise<number> {
       (await import('../workers.ts')).answerReadiness(() => gateway.readiness());
     } else if (config.admin !== null) {
       const g = gateway;
-      admin = await startAdmin(config.admin, { readiness: () => g.readiness(), metrics: () => metrics.text(), metricsContentType: metrics.contentType }, log.logger);
+      admin = await startAdmin(config.admin, { readiness: () => g.readiness(), metrics: () => metrics.text(), metricsContentType: metrics.contentType, usage: (p) => g.usagePage(p) }, log.logger);
     }
   } catch (err) {
     // A failure the message explains (a port in use, a damaged keys file) is
@@ -141,7 +144,14 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io): Pr
     const summed = clusterMetrics();
     try {
       const text = async (): Promise<string> => `${await summed.text()}\n${await registry.metrics()}`;
-      admin = await startAdmin(config.admin, { readiness: () => primary.readiness(), metrics: text, metricsContentType: summed.contentType }, log.logger);
+      // The key records for the page: read from the store at most every 10 s (the primary holds no key set).
+      let records: { at: number; list: Promise<readonly KeyRecord[]> } | null = null;
+      const list = (): Promise<readonly KeyRecord[]> => {
+        if (records === null || Date.now() - records.at > 10_000) records = { at: Date.now(), list: keys.load().catch(() => []) };
+        return records.list;
+      };
+      const page = usagePage(usage, list, config.routes.map((r) => r.name), (r) => (config.routes.find((x) => x.name === r)?.cost?.unit ?? null), renderPage);
+      admin = await startAdmin(config.admin, { readiness: () => primary.readiness(), metrics: text, metricsContentType: summed.contentType, usage: page }, log.logger);
     } catch (err) {
       line(io.stderr, `keyward: admin listener: ${(err as Error).message}`);
       io.signals.emit('SIGTERM');

@@ -129,6 +129,11 @@ export class KeySet {
   /** Keys neither revoked nor (at build time) expired. */
   readonly size: number;
 
+  /** Every record of the set, revoked and expired ones included (the usage page names keys by them). */
+  get records(): readonly KeyRecord[] {
+    return this.#records;
+  }
+
   constructor(records: readonly KeyRecord[], now = Date.now(), table?: Table) {
     this.#records = records;
     this.#table = table ?? buildTable(records);

@@ -7,6 +7,7 @@ import type postgres from 'postgres';
 import { PgLeaseStore } from './pg-leases.ts';
 import type { AlertRow, AlertStore } from '../usage/alerts.ts';
 import { rowColumns, type BatchId, type FleetView, type UsageRow, type UsageStore } from '../usage/ledger.ts';
+import type { DayTotal, KeyTotal, ReportQueries } from '../usage/report.ts';
 
 /** A gateway not seen for this long has left the fleet. */
 const ALIVE_S = 10;
@@ -19,7 +20,7 @@ export interface Pool {
   migrate(): Promise<unknown>;
 }
 
-export class PgUsageStore implements UsageStore, FleetView, AlertStore {
+export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQueries {
   readonly location: string;
   readonly #pool: Pool;
 
@@ -35,6 +36,29 @@ export class PgUsageStore implements UsageStore, FleetView, AlertStore {
 
   get alerts(): AlertStore {
     return this;
+  }
+
+  get report(): ReportQueries {
+    return this;
+  }
+
+  async daily(since: string, keyId: string | null, route: string | null): Promise<DayTotal[]> {
+    await this.#pool.migrate();
+    return await this.#pool.within((sql) =>
+      sql<DayTotal[]>`
+        select day::text as day, route, sum(requests)::float8 as requests, sum(cost)::float8 as cost from keyward_usage
+        where day >= ${since}::date and (${keyId}::text is null or key_id = ${keyId}) and (${route}::text is null or route = ${route})
+        group by day, route order by day, route`,
+    );
+  }
+
+  async byKey(since: string, keyIds: readonly string[] | null): Promise<KeyTotal[]> {
+    await this.#pool.migrate();
+    return await this.#pool.within((sql) =>
+      keyIds === null
+        ? sql<KeyTotal[]>`select key_id as "keyId", route, sum(requests)::float8 as requests, sum(cost)::float8 as cost from keyward_usage where day >= ${since}::date group by key_id, route`
+        : sql<KeyTotal[]>`select key_id as "keyId", route, sum(requests)::float8 as requests, sum(cost)::float8 as cost from keyward_usage where key_id = any(${keyIds as string[]}::text[]) and day >= ${since}::date group by key_id, route`,
+    );
   }
 
   async claimAlert(a: AlertRow): Promise<boolean> {

@@ -10,6 +10,7 @@
 // store's at start plus everything counted since.
 import type { AlertStore } from './alerts.ts';
 import type { PeriodUse } from './limiter.ts';
+import type { ReportQueries } from './report.ts';
 import type { LeaseStore } from './leases.ts';
 import { readSpool, writeSpool, type Batch } from './spool.ts';
 import { periodOf, type Period } from './policy.ts';
@@ -69,6 +70,8 @@ export interface UsageStore {
    * already: then nothing, so that sending a batch again never doubles it.
    */
   add(rows: readonly UsageRow[], batch: BatchId): Promise<void>;
+  /** The usage page's aggregates, when the store computes them itself (report.ts). */
+  readonly report?: ReportQueries;
   /** Where alerts are recorded as fired, once per key, limit, period and threshold (alerts.ts). */
   readonly alerts?: AlertStore;
   /** Stored rows from `since` (a UTC day) on, optionally for one key or route. */

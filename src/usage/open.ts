@@ -39,6 +39,7 @@ export function countOnly(store: UsageStore): UsageStore {
     location: store.location,
     ...(store.fleet === undefined ? {} : { fleet: store.fleet }),
     ...(store.alerts === undefined ? {} : { alerts: store.alerts }),
+    ...(store.report === undefined ? {} : { report: store.report }),
     add: () => Promise.resolve(),
     rows: (filter) => store.rows(filter),
     close: () => store.close(),

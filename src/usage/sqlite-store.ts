@@ -6,6 +6,7 @@ import { chmodSync, closeSync, existsSync, openSync } from 'node:fs';
 import { DatabaseSync } from 'node:sqlite';
 import type { AlertRow, AlertStore } from './alerts.ts';
 import { rowColumns, type BatchId, type UsageRow, type UsageStore } from './ledger.ts';
+import type { DayTotal, KeyTotal, ReportQueries } from './report.ts';
 
 const SCHEMA = `
   create table if not exists usage (
@@ -39,7 +40,7 @@ const UPSERT = `
     bytes_out = bytes_out + excluded.bytes_out, cost = cost + excluded.cost`;
 
 
-export class SqliteUsageStore implements UsageStore, AlertStore {
+export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
   readonly location: string;
   readonly #db: DatabaseSync;
 
@@ -95,6 +96,32 @@ export class SqliteUsageStore implements UsageStore, AlertStore {
     } catch (err) {
       return Promise.reject(err as Error);
     }
+  }
+
+  get report(): ReportQueries {
+    return this;
+  }
+
+  daily(since: string, keyId: string | null, route: string | null): Promise<DayTotal[]> {
+    return this.#run(
+      () =>
+        this.#db
+          .prepare('select day, route, sum(requests) as requests, sum(cost) as cost from usage where day >= ? and (? is null or key_id = ?) and (? is null or route = ?) group by day, route order by day, route')
+          .all(since, keyId, keyId, route, route) as unknown as DayTotal[],
+    );
+  }
+
+  byKey(since: string, keyIds: readonly string[] | null): Promise<KeyTotal[]> {
+    return this.#run(
+      () =>
+        this.#db
+          .prepare(
+            keyIds === null
+              ? 'select key_id as keyId, route, sum(requests) as requests, sum(cost) as cost from usage where day >= ? group by key_id, route'
+              : 'select key_id as keyId, route, sum(requests) as requests, sum(cost) as cost from usage where key_id in (select value from json_each(?)) and day >= ? group by key_id, route',
+          )
+          .all(...(keyIds === null ? [since] : [JSON.stringify(keyIds), since])) as unknown as KeyTotal[],
+    );
   }
 
   claimAlert(a: AlertRow): Promise<boolean> {

@@ -85,7 +85,8 @@ test('GET /keyward/key: each limit with used, remaining and resetsAt, and usage 
     await eventually(async () => (await ledger.rows({ keyId: gw.keyId })).reduce((n, r) => n + r.requests, 0) === 3, 10_000, 'the ledger written');
     const rows = await ledger.rows({ keyId: gw.keyId });
     await ledger.close();
-    for (const r of rows) assert.deepEqual(after.body.usage.today.routes[r.route], { requests: r.requests, cost: r.cost, unit: r.route === 'speech' ? 'characters' : 'usd' });
+    const today: Record<string, unknown> = after.body.usage.today.routes;
+    for (const r of rows) assert.deepEqual(today[r.route], { requests: r.requests, cost: r.cost, unit: r.route === 'speech' ? 'characters' : 'usd' });
 
     // Up to the quota, then a refusal whose figures are the status's.
     for (let i = 0; i < 2; i++) assert.equal((await request(`${gw.url}/seo/v3/y`, { headers: auth(gw.token) })).status, 200);

@@ -1,0 +1,145 @@
+// What the usage page shows (docs/limits.md, "The usage page"), read from
+// the ledger's store with bounded, aggregated queries: totals per day and
+// route over 30 days, totals per key and route for a day or a month, never
+// a scan of the ledger's whole history.
+import type { KeyRecord } from '../keys/keyset.ts';
+import type { UsageRow, UsageStore } from './ledger.ts';
+import { periodOf, policyFor } from './policy.ts';
+
+export interface DayTotal {
+  readonly day: string;
+  readonly route: string;
+  readonly requests: number;
+  readonly cost: number;
+}
+
+export interface KeyTotal {
+  readonly keyId: string;
+  readonly route: string;
+  readonly requests: number;
+  readonly cost: number;
+}
+
+/** The aggregates a store may answer itself (SQLite, PostgreSQL); else they are made from its rows. */
+export interface ReportQueries {
+  /** Per day and route from `since` (a UTC day) on, optionally for one key or route. */
+  daily(since: string, keyId: string | null, route: string | null): Promise<DayTotal[]>;
+  /** Per key and route from `since` on; only `keyIds` when given. */
+  byKey(since: string, keyIds: readonly string[] | null): Promise<KeyTotal[]>;
+}
+
+/** The same aggregates from a store's rows (the memory store's, or any store without its own). */
+export function fromRows(store: Pick<UsageStore, 'rows'>): ReportQueries {
+  const sum = <K extends string>(rows: UsageRow[], key: (r: UsageRow) => K): Map<K, { requests: number; cost: number; row: UsageRow }> => {
+    const out = new Map<K, { requests: number; cost: number; row: UsageRow }>();
+    for (const r of rows) {
+      const k = key(r);
+      const t = out.get(k) ?? { requests: 0, cost: 0, row: r };
+      t.requests += r.requests;
+      t.cost += r.cost;
+      out.set(k, t);
+    }
+    return out;
+  };
+  return {
+    daily: async (since, keyId, route) => {
+      const rows = await store.rows({ since, ...(keyId === null ? {} : { keyId }), ...(route === null ? {} : { route }) });
+      return [...sum(rows, (r) => `${r.day}\u0000${r.route}`).values()].map((t) => ({ day: t.row.day, route: t.row.route, requests: t.requests, cost: t.cost }));
+    },
+    byKey: async (since, keyIds) => {
+      const only = keyIds === null ? null : new Set(keyIds);
+      const rows = (await store.rows({ since })).filter((r) => only === null || only.has(r.keyId));
+      return [...sum(rows, (r) => `${r.keyId}\u0000${r.route}`).values()].map((t) => ({ keyId: t.row.keyId, route: t.row.route, requests: t.requests, cost: t.cost }));
+    },
+  };
+}
+
+export interface Report {
+  readonly days: readonly string[];
+  readonly daily: readonly DayTotal[];
+  /** Today's keys by requests, most first (at most 10). */
+  readonly top: ReadonlyArray<{ readonly key: KeyRecord | null; readonly keyId: string; readonly requests: number; readonly cost: Readonly<Record<string, number>> }>;
+  /** Keys at or past `NEAR` of a quota or budget this period, most used first. */
+  readonly near: ReadonlyArray<{ readonly key: KeyRecord; readonly limit: string; readonly used: number; readonly value: number; readonly share: number }>;
+  readonly filter: { readonly key: KeyRecord | null; readonly keyText: string | null; readonly route: string | null };
+}
+
+/** A key is listed as near its limit from this share of it. */
+export const NEAR = 0.8;
+const DAYS = 30;
+
+/** The page's figures at `now` for `filter` (a key by id or name, a route). */
+export async function buildReport(q: ReportQueries, keys: readonly KeyRecord[], filter: { key: string | null; route: string | null }, now = Date.now()): Promise<Report> {
+  const today = periodOf('day', now).key;
+  const month = `${periodOf('month', now).key}-01`;
+  const days = Array.from({ length: DAYS }, (_, i) => new Date(Date.parse(today) - (DAYS - 1 - i) * 86_400_000).toISOString().slice(0, 10));
+  const byId = new Map(keys.map((k) => [k.id, k]));
+  const key = filter.key === null ? null : (byId.get(filter.key) ?? keys.find((k) => k.name === filter.key && k.revoked === null) ?? null);
+  // A key the filter names but nobody has: nothing, rather than everything.
+  const keyId = filter.key === null ? null : (key?.id ?? '\u0000none');
+  const limited = keys.filter((k) => {
+    const p = policyFor(k);
+    return k.revoked === null && p !== null && (p.quota !== null || p.budgets.size > 0);
+  });
+  const [daily, todays, months, dayOfLimited] = await Promise.all([
+    q.daily(days[0] as string, keyId, filter.route),
+    q.byKey(today, null),
+    limited.length === 0 ? Promise.resolve([]) : q.byKey(month, limited.map((k) => k.id)),
+    limited.length === 0 ? Promise.resolve([]) : q.byKey(today, limited.map((k) => k.id)),
+  ]);
+  const perKey = new Map<string, { requests: number; cost: Record<string, number> }>();
+  for (const t of todays) {
+    const e = perKey.get(t.keyId) ?? { requests: 0, cost: {} };
+    e.requests += t.requests;
+    if (t.cost !== 0) e.cost[t.route] = (e.cost[t.route] ?? 0) + t.cost;
+    perKey.set(t.keyId, e);
+  }
+  const top = [...perKey]
+    .sort((a, b) => b[1].requests - a[1].requests)
+    .slice(0, 10)
+    .map(([id, e]) => ({ key: byId.get(id) ?? null, keyId: id, requests: e.requests, cost: e.cost }));
+  const near: Array<Report['near'][number]> = [];
+  // Indexed once: a lookup per key and limit, whatever the number of keys.
+  const index = (rows: readonly KeyTotal[]): Map<string, KeyTotal[]> => {
+    const m = new Map<string, KeyTotal[]>();
+    for (const r of rows) {
+      const list = m.get(r.keyId);
+      if (list === undefined) m.set(r.keyId, [r]);
+      else list.push(r);
+    }
+    return m;
+  };
+  const byMonth = index(months);
+  const byDay = index(dayOfLimited);
+  const total = (rows: Map<string, KeyTotal[]>, id: string, route: string | null, field: 'requests' | 'cost'): number =>
+    (rows.get(id) ?? []).filter((r) => route === null || r.route === route).reduce((n, r) => n + r[field], 0);
+  for (const k of limited) {
+    const p = policyFor(k);
+    if (p === null) continue;
+    if (p.quota !== null) {
+      const used = total(p.quota.period === 'day' ? byDay : byMonth, k.id, null, 'requests');
+      if (used >= NEAR * p.quota.count) near.push({ key: k, limit: `quota ${p.quota.count}/${p.quota.period}`, used, value: p.quota.count, share: used / p.quota.count });
+    }
+    for (const [route, b] of p.budgets) {
+      const used = total(b.period === 'day' ? byDay : byMonth, k.id, route, 'cost');
+      if (used >= NEAR * b.amount) near.push({ key: k, limit: `budget ${route} ${b.amount}/${b.period}`, used, value: b.amount, share: used / b.amount });
+    }
+  }
+  near.sort((a, b) => b.share - a.share);
+  return { days, daily, top, near: near.slice(0, 50), filter: { key, keyText: filter.key, route: filter.route } };
+}
+
+/**
+ * The usage page's source for the admin listener: the store's own aggregates
+ * (or its rows), the key records by `keys`, each route's cost unit.
+ */
+export function usagePage(store: UsageStore, keys: () => readonly KeyRecord[] | Promise<readonly KeyRecord[]>, routes: readonly string[], units: (route: string) => string | null, render: (r: Report, routes: readonly string[], units: (route: string) => string | null, at: string) => string): (params: URLSearchParams) => Promise<string> {
+  const q = store.report ?? fromRows(store);
+  return async (params) => {
+    const route = params.get('route');
+    const key = params.get('key');
+    const now = Date.now();
+    const report = await buildReport(q, await keys(), { key: key === null || key.trim() === '' ? null : key.trim(), route: route !== null && routes.includes(route) ? route : null }, now);
+    return render(report, routes, units, new Date(now).toISOString());
+  };
+}
