@@ -5,7 +5,7 @@
 // the samples then. prom-client still provides the registry, the exposition
 // format, the default process and Node.js series, and the sum over
 // `KEYWARD_WORKERS` (its AggregatorRegistry, over the cluster IPC channel).
-import { AggregatorRegistry, collectDefaultMetrics, Registry } from 'prom-client';
+import { AggregatorRegistry, collectDefaultMetrics, Counter, Registry } from 'prom-client';
 import { Histogram, scraped, type Sample, type ScrapedMetric } from './metrics-series.ts';
 import { UPSTREAMS } from './routes.ts';
 
@@ -249,4 +249,14 @@ class Unrecorded extends Metrics {
 export function createMetrics(record: boolean, routes?: readonly string[]): Metrics {
   const options = routes === undefined ? {} : { routes };
   return record ? new Metrics(options) : new Unrecorded({ ...options, defaults: false });
+}
+
+export type { Registry };
+
+/** An empty registry (the primary of workers keeps its own series in one). */
+export const newRegistry = (): Registry => new Registry();
+
+/** `keyward_limit_alerts_total`, in the registry of the process that fires alerts (usage/spend.ts); no per-key labels. */
+export function alertCounter(registry: Registry): { inc(labels: { kind: string; threshold: string }): void } {
+  return new Counter({ name: 'keyward_limit_alerts_total', help: 'Limit alerts fired, by limit kind and threshold (percent)', labelNames: ['kind', 'threshold'], registers: [registry] });
 }

@@ -5,13 +5,12 @@ import { ConfigError, effectiveEnv, knownVariables, loadConfig, type Config } fr
 import { KeysFileError } from '../keys/file-store.ts';
 import { openKeyStore } from '../keys/open.ts';
 import { createLogger } from '../log.ts';
-import { clusterMetrics, createMetrics } from '../metrics.ts';
+import { clusterMetrics, createMetrics, newRegistry } from '../metrics.ts';
 import { createGateway, type Gateway } from '../server.ts';
 import { Ledger } from '../usage/ledger.ts';
 import { Limiter } from '../usage/limiter.ts';
 import { periodUse } from '../usage/key-status.ts';
 import { createSpend } from '../usage/spend.ts';
-import { Registry } from 'prom-client';
 import type { KeyRecord } from '../keys/keyset.ts';
 import { renderPage } from '../usage/page.ts';
 import { usagePage } from '../usage/report.ts';
@@ -121,7 +120,7 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io): Pr
   const leases = await fleetLeases(usage, ledger, config);
   const limiter = new Limiter(ledger, leases);
   // The primary decides limits, so it fires their alerts and says where a key stands; its own metric is added to the workers'.
-  const registry = new Registry();
+  const registry = newRegistry();
   const units = new Map(config.routes.map((r) => [r.name, r.cost?.unit ?? 'usd']));
   const spend = createSpend({ config, store: usage, ledger, limiter, logger: log.logger, registry, unitOf: (r) => units.get(r) ?? 'usd' });
   await spend.start();

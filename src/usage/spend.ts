@@ -2,7 +2,7 @@
 // together for the process that decides a key's limits: one gateway, or the
 // primary of workers. It answers where a key stands and fires the alerts;
 // a worker asks its primary for the limits and reads usage itself.
-import { Counter, type Registry } from 'prom-client';
+import { alertCounter, type Registry } from '../metrics.ts';
 import type { Principal } from '../keys/keyset.ts';
 import type { Logger } from '../log.ts';
 import { Alerts, MemoryAlertStore, type Alert, type AlertStore } from './alerts.ts';
@@ -52,7 +52,7 @@ export function createSpend(o: SpendOptions): Spend {
   const view = fleet ? new StoreView(o.store, o.ledger, o.config.usageFlushMs) : null;
   const fresh = fleet ? new StoreView(o.store, o.ledger, 0) : null;
   const alertStore: AlertStore = o.store.alerts ?? new MemoryAlertStore();
-  const metric = new Counter({ name: 'keyward_limit_alerts_total', help: 'Limit alerts fired, by limit kind and threshold (percent)', labelNames: ['kind', 'threshold'], registers: [o.registry] });
+  const metric = alertCounter(o.registry);
   const webhook =
     o.config.alertWebhook === null
       ? null

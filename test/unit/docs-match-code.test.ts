@@ -9,7 +9,7 @@ import { knownVariables } from '../../src/config.ts';
 import { ELSEWHERE } from '../../src/config/unknown.ts';
 import { ERRORS } from '../../src/errors.ts';
 import { MIGRATIONS } from '../../src/keys/pg-schema.ts';
-import { Metrics } from '../../src/metrics.ts';
+import { alertCounter, Metrics, newRegistry } from '../../src/metrics.ts';
 
 const read = (path: string): string => readFileSync(new URL(`../../${path}`, import.meta.url), 'utf8');
 
@@ -39,7 +39,10 @@ test('every error code the gateway answers with is documented, and the documente
 });
 
 test("every keyward_ metric is in docs/operations.md's list, and the list names no other", async () => {
-  const text = await new Metrics({ defaults: false, routes: ['scraper'] }).text();
+  // The gateway's series, and the alerts' counter of the process that decides limits (metrics.ts, fired by usage/spend.ts).
+  const alerts = newRegistry();
+  alertCounter(alerts).inc({ kind: 'quota', threshold: '80' });
+  const text = (await new Metrics({ defaults: false, routes: ['scraper'] }).text()) + (await alerts.metrics());
   const served = new Set([...text.matchAll(/^# HELP (keyward_[a-z_]+)/gm)].map((m) => m[1] as string));
   assert.ok(served.size > 5);
   const section = read('docs/operations.md').split('## Metrics')[1]?.split('\n## ')[0] ?? '';
