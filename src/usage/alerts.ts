@@ -112,24 +112,18 @@ export class Alerts {
     if (this.#scheduled !== null) return;
     const run = (): void => {
       this.#scheduled = null;
-      this.#checking = this.#checking.then(() => this.#check());
+      this.#checking = this.#checking.then(() => this.#check()).catch(() => undefined);
     };
     this.#scheduled = this.#everyMs === 0 ? setImmediate(run) : setTimeout(run, this.#everyMs);
     this.#scheduled.unref();
   }
 
-  /** Resolves once every check asked for so far is done (tests, drain). */
-  async settled(): Promise<void> {
-    while (this.#scheduled !== null || (await this.#checking.then(() => this.#scheduled !== null))) {
-      await new Promise((resolve) => setImmediate(resolve));
-    }
-    await this.#checking;
-  }
-
   stop(): void {
-    if (this.#scheduled !== null) clearTimeout(this.#scheduled as NodeJS.Timeout);
-    if (this.#scheduled !== null) clearImmediate(this.#scheduled as NodeJS.Immediate);
+    const s = this.#scheduled;
     this.#scheduled = null;
+    if (s === null) return;
+    if (this.#everyMs === 0) clearImmediate(s as NodeJS.Immediate);
+    else clearTimeout(s as NodeJS.Timeout);
   }
 
   async #check(): Promise<void> {

@@ -68,11 +68,6 @@ export class Webhook {
     this.#pump();
   }
 
-  /** Alerts waiting to be delivered. */
-  get pending(): number {
-    return this.#queue.length;
-  }
-
   stop(): void {
     this.#stopped = true;
     if (this.#timer !== null) clearTimeout(this.#timer);

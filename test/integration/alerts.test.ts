@@ -185,3 +185,46 @@ test('three gateways on one PostgreSQL: one alert per threshold for the fleet', 
     await db.close();
   }
 });
+
+test('alerts not delivered before a stop are sent by the next start; with two workers the primary fires each once', { timeout: 120_000 }, async () => {
+  const up = await startUpstream();
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'keyward-alerts-'));
+  const env = {
+    KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+    KEYWARD_SEO_URL: up.url,
+    KEYWARD_SEO_LOGIN: 'l',
+    KEYWARD_SEO_PASSWORD: 'p',
+    KEYWARD_USAGE_FLUSH: '200ms',
+    KEYWARD_ALERT_WEBHOOK: `http://127.0.0.1:${port}/hooks/keyward`,
+    KEYWARD_ALERT_WEBHOOK_SECRET: SECRET,
+    KEYWARD_WORKERS: '2',
+  };
+  const created = await runCli(['keys', 'create', '--name', 'workers', '--quota', '10/day', '--json'], env);
+  assert.equal(created.code, 0, created.stderr);
+  const token = (JSON.parse(created.stdout) as { token: string }).token;
+  let receiver: Awaited<ReturnType<typeof startReceiver>> | null = null;
+  let gw = await startFleetGateway(env);
+  try {
+    // Over new connections, so both workers serve; nothing listens for the webhook yet.
+    const statuses = await Promise.all(Array.from({ length: 14 }, () => request(`${gw.base}/seo/v3/x`, { headers: { ...auth(token), connection: 'close' } }).then((r) => r.status)));
+    assert.equal(statuses.filter((s) => s === 200).length, 10);
+    await eventually(() => gw.output().includes('alert webhook: not delivered; retrying'), 10_000, 'a failed delivery');
+    const m = (await request(`${gw.admin as string}/metrics`)).body.toString();
+    assert.match(m, /keyward_limit_alerts_total\{kind="quota",threshold="80"\} 1/);
+    assert.match(m, /keyward_limit_alerts_total\{kind="quota",threshold="100"\} 1/);
+    assert.equal((await gw.stop()).code, 0);
+    // The receiver is up now; a new start sends what the last one could not.
+    receiver = await startReceiver(port);
+    gw = await startFleetGateway(env);
+    await eventually(() => receiver !== null && receiver.got.length >= 2, 15_000, 'the undelivered alerts');
+    await sleep(500);
+    assert.deepEqual(receiver.got.map((r) => [r.json.event, r.json.limit.threshold]), [['threshold_crossed', 80], ['limit_reached', 100]]);
+    assert.ok(receiver.got.every(signed));
+    assert.match(gw.output(), /alerts not delivered before the last stop; sending them/);
+  } finally {
+    await gw.stop().catch(() => gw.kill());
+    await receiver?.close();
+    await up.close();
+  }
+});
