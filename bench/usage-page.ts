@@ -54,16 +54,28 @@ try {
   }));
   const store = new SqliteUsageStore(path);
   const page = usagePage(store, () => records, ROUTES, (r) => (r === 'seo' ? 'usd' : r === 'speech' ? 'characters' : null), renderPage);
+  // The longest the event loop (where requests run) went without a turn while the page was built.
   const time = async (what: string, params: Record<string, string>): Promise<void> => {
     const runs: number[] = [];
+    const stalls: number[] = [];
     let bytes = 0;
     for (let i = 0; i < 5; i++) {
+      let last = performance.now();
+      let stall = 0;
+      const tick = setInterval(() => {
+        const t = performance.now();
+        stall = Math.max(stall, t - last);
+        last = t;
+      }, 1);
       at = performance.now();
       bytes = (await page(new URLSearchParams(params))).length;
       runs.push(performance.now() - at);
+      clearInterval(tick);
+      stalls.push(Math.max(stall, performance.now() - last));
     }
     runs.sort((a, b) => a - b);
-    log(`${what}: median ${runs[2]?.toFixed(0)} ms (${runs[0]?.toFixed(0)}–${runs[4]?.toFixed(0)}), ${(bytes / 1024).toFixed(0)} KiB`);
+    stalls.sort((a, b) => a - b);
+    log(`${what}: median ${runs[2]?.toFixed(0)} ms (${runs[0]?.toFixed(0)}–${runs[4]?.toFixed(0)}), ${(bytes / 1024).toFixed(0)} KiB; longest event-loop stall median ${stalls[2]?.toFixed(0)} ms (${stalls[0]?.toFixed(0)}–${stalls[4]?.toFixed(0)})`);
   };
   log(`# usage page, ${KEYS.toLocaleString('en')} keys × ${DAYS} days; ${machine()}`);
   await time('every key', {});

@@ -81,12 +81,13 @@ export async function buildReport(q: ReportQueries, keys: readonly KeyRecord[], 
     const p = policyFor(k);
     return k.revoked === null && p !== null && (p.quota !== null || p.budgets.size > 0);
   });
-  const [daily, todays, months, dayOfLimited] = await Promise.all([
+  const [daily, todays, months] = await Promise.all([
     q.daily(days[0] as string, keyId, filter.route),
     q.byKey(today, null),
     limited.length === 0 ? Promise.resolve([]) : q.byKey(month, limited.map((k) => k.id)),
-    limited.length === 0 ? Promise.resolve([]) : q.byKey(today, limited.map((k) => k.id)),
   ]);
+  // Today's totals of every key hold those of the keys with limits.
+  const dayOfLimited = todays;
   const perKey = new Map<string, { requests: number; cost: Record<string, number> }>();
   for (const t of todays) {
     const e = perKey.get(t.keyId) ?? { requests: 0, cost: {} };

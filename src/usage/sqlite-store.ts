@@ -4,6 +4,7 @@
 // for usage.
 import { chmodSync, closeSync, existsSync, openSync } from 'node:fs';
 import { DatabaseSync } from 'node:sqlite';
+import { Worker } from 'node:worker_threads';
 import type { AlertRow, AlertStore } from './alerts.ts';
 import { rowColumns, type BatchId, type UsageRow, type UsageStore } from './ledger.ts';
 import type { DayTotal, KeyTotal, ReportQueries } from './report.ts';
@@ -43,6 +44,9 @@ const UPSERT = `
 export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
   readonly location: string;
   readonly #db: DatabaseSync;
+  #reader: Worker | null = null;
+  #asked = 0;
+  readonly #waiting = new Map<number, { resolve: (rows: unknown[]) => void; reject: (err: Error) => void }>();
 
   get alerts(): AlertStore {
     return this;
@@ -103,25 +107,40 @@ export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
   }
 
   daily(since: string, keyId: string | null, route: string | null): Promise<DayTotal[]> {
-    return this.#run(
-      () =>
-        this.#db
-          .prepare('select day, route, sum(requests) as requests, sum(cost) as cost from usage where day >= ? and (? is null or key_id = ?) and (? is null or route = ?) group by day, route order by day, route')
-          .all(since, keyId, keyId, route, route) as unknown as DayTotal[],
-    );
+    return this.#read<DayTotal>('select day, route, sum(requests) as requests, sum(cost) as cost from usage where day >= ? and (? is null or key_id = ?) and (? is null or route = ?) group by day, route order by day, route', [since, keyId, keyId, route, route]);
   }
 
   byKey(since: string, keyIds: readonly string[] | null): Promise<KeyTotal[]> {
-    return this.#run(
-      () =>
-        this.#db
-          .prepare(
-            keyIds === null
-              ? 'select key_id as keyId, route, sum(requests) as requests, sum(cost) as cost from usage where day >= ? group by key_id, route'
-              : 'select key_id as keyId, route, sum(requests) as requests, sum(cost) as cost from usage where key_id in (select value from json_each(?)) and day >= ? group by key_id, route',
-          )
-          .all(...(keyIds === null ? [since] : [JSON.stringify(keyIds), since])) as unknown as KeyTotal[],
-    );
+    return keyIds === null
+      ? this.#read<KeyTotal>('select key_id as keyId, route, sum(requests) as requests, sum(cost) as cost from usage where day >= ? group by key_id, route', [since])
+      : this.#read<KeyTotal>('select key_id as keyId, route, sum(requests) as requests, sum(cost) as cost from usage where key_id in (select value from json_each(?)) and day >= ? group by key_id, route', [JSON.stringify(keyIds), since]);
+  }
+
+  /** A read for the usage page, in the reader thread (sqlite-reader.ts), started on first use. */
+  #read<T>(sql: string, params: Array<string | number | null>): Promise<T[]> {
+    if (this.#reader === null) {
+      const here = import.meta.url;
+      // Run from source (tests, tsx) or built (dist): the reader is beside this module either way.
+      this.#reader = new Worker(new URL(here.endsWith('.ts') ? './sqlite-reader.ts' : './sqlite-reader.js', here), { workerData: this.location });
+      this.#reader.unref();
+      const waiting = this.#waiting;
+      this.#reader.on('message', (m: { id: number; rows?: T[]; error?: string }) => {
+        const w = waiting.get(m.id);
+        waiting.delete(m.id);
+        if (m.error !== undefined) w?.reject(new Error(m.error));
+        else w?.resolve(m.rows ?? []);
+      });
+      this.#reader.on('error', (err) => {
+        for (const w of waiting.values()) w.reject(err);
+        waiting.clear();
+        this.#reader = null;
+      });
+    }
+    const id = ++this.#asked;
+    return new Promise<T[]>((resolve, reject) => {
+      this.#waiting.set(id, { resolve: resolve as (rows: unknown[]) => void, reject });
+      this.#reader?.postMessage({ id, sql, params });
+    });
   }
 
   claimAlert(a: AlertRow): Promise<boolean> {
@@ -144,7 +163,9 @@ export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
 
   close(): Promise<void> {
     if (this.#db.isOpen) this.#db.close();
-    return Promise.resolve();
+    const reader = this.#reader;
+    this.#reader = null;
+    return reader === null ? Promise.resolve() : reader.terminate().then(() => undefined);
   }
 }
 

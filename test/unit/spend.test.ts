@@ -92,7 +92,7 @@ test('the webhook gives an alert up once its retry window is over, and signs wha
     hook.send('x', '{"n":1}', Date.now());
     hook.send('x', '{"n":1}', Date.now()); // the same id: queued once
     await eventually(() => failed.some(([, gaveUp]) => gaveUp), 10_000, 'given up');
-    assert.deepEqual(delivered, []);
+    assert.equal(delivered.length, 0);
     assert.equal(got[0]?.sig, signature('s3cret', '{"n":1}'));
     assert.equal(signature('s3cret', '{"n":1}'), 'sha256=' + (await import('node:crypto')).createHmac('sha256', 's3cret').update('{"n":1}').digest('hex'));
     status = 204;
