@@ -1,12 +1,14 @@
 // Where a document lists what the code defines, the two are compared, so
 // neither can change without the other: the options (README's table), the
 // error codes (docs/responses.md, docs/limits.md), the metrics
-// (docs/operations.md) and the PostgreSQL migrations (docs/fleet.md).
+// (docs/operations.md), the PostgreSQL migrations (docs/fleet.md) and the
+// command-line flags (docs/cli.md).
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 import { knownVariables } from '../../src/config.ts';
 import { ELSEWHERE } from '../../src/config/unknown.ts';
+import { HELP } from '../../src/cli/args.ts';
 import { ERRORS } from '../../src/errors.ts';
 import { MIGRATIONS } from '../../src/keys/pg-schema.ts';
 import { alertCounter, Metrics, newRegistry } from '../../src/metrics.ts';
@@ -55,4 +57,13 @@ test('docs/fleet.md lists each migration, numbered as the schema applies them', 
   const section = read('docs/fleet.md').split('Versioned migrations')[1]?.split('\n## ')[0] ?? '';
   const numbers = [...section.matchAll(/^(\d+)\. /gm)].map((m) => Number(m[1]));
   assert.deepEqual(numbers, MIGRATIONS.map((_, i) => i + 1));
+});
+
+test("docs/cli.md names every flag the commands' help texts name, and no other", () => {
+  const flags = (text: string): Set<string> => new Set([...text.matchAll(/(?<![\w-])--([a-z][a-z-]*)/g)].map((m) => m[1] as string));
+  const help = flags(Object.values(HELP).join('\n'));
+  const docs = flags(read('docs/cli.md'));
+  assert.ok(help.has('alert-at') && help.size > 10);
+  assert.deepEqual([...help].filter((f) => !docs.has(f)), [], 'in a help text, not in docs/cli.md');
+  assert.deepEqual([...docs].filter((f) => !help.has(f)), [], 'in docs/cli.md, in no help text');
 });
