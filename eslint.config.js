@@ -16,5 +16,5 @@ export default tseslint.config(
     },
   },
   // The CLI, scripts, benchmarks and tests talk to a terminal on purpose.
-  { files: ['src/cli.ts', 'src/demo.ts', 'scripts/**', 'bench/**', 'test/**'], rules: { 'no-console': 'off' } },
+  { files: ['src/cli.ts', 'src/dev/demo.ts', 'scripts/**', 'bench/**', 'test/**'], rules: { 'no-console': 'off' } },
 );

@@ -4,7 +4,7 @@
 // run.ts as a child whose stdout is /dev/null; prints one JSON object on
 // stderr. Every 8 lines the loop yields to the event loop, as a busy gateway
 // does between completions; the cost of the bare loop is subtracted.
-import { createLogger, requestLogger, type RequestFields } from '../src/log.ts';
+import { createLogger, requestLogger, type RequestFields } from '../src/observe/log.ts';
 
 const LINES = Number(process.argv[2] ?? 200_000);
 const f: RequestFields = { reqId: '5f3a9c1e-2n9', client: '127.0.0.1', keyId: 'key_5f3a9c1e2b7d', keyName: 'bench', route: 'scraper', method: 'POST', path: '/v2/acts/x/runs', status: 201, bytesIn: 2, bytesOut: 1024, durationMs: 1.234, ttfbMs: 0.987, error: null, aborted: false };

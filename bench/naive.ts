@@ -4,7 +4,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createProxyServer } from 'http-proxy-3';
-import { UPSTREAMS } from '../src/routes.ts';
+import { UPSTREAMS } from '../src/request/routes.ts';
 
 const env = process.env;
 const upstream = `http://127.0.0.1:${env.BENCH_UPSTREAM_PORT}`;

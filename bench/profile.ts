@@ -12,7 +12,7 @@ import autocannon from 'autocannon';
 import http from 'node:http';
 import { serialiseKeysFile } from '../src/keys/file-store.ts';
 import { generateToken, tokenDigest } from '../src/keys/token.ts';
-import { providerEnv, UPSTREAMS } from '../src/routes.ts';
+import { providerEnv, UPSTREAMS } from '../src/request/routes.ts';
 import { benchSecrets, freePort, startUpstreamProcess, waitReady, type Secrets } from './systems.ts';
 import { writeFileSync } from 'node:fs';
 

@@ -6,8 +6,8 @@ import { openSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { freePort } from '../src/listen.ts';
-import { providerEnv, UPSTREAMS } from '../src/routes.ts';
+import { freePort } from '../src/process/listen.ts';
+import { providerEnv, UPSTREAMS } from '../src/request/routes.ts';
 
 /** A route name of the provider table (routes.ts). */
 export type Route = string;

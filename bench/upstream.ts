@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { UPSTREAMS } from '../src/routes.ts';
+import { UPSTREAMS } from '../src/request/routes.ts';
 
 const env = process.env;
 const secrets = JSON.parse(env.BENCH_SECRETS ?? '{}') as Record<string, string[]>;

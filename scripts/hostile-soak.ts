@@ -17,9 +17,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs, promisify } from 'node:util';
 import zlib from 'node:zlib';
-import { secretForm, Secrets, BodyScan } from '../src/egress.ts';
-import { providerEnv, UPSTREAMS } from '../src/routes.ts';
-import { base64Middles } from '../src/spellings.ts';
+import { secretForm, Secrets, BodyScan } from '../src/request/egress.ts';
+import { providerEnv, UPSTREAMS } from '../src/request/routes.ts';
+import { base64Middles } from '../src/request/spellings.ts';
 
 const { values: args } = parseArgs({ options: { seconds: { type: 'string', default: '30' }, rate: { type: 'string', default: '40' } } });
 const SECONDS = Number(args.seconds);

@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs, promisify } from 'node:util';
-import { providerEnv, UPSTREAMS } from '../src/routes.ts';
+import { providerEnv, UPSTREAMS } from '../src/request/routes.ts';
 
 const { values: args } = parseArgs({ options: { seconds: { type: 'string', default: '120' }, rate: { type: 'string', default: '150' }, json: { type: 'string' } } });
 const SECONDS = Number(args.seconds);

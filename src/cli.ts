@@ -1,14 +1,14 @@
 // The commands of `bin/keyward` (docs/cli.md), dispatched, and every error
 // turned into its exit code and one line on stderr. Everything it needs from
 // the process comes in through `Io`.
-import { ConfigError } from './config.ts';
+import { ConfigError } from './config/load.ts';
 import { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, HELP, HelpRequested, line, parse, UsageError, type Io } from './cli/args.ts';
 import { dbCommand } from './cli/db.ts';
 import { keysCommand } from './cli/keys.ts';
 import { serveCommand } from './cli/serve.ts';
 import { usageCommand } from './cli/usage.ts';
-import { runDemo } from './demo.ts';
-import { runDevDb } from './dev-db.ts';
+import { runDemo } from './dev/demo.ts';
+import { runDevDb } from './dev/dev-db.ts';
 import { KeysFileError } from './keys/file-store.ts';
 import { KeyUsageError } from './keys/manage.ts';
 

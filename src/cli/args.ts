@@ -4,9 +4,9 @@
 import { readFileSync } from 'node:fs';
 import type { Writable } from 'node:stream';
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
-import type { Env } from '../config.ts';
-import { UPSTREAMS } from '../routes.ts';
-import { parseDuration } from '../units.ts';
+import type { Env } from '../config/load.ts';
+import { UPSTREAMS } from '../request/routes.ts';
+import { parseDuration } from '../config/units.ts';
 
 export interface Io {
   readonly env: Env;

@@ -1,5 +1,5 @@
 // `keyward db migrate` (docs/fleet.md, schema).
-import { effectiveEnv } from '../config.ts';
+import { effectiveEnv } from '../config/load.ts';
 import { PgKeyStore } from '../keys/pg-store.ts';
 import { EXIT_OK, HELP, HelpRequested, line, parse, readText, UsageError, type Io } from './args.ts';
 import { loadConfigForStore } from './keys.ts';

@@ -1,7 +1,7 @@
 // `keyward keys …` (docs/cli.md, docs/keys.md): every argument is checked
 // before the store is opened, then one action runs against it.
 import type { parseArgs } from 'node:util';
-import { effectiveEnv, keysFilePath, loadConfig, type Env } from '../config.ts';
+import { effectiveEnv, keysFilePath, loadConfig, type Env } from '../config/load.ts';
 import { KeysFileError, parseKeysFile, serialiseKeysFile } from '../keys/file-store.ts';
 import type { KeyRecord } from '../keys/keyset.ts';
 import { createKey, importKeys, KeyUsageError, listKeys, revokeKey, rotateKey, updateKey, type KeyChanges } from '../keys/manage.ts';

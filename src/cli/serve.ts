@@ -1,12 +1,12 @@
 // `keyward serve` (docs/operations.md): one gateway process, or the
 // primary of several; signals drain and reload it.
-import { startAdmin, type Admin } from '../admin.ts';
-import { ConfigError, effectiveEnv, knownVariables, loadConfig, type Config } from '../config.ts';
+import { startAdmin, type Admin } from '../process/admin.ts';
+import { ConfigError, effectiveEnv, knownVariables, loadConfig, type Config } from '../config/load.ts';
 import { KeysFileError } from '../keys/file-store.ts';
 import { openKeyStore } from '../keys/open.ts';
-import { createLogger } from '../log.ts';
-import { clusterMetrics, createMetrics, newRegistry } from '../metrics.ts';
-import { createGateway, type Gateway } from '../server.ts';
+import { createLogger } from '../observe/log.ts';
+import { clusterMetrics, createMetrics, newRegistry } from '../observe/metrics.ts';
+import { createGateway, type Gateway } from '../process/server.ts';
 import { Ledger } from '../usage/ledger.ts';
 import { Limiter } from '../usage/limiter.ts';
 import { periodUse } from '../usage/key-status.ts';
@@ -15,7 +15,7 @@ import type { KeyRecord } from '../keys/keyset.ts';
 import { renderPage } from '../usage/page.ts';
 import { usagePage } from '../usage/report.ts';
 import { countOnly, fleetLeases, openUsageStore } from '../usage/open.ts';
-import { inheritedListenFd } from '../systemd.ts';
+import { inheritedListenFd } from '../process/systemd.ts';
 import { closest } from '../config/unknown.ts';
 import { EXIT_FAILURE, EXIT_OK, line, parse, readText, UsageError, type Io } from './args.ts';
 
@@ -52,12 +52,12 @@ export async function serveCommand(args: string[], io: Io): Promise<number> {
   try {
     const store = openKeyStore(config);
     // A worker's limits are decided by its primary, for the whole machine.
-    const w = worker ? await import('../workers.ts') : null;
+    const w = worker ? await import('../process/workers.ts') : null;
     gateway = await createGateway(config, store, log.logger, { listenFd, metrics, ...(w === null ? {} : { admit: w.primaryAdmit(), limitStatus: w.primaryStatus() }) });
     await gateway.listen();
     if (worker) {
       metrics.serveToPrimary();
-      (await import('../workers.ts')).answerReadiness(() => gateway.readiness());
+      (await import('../process/workers.ts')).answerReadiness(() => gateway.readiness());
     } else if (config.admin !== null) {
       const g = gateway;
       admin = await startAdmin(config.admin, { readiness: () => g.readiness(), metrics: () => metrics.text(), metricsContentType: metrics.contentType, usage: (p) => g.usagePage(p) }, log.logger);
@@ -106,7 +106,7 @@ export async function serveCommand(args: string[], io: Io): Promise<number> {
 }
 
 async function servePrimary(config: Config, listenFd: number | null, io: Io): Promise<number> {
-  const { decideForWorkers, runPrimary } = await import('../workers.ts');
+  const { decideForWorkers, runPrimary } = await import('../process/workers.ts');
   const log = createLogger(config.logLevel);
   // One limiter for the machine: the workers ask it for every request of a
   // key with limits (docs/limits.md). It counts what they report; the

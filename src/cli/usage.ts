@@ -1,10 +1,10 @@
 // `keyward usage` (docs/limits.md): the ledger, per key, route and UTC day,
 // as a table, JSON rows or CSV.
 import { existsSync } from 'node:fs';
-import { effectiveEnv, keysFilePath } from '../config.ts';
+import { effectiveEnv, keysFilePath } from '../config/load.ts';
 import { openKeyStore } from '../keys/open.ts';
-import { UPSTREAMS } from '../routes.ts';
-import { parseDuration } from '../units.ts';
+import { UPSTREAMS } from '../request/routes.ts';
+import { parseDuration } from '../config/units.ts';
 import type { UsageRow } from '../usage/ledger.ts';
 import { SqliteUsageStore, usagePath } from '../usage/sqlite-store.ts';
 import { EXIT_OK, HELP, line, parse, readText, UsageError, type Io } from './args.ts';

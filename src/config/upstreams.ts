@@ -1,8 +1,8 @@
 // The routes of a configuration (docs/routes.md): each provider of the
 // table in routes.ts resolved against the options (its URL, its secrets,
 // whether its SDK's own credential place is accepted).
-import { METHOD_OVERRIDE_HEADERS, requestStripSet } from '../headers.ts';
-import { UPSTREAMS, type Route, type UpstreamSpec } from '../routes.ts';
+import { METHOD_OVERRIDE_HEADERS, requestStripSet } from '../request/headers.ts';
+import { UPSTREAMS, type Route, type UpstreamSpec } from '../request/routes.ts';
 import type { Options, ReadFile } from './options.ts';
 import { secret } from './secrets.ts';
 

@@ -4,8 +4,8 @@
 // else: a keys file that cannot be read keeps the last good set; a shared
 // store that is down keeps it too, up to KEYWARD_KEYS_MAX_STALENESS, and
 // one that never delivered a set leaves the gateway with none.
-import type { Logger } from '../log.ts';
-import type { Metrics } from '../metrics.ts';
+import type { Logger } from '../observe/log.ts';
+import type { Metrics } from '../observe/metrics.ts';
 import { KeySet, type KeyRecord } from './keyset.ts';
 import type { KeyStore } from './store.ts';
 

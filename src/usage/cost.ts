@@ -5,7 +5,7 @@
 // ignores fields of the same name deeper down (each task of an SEO answer
 // carries its own `cost`). Pure but for the exchange it records on.
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
-import type { Exchange } from '../exchange.ts';
+import type { Exchange } from '../request/exchange.ts';
 
 /** A header's cost: plain decimal digits only (Number() would take `0x10` as 16, `1e308`, `Infinity`). */
 const DECIMAL = /^\d{1,15}(?:\.\d{1,15})?$/;

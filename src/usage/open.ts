@@ -2,9 +2,9 @@
 // for keys: the key store's own (PostgreSQL, shared by the fleet), else the
 // SQLite file beside the keys file, else (that file cannot be opened)
 // memory, said loudly.
-import type { Config } from '../config.ts';
+import type { Config } from '../config/load.ts';
 import type { KeyStore } from '../keys/store.ts';
-import type { Logger } from '../log.ts';
+import type { Logger } from '../observe/log.ts';
 import { Clock, Leases } from './leases.ts';
 import type { Ledger, UsageStore } from './ledger.ts';
 import { MemoryUsageStore } from './memory-store.ts';

@@ -1,7 +1,7 @@
 // A key's limits (docs/limits.md): as stored on the key record, as written
 // on the command line, and parsed once into the numbers admission reads.
 // Pure.
-import { UPSTREAMS } from '../routes.ts';
+import { UPSTREAMS } from '../request/routes.ts';
 
 /** Limits as stored on a key record (keys file, PostgreSQL): readable strings, parsed when the key set is built. */
 export interface Limits {

@@ -2,9 +2,9 @@
 // together for the process that decides a key's limits: one gateway, or the
 // primary of workers. It answers where a key stands and fires the alerts;
 // a worker asks its primary for the limits and reads usage itself.
-import { alertCounter, type Registry } from '../metrics.ts';
+import { alertCounter, type Registry } from '../observe/metrics.ts';
 import type { Principal } from '../keys/keyset.ts';
-import type { Logger } from '../log.ts';
+import type { Logger } from '../observe/log.ts';
 import { Alerts, MemoryAlertStore, type Alert, type AlertStore } from './alerts.ts';
 import { periodUse, StoreView, type StatusSources } from './key-status.ts';
 import type { Ledger, UsageStore } from './ledger.ts';

@@ -10,7 +10,7 @@ import { deadline, eventually } from '../support/deadline.ts';
 import { runCli, startCli } from '../support/cli.ts';
 import { parseProm } from '../support/prom.ts';
 import { startUpstream } from '../support/upstream.ts';
-import { freePort } from '../../src/listen.ts';
+import { freePort } from '../../src/process/listen.ts';
 
 const SERIES = [
   'keyward_requests_total',

@@ -19,7 +19,7 @@ import { startGateway } from '../support/gateway.ts';
 import { startDatabase } from '../support/postgres.ts';
 import { parseProm } from '../support/prom.ts';
 import { startUpstream } from '../support/upstream.ts';
-import { freePort } from '../../src/listen.ts';
+import { freePort } from '../../src/process/listen.ts';
 
 const SECRET = 'alert-signing-secret';
 

@@ -127,7 +127,7 @@ test('README fleet walkthrough works as pasted: two gateways see one revocation;
 
 test('README "TLS on one machine" works as pasted: HTTPS served, a private upstream CA trusted, a renewed certificate taken on SIGHUP', { timeout: 90_000 }, async () => {
   const dir = workspace('keyward-readme-tls-');
-  const { freePort } = await import('../../src/listen.ts');
+  const { freePort } = await import('../../src/process/listen.ts');
   const run = startScript(block('TLS on one machine'), dir, { PORT: String(await freePort()), UPSTREAM_PORT: String(await freePort()) });
   try {
     const result = await deadline(run.done, 80_000, 'walkthrough');

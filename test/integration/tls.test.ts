@@ -14,7 +14,7 @@ import { deadline, eventually } from '../support/deadline.ts';
 import { runCli, startCli } from '../support/cli.ts';
 import { startGateway } from '../support/gateway.ts';
 import { makePki } from '../support/tls.ts';
-import { freePort } from '../../src/listen.ts';
+import { freePort } from '../../src/process/listen.ts';
 
 interface TlsUpstream {
   readonly url: string;

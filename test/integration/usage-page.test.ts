@@ -11,9 +11,9 @@ import { chromium, type Browser } from 'playwright-core';
 import { request } from '../support/client.ts';
 import { startGateway } from '../support/gateway.ts';
 import { startUpstream } from '../support/upstream.ts';
-import { startAdmin } from '../../src/admin.ts';
+import { startAdmin } from '../../src/process/admin.ts';
 import { createKey } from '../../src/keys/manage.ts';
-import { createLogger } from '../../src/log.ts';
+import { createLogger } from '../../src/observe/log.ts';
 import type { UsageRow } from '../../src/usage/ledger.ts';
 import { SqliteUsageStore, usagePath } from '../../src/usage/sqlite-store.ts';
 

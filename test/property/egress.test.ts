@@ -5,8 +5,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { BodyScan, maskHeaders, secretForm, Secrets, type SecretForm } from '../../src/egress.ts';
-import { base64Middles, spellingsOf } from '../../src/spellings.ts';
+import { BodyScan, maskHeaders, secretForm, Secrets, type SecretForm } from '../../src/request/egress.ts';
+import { base64Middles, spellingsOf } from '../../src/request/spellings.ts';
 
 const form = (text: string, name: string): SecretForm => secretForm('r', name, text);
 

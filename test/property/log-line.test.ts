@@ -5,7 +5,7 @@ import { Writable } from 'node:stream';
 import { test } from 'node:test';
 import fc from 'fast-check';
 import pino from 'pino';
-import { requestLogger, type RequestFields, type RequestLevel } from '../../src/log.ts';
+import { requestLogger, type RequestFields, type RequestLevel } from '../../src/observe/log.ts';
 
 function capture(): { stream: Writable; lines: string[] } {
   const lines: string[] = [];

@@ -3,8 +3,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { loadConfig } from '../../src/config.ts';
-import { hasDotSegment, hasForbiddenEscape, matchRoute, routeTable } from '../../src/routes.ts';
+import { loadConfig } from '../../src/config/load.ts';
+import { hasDotSegment, hasForbiddenEscape, matchRoute, routeTable } from '../../src/request/routes.ts';
 import { raw } from '../support/client.ts';
 import { startGateway } from '../support/gateway.ts';
 import { startUpstream } from '../support/upstream.ts';

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { dropParams, hasParam, paramValue } from '../../src/query.ts';
+import { dropParams, hasParam, paramValue } from '../../src/request/query.ts';
 
 const CREDENTIALS = ['token', 'xi-api-key'];
 

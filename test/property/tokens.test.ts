@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { basicPassword, bearerToken } from '../../src/auth.ts';
+import { basicPassword, bearerToken } from '../../src/request/auth.ts';
 import { containsTokenLike, generateToken, isWellFormed, redactTokens } from '../../src/keys/token.ts';
 
 const ALPHABET = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';

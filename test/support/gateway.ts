@@ -5,13 +5,13 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { loadConfig, type Config } from '../../src/config.ts';
-import { freePort } from '../../src/listen.ts';
+import { loadConfig, type Config } from '../../src/config/load.ts';
+import { freePort } from '../../src/process/listen.ts';
 import { FileKeyStore } from '../../src/keys/file-store.ts';
 import { createKey } from '../../src/keys/manage.ts';
-import { createLogger } from '../../src/log.ts';
-import { providerEnv, UPSTREAMS, type UpstreamSpec } from '../../src/routes.ts';
-import { createGateway, type Gateway } from '../../src/server.ts';
+import { createLogger } from '../../src/observe/log.ts';
+import { providerEnv, UPSTREAMS, type UpstreamSpec } from '../../src/request/routes.ts';
+import { createGateway, type Gateway } from '../../src/process/server.ts';
 import type { UsageStore } from '../../src/usage/ledger.ts';
 import type { Limits } from '../../src/usage/policy.ts';
 

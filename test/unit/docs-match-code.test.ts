@@ -2,16 +2,17 @@
 // neither can change without the other: the options (README's table), the
 // error codes (docs/responses.md, docs/limits.md), the metrics
 // (docs/operations.md), the PostgreSQL migrations (docs/fleet.md) and the
-// command-line flags (docs/cli.md).
+// command-line flags (docs/cli.md), and the module table (ARCHITECTURE.md).
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
+import { sep } from 'node:path';
 import { test } from 'node:test';
-import { knownVariables } from '../../src/config.ts';
+import { knownVariables } from '../../src/config/load.ts';
 import { ELSEWHERE } from '../../src/config/unknown.ts';
 import { HELP } from '../../src/cli/args.ts';
-import { ERRORS } from '../../src/errors.ts';
+import { ERRORS } from '../../src/request/errors.ts';
 import { MIGRATIONS } from '../../src/keys/pg-schema.ts';
-import { alertCounter, Metrics, newRegistry } from '../../src/metrics.ts';
+import { alertCounter, Metrics, newRegistry } from '../../src/observe/metrics.ts';
 
 const read = (path: string): string => readFileSync(new URL(`../../${path}`, import.meta.url), 'utf8');
 
@@ -66,4 +67,17 @@ test("docs/cli.md names every flag the commands' help texts name, and no other",
   assert.ok(help.has('alert-at') && help.size > 10);
   assert.deepEqual([...help].filter((f) => !docs.has(f)), [], 'in a help text, not in docs/cli.md');
   assert.deepEqual([...docs].filter((f) => !help.has(f)), [], 'in docs/cli.md, in no help text');
+});
+
+test("ARCHITECTURE.md's module table names every module under src/, and no other", () => {
+  const section = read('ARCHITECTURE.md').split('## Modules')[1]?.split('\n## ')[0] ?? '';
+  const listed = new Set([...section.matchAll(/^\| (`[^|]*) \|/gm)].flatMap((m) => [...(m[1] as string).matchAll(/`([a-z0-9/.-]+\.ts)`/g)].map((x) => x[1] as string)));
+  const tree = new Set(
+    (readdirSync(new URL('../../src', import.meta.url), { recursive: true }) as string[]).filter((f) => f.endsWith('.ts')).map((f) => f.split(sep).join('/')),
+  );
+  assert.ok(tree.size > 60);
+  assert.deepEqual([...tree].filter((f) => !listed.has(f)).sort(), [], 'in src/, not in the table');
+  assert.deepEqual([...listed].filter((f) => !tree.has(f)).sort(), [], 'in the table, not in src/');
+  // The top level holds only entry points.
+  assert.deepEqual([...tree].filter((f) => !f.includes('/')).sort(), ['cli.ts', 'main.ts']);
 });

@@ -2,12 +2,12 @@
 // their order: the first that objects answers.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { loadConfig } from '../../src/config.ts';
-import { ERRORS } from '../../src/errors.ts';
-import { GUARDS, runGuards, type GuardInput } from '../../src/guards.ts';
+import { loadConfig } from '../../src/config/load.ts';
+import { ERRORS } from '../../src/request/errors.ts';
+import { GUARDS, runGuards, type GuardInput } from '../../src/request/guards.ts';
 import type { KeyRecord } from '../../src/keys/keyset.ts';
 import { generateToken } from '../../src/keys/token.ts';
-import type { Route } from '../../src/routes.ts';
+import type { Route } from '../../src/request/routes.ts';
 
 const config = loadConfig({ KEYWARD_SCRAPER_TOKEN: 'scraper-secret', KEYWARD_SEO_URL: 'http://127.0.0.1:1' }, () => '', '/');
 const route = (name: string): Route => config.routes.find((r) => r.name === name) as Route;

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { loadConfig } from '../../src/config.ts';
-import { downstreamResponseHeaders, upstreamRequestHeaders } from '../../src/headers.ts';
+import { loadConfig } from '../../src/config/load.ts';
+import { downstreamResponseHeaders, upstreamRequestHeaders } from '../../src/request/headers.ts';
 import { generateToken } from '../../src/keys/token.ts';
 
 const config = loadConfig({ KEYWARD_SPEECH_KEY: 'SPEECHKEY', KEYWARD_SCRAPER_TOKEN: 'SCRAPERKEY' }, () => '', '/');

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseKeysFile, serialiseKeysFile } from '../../src/keys/file-store.ts';
-import { bearerToken } from '../../src/auth.ts';
+import { bearerToken } from '../../src/request/auth.ts';
 import { KeySet, type KeyRecord } from '../../src/keys/keyset.ts';
 import { generateToken, isWellFormed, TOKEN_LENGTH, tokenDigest } from '../../src/keys/token.ts';
 

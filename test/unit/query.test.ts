@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { dropParams, hasParam } from '../../src/query.ts';
+import { dropParams, hasParam } from '../../src/request/query.ts';
 
 const token = new Set(['token']);
 const xi = new Set(['xi-api-key']);

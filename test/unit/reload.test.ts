@@ -1,8 +1,8 @@
 // Which options a reload cannot apply, named as users write them.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { loadConfig } from '../../src/config.ts';
-import { restartOnlyChanges } from '../../src/runtime.ts';
+import { loadConfig } from '../../src/config/load.ts';
+import { restartOnlyChanges } from '../../src/process/runtime.ts';
 
 const read = (): string => {
   throw Object.assign(new Error('no file'), { code: 'ENOENT' });

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { loadConfig } from '../../src/config.ts';
-import { ERRORS } from '../../src/errors.ts';
-import { hasDotSegment, matchRoute, routeTable } from '../../src/routes.ts';
+import { loadConfig } from '../../src/config/load.ts';
+import { ERRORS } from '../../src/request/errors.ts';
+import { hasDotSegment, matchRoute, routeTable } from '../../src/request/routes.ts';
 
 const config = loadConfig({ KEYWARD_SPEECH_KEY: 'k', KEYWARD_SCRAPER_TOKEN: 't' }, () => '', '/');
 const table = routeTable(config.routes);

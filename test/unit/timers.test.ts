@@ -2,8 +2,8 @@
 // exchange has reached at a given time, from its activity alone.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { Exchange, type GatewayRequest } from '../../src/exchange.ts';
-import { due } from '../../src/timers.ts';
+import { Exchange, type GatewayRequest } from '../../src/request/exchange.ts';
+import { due } from '../../src/request/timers.ts';
 
 const limits = { idleTimeoutMs: 1_000, upstreamTimeoutMs: 5_000 };
 

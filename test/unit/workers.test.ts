@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { PassThrough, Writable } from 'node:stream';
 import { test } from 'node:test';
-import { loadConfig } from '../../src/config.ts';
-import { relayLines } from '../../src/workers.ts';
+import { loadConfig } from '../../src/config/load.ts';
+import { relayLines } from '../../src/process/workers.ts';
 
 test('relayLines passes only whole lines, holding a partial tail until its newline', () => {
   const source = new PassThrough();

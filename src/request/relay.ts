@@ -16,7 +16,7 @@ import type { Transform } from 'node:stream';
 import { BodyScan, type SecretForm, type Secrets } from './egress.ts';
 import type { Exchange } from './exchange.ts';
 import { upstream } from './outcome.ts';
-import { plausible, type TopLevelField } from './usage/cost.ts';
+import { plausible, type TopLevelField } from '../usage/cost.ts';
 import { ZstdFrames } from './zstd-frames.ts';
 
 /** What a response found holding a secret does next; called once per response. */

@@ -6,7 +6,7 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { UPSTREAMS, type UpstreamSpec } from './routes.ts';
+import { UPSTREAMS, type UpstreamSpec } from '../request/routes.ts';
 
 export interface Standins {
   /** Route name → the stand-in's base URL. */

@@ -5,9 +5,9 @@
 // (pg-store.ts): an unreachable database fails a flush, never hangs it.
 import type postgres from 'postgres';
 import { PgLeaseStore } from './pg-leases.ts';
-import type { AlertRow, AlertStore } from '../usage/alerts.ts';
-import { rowColumns, type BatchId, type FleetView, type UsageRow, type UsageStore } from '../usage/ledger.ts';
-import type { DayTotal, KeyTotal, ReportQueries } from '../usage/report.ts';
+import type { AlertRow, AlertStore } from './alerts.ts';
+import { rowColumns, type BatchId, type FleetView, type UsageRow, type UsageStore } from './ledger.ts';
+import type { DayTotal, KeyTotal, ReportQueries } from './report.ts';
 
 /** A gateway not seen for this long has left the fleet. */
 const ALIVE_S = 10;

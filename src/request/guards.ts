@@ -4,8 +4,8 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { ERRORS, type GatewayError } from './errors.ts';
 import { hasMethodOverride } from './headers.ts';
-import { inScope, type Principal } from './keys/keyset.ts';
-import { containsTokenLike } from './keys/token.ts';
+import { inScope, type Principal } from '../keys/keyset.ts';
+import { containsTokenLike } from '../keys/token.ts';
 import { hasLookalike, hasParam } from './query.ts';
 import type { Route } from './routes.ts';
 

@@ -1,11 +1,11 @@
 // The one completion point of every request (docs/logs.md, operations.md): exactly one
 // "request completed" log line and the metrics, fed from the same fields.
 import type { Exchange } from './exchange.ts';
-import { redactTokens } from './keys/token.ts';
-import { requestLogger, type Logger } from './log.ts';
-import type { Metrics } from './metrics.ts';
+import { redactTokens } from '../keys/token.ts';
+import { requestLogger, type Logger } from '../observe/log.ts';
+import type { Metrics } from '../observe/metrics.ts';
 import { failureLabel, neverConnected } from './outcome.ts';
-import type { Ledger } from './usage/ledger.ts';
+import type { Ledger } from '../usage/ledger.ts';
 import { dropParams } from './query.ts';
 
 export type Complete = (ex: Exchange, status: number | null, aborted: boolean) => void;

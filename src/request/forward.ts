@@ -31,7 +31,7 @@ import { ERRORS, upstreamFailure } from './errors.ts';
 import type { Exchange, GatewayRequest } from './exchange.ts';
 import { downstreamResponseHeaders } from './headers.ts';
 import { upstream } from './outcome.ts';
-import { readCost } from './usage/cost.ts';
+import { readCost } from '../usage/cost.ts';
 import { type DecodeLimits, decodersFor, relayCompressed, relayPlain } from './relay.ts';
 
 const NO_DECODERS = decodersFor(undefined) as NonNullable<ReturnType<typeof decodersFor>>;

@@ -14,19 +14,19 @@ import { Exchange, type GatewayRequest } from './exchange.ts';
 import type { Forwarder } from './forward.ts';
 import { runGuards } from './guards.ts';
 import { upstreamRequestHeaders } from './headers.ts';
-import type { LastUse } from './keys/last-use.ts';
-import type { KeySet, Principal } from './keys/keyset.ts';
-import { isWellFormed, redactTokens } from './keys/token.ts';
+import type { LastUse } from '../keys/last-use.ts';
+import type { KeySet, Principal } from '../keys/keyset.ts';
+import { isWellFormed, redactTokens } from '../keys/token.ts';
 import { neverConnected } from './outcome.ts';
-import type { AuthFailure, Metrics } from './metrics.ts';
+import type { AuthFailure, Metrics } from '../observe/metrics.ts';
 import { dropParams } from './query.ts';
 import { matchRoute, type Route, type RouteTable } from './routes.ts';
-import type { Runtime } from './runtime.ts';
+import type { Runtime } from '../process/runtime.ts';
 import type { Sweeper } from './timers.ts';
-import type { Ledger } from './usage/ledger.ts';
-import type { Admit } from './usage/admissions.ts';
-import type { Admission, LimitCode, Refused } from './usage/limiter.ts';
-import { policyFor } from './usage/policy.ts';
+import type { Ledger } from '../usage/ledger.ts';
+import type { Admit } from '../usage/admissions.ts';
+import type { Admission, LimitCode, Refused } from '../usage/limiter.ts';
+import { policyFor } from '../usage/policy.ts';
 
 const LIMIT_ERRORS: Readonly<Record<LimitCode, GatewayError>> = {
   rate_limited: ERRORS.rateLimited,

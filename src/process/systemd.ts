@@ -2,7 +2,7 @@
 // socket and passes it as fd 3 with LISTEN_FDS=1 and LISTEN_PID=<our pid>,
 // so a restart refuses no connection: they queue in the kernel meanwhile.
 // LISTEN_PID guards against a child inheriting variables meant for its parent.
-import type { Env } from './config.ts';
+import type { Env } from '../config/load.ts';
 
 const SD_LISTEN_FDS_START = 3;
 

@@ -7,7 +7,7 @@
 // `KEYWARD_WORKERS` (its AggregatorRegistry, over the cluster IPC channel).
 import { AggregatorRegistry, collectDefaultMetrics, Counter, Registry } from 'prom-client';
 import { Histogram, scraped, type Sample, type ScrapedMetric } from './metrics-series.ts';
-import { UPSTREAMS } from './routes.ts';
+import { UPSTREAMS } from '../request/routes.ts';
 
 const METHODS = ['GET', 'POST', 'PATCH', 'DELETE', 'PUT', 'HEAD', 'OPTIONS', 'OTHER'] as const;
 const METHOD_INDEX: Readonly<Record<string, number>> = Object.fromEntries(METHODS.map((m, i) => [m, i]));

@@ -4,9 +4,9 @@
 // V8's object shape stable on the hot path.
 import { IncomingMessage, type ClientRequest, type ServerResponse } from 'node:http';
 import type { SecretForm } from './egress.ts';
-import type { Principal } from './keys/keyset.ts';
+import type { Principal } from '../keys/keyset.ts';
 import type { Failure } from './outcome.ts';
-import type { Admission } from './usage/limiter.ts';
+import type { Admission } from '../usage/limiter.ts';
 import type { Route } from './routes.ts';
 
 export class Exchange {

@@ -14,12 +14,12 @@
 // /readyz is ready when every worker is.
 import cluster, { type Worker } from 'node:cluster';
 import type { Readable, Writable } from 'node:stream';
-import { EXIT_FAILURE, EXIT_USAGE } from './cli/args.ts';
+import { EXIT_FAILURE, EXIT_USAGE } from '../cli/args.ts';
 import type { Readiness } from './server.ts';
-import { remoteAdmit, remoteStatus, serveAdmissions, type Admit } from './usage/admissions.ts';
-import type { LimitState, Limiter } from './usage/limiter.ts';
-import type { Principal } from './keys/keyset.ts';
-import type { Policy } from './usage/policy.ts';
+import { remoteAdmit, remoteStatus, serveAdmissions, type Admit } from '../usage/admissions.ts';
+import type { LimitState, Limiter } from '../usage/limiter.ts';
+import type { Principal } from '../keys/keyset.ts';
+import type { Policy } from '../usage/policy.ts';
 
 /** In a worker: admission for keys with limits, asked of the primary. */
 export function primaryAdmit(): Admit {

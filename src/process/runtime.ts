@@ -1,10 +1,10 @@
 // One configuration generation (docs/configuration.md): what the request
 // path reads, built once from a frozen Config and swapped whole on reload,
 // and what a reload can and cannot change.
-import type { Config } from './config.ts';
-import { secretForms, Secrets } from './egress.ts';
-import { Forwarder } from './forward.ts';
-import { routeTable, UPSTREAMS, type RouteTable } from './routes.ts';
+import type { Config } from '../config/load.ts';
+import { secretForms, Secrets } from '../request/egress.ts';
+import { Forwarder } from '../request/forward.ts';
+import { routeTable, UPSTREAMS, type RouteTable } from '../request/routes.ts';
 
 /** Swapped whole on reload; a request keeps the one it started under. */
 export interface Runtime {

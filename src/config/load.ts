@@ -3,14 +3,14 @@
 // result is frozen. Pure apart from reading secret files through `readFile`.
 import { availableParallelism } from 'node:os';
 import { join, resolve } from 'node:path';
-import { ConfigError, Options, type Env, type ReadFile } from './config/options.ts';
-import { secret, serverTls, upstreamCa } from './config/secrets.ts';
-import { unknownVariables, type UnknownVariable } from './config/unknown.ts';
-import { routes } from './config/upstreams.ts';
-import { UPSTREAMS, type Route, type UpstreamSpec } from './routes.ts';
+import { ConfigError, Options, type Env, type ReadFile } from './options.ts';
+import { secret, serverTls, upstreamCa } from './secrets.ts';
+import { unknownVariables, type UnknownVariable } from './unknown.ts';
+import { routes } from './upstreams.ts';
+import { UPSTREAMS, type Route, type UpstreamSpec } from '../request/routes.ts';
 import { parseDuration } from './units.ts';
 
-export { ConfigError, effectiveEnv, parseEnvFile, type Env, type ReadFile } from './config/options.ts';
+export { ConfigError, effectiveEnv, parseEnvFile, type Env, type ReadFile } from './options.ts';
 
 export interface Config {
   readonly host: string;

@@ -4,13 +4,13 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Io } from './cli/args.ts';
-import { loadConfig } from './config.ts';
-import { FileKeyStore } from './keys/file-store.ts';
-import { createKey } from './keys/manage.ts';
-import { createLogger } from './log.ts';
-import { createGateway } from './server.ts';
-import { providerEnv, UPSTREAMS, type Example, type UpstreamSpec } from './routes.ts';
+import type { Io } from '../cli/args.ts';
+import { loadConfig } from '../config/load.ts';
+import { FileKeyStore } from '../keys/file-store.ts';
+import { createKey } from '../keys/manage.ts';
+import { createLogger } from '../observe/log.ts';
+import { createGateway } from '../process/server.ts';
+import { providerEnv, UPSTREAMS, type Example, type UpstreamSpec } from '../request/routes.ts';
 import { startStandins } from './standins.ts';
 
 /** One curl command line for `example` on `route` (what the demo prints and its test runs). */

@@ -1,6 +1,6 @@
 // Header rules for both directions. Pure.
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
-import { containsTokenLike } from './keys/token.ts';
+import { containsTokenLike } from '../keys/token.ts';
 import type { Route } from './routes.ts';
 
 // RFC 9110 §7.6.1: meaningful for one connection only, never forwarded.

@@ -3,7 +3,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { listenOn } from './listen.ts';
-import type { Logger } from './log.ts';
+import type { Logger } from '../observe/log.ts';
 import type { Readiness } from './server.ts';
 
 export interface AdminSources {
