@@ -1,16 +1,14 @@
 // The commands of `bin/keyward` (docs/cli.md), dispatched, and every error
 // turned into its exit code and one line on stderr. Everything it needs from
 // the process comes in through `Io`.
-import { ConfigError } from './config/load.ts';
-import { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, HELP, HelpRequested, line, parse, UsageError, type Io } from './cli/args.ts';
+import type { ConfigError } from './config/load.ts';
+import { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, HELP, line, parse, UsageError, type HelpRequested, type Io } from './cli/args.ts';
 import { dbCommand } from './cli/db.ts';
 import { keysCommand } from './cli/keys.ts';
 import { serveCommand } from './cli/serve.ts';
 import { usageCommand } from './cli/usage.ts';
 import { runDemo } from './dev/demo.ts';
 import { runDevDb } from './dev/dev-db.ts';
-import { KeysFileError } from './keys/file-store.ts';
-import { KeyUsageError } from './keys/manage.ts';
 
 export { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, type Io } from './cli/args.ts';
 
@@ -44,21 +42,28 @@ export async function run(argv: string[], io: Io): Promise<number> {
         throw new UsageError(command === undefined ? 'a command is required' : `unknown command ${command}`, HELP[''] as string);
     }
   } catch (err) {
-    if (err instanceof HelpRequested) {
-      io.stdout.write(err.text);
-      return EXIT_OK;
+    // By stable code, as undici's errors are told apart: one switch, no class chain.
+    const e = err as Error & { code?: unknown };
+    switch (e.code) {
+      case 'KEYWARD_HELP':
+        io.stdout.write((e as HelpRequested).text);
+        return EXIT_OK;
+      case 'KEYWARD_ERR_CONFIG':
+        for (const p of (e as ConfigError).problems) line(io.stderr, `keyward: configuration: ${p}`);
+        return EXIT_USAGE;
+      case 'KEYWARD_ERR_USAGE':
+        line(io.stderr, `keyward: ${e.message}`);
+        io.stderr.write((e as UsageError).help);
+        return EXIT_USAGE;
+      case 'KEYWARD_ERR_KEY_USAGE':
+        line(io.stderr, `keyward: ${e.message}`);
+        return EXIT_USAGE;
+      case 'KEYWARD_ERR_KEYS_FILE':
+        line(io.stderr, `keyward: keys file: ${e.message}`);
+        return EXIT_FAILURE;
+      default:
+        line(io.stderr, `keyward: ${e.message}`);
+        return EXIT_FAILURE;
     }
-    if (err instanceof ConfigError) {
-      for (const p of err.problems) line(io.stderr, `keyward: configuration: ${p}`);
-      return EXIT_USAGE;
-    }
-    if (err instanceof UsageError || err instanceof KeyUsageError) {
-      line(io.stderr, `keyward: ${err.message}`);
-      if (err instanceof UsageError) io.stderr.write(err.help);
-      return EXIT_USAGE;
-    }
-    const message = err instanceof KeysFileError ? `keys file: ${err.message}` : (err as Error).message;
-    line(io.stderr, `keyward: ${message}`);
-    return EXIT_FAILURE;
   }
 }

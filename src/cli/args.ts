@@ -129,7 +129,9 @@ limit given as none (--rate none, --budget seo=none) is removed.
 ${LIMITS_HELP}`,
 };
 
+/** A command used wrongly: the message and its help text (exit 2). */
 export class UsageError extends Error {
+  readonly code = 'KEYWARD_ERR_USAGE';
   readonly help: string;
   constructor(message: string, help: string) {
     super(message);
@@ -137,7 +139,9 @@ export class UsageError extends Error {
   }
 }
 
+/** `--help`: not a failure, the text to print (exit 0). */
 export class HelpRequested extends Error {
+  readonly code = 'KEYWARD_HELP';
   readonly text: string;
   constructor(text: string) {
     super('help');

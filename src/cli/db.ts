@@ -1,15 +1,14 @@
 // `keyward db migrate` (docs/fleet.md, schema).
-import { effectiveEnv } from '../config/load.ts';
+import { effectiveEnv, storeConfig } from '../config/load.ts';
 import { PgKeyStore } from '../keys/pg-store.ts';
 import { EXIT_OK, HELP, HelpRequested, line, parse, readText, UsageError, type Io } from './args.ts';
-import { loadConfigForStore } from './keys.ts';
 
 export async function dbCommand(args: string[], io: Io): Promise<number> {
   const [sub, ...rest] = args;
   if (sub === '--help' || sub === '-h') throw new HelpRequested(HELP.db as string);
   if (sub !== 'migrate') throw new UsageError(sub === undefined ? 'db needs migrate' : `unknown db command ${sub}`, HELP.db as string);
   parse(rest, {}, 'db');
-  const url = loadConfigForStore(effectiveEnv(io.env, readText), io.cwd).databaseUrl;
+  const url = storeConfig(effectiveEnv(io.env, readText), io.cwd, readText).databaseUrl;
   if (url === null) throw new UsageError('db migrate needs KEYWARD_DATABASE_URL', HELP.db as string);
   const store = new PgKeyStore(url);
   try {

@@ -1,17 +1,16 @@
 // `keyward keys …` (docs/cli.md, docs/keys.md): every argument is checked
 // before the store is opened, then one action runs against it.
 import type { parseArgs } from 'node:util';
-import { effectiveEnv, keysFilePath, loadConfig, type Env } from '../config/load.ts';
+import { effectiveEnv, storeConfig } from '../config/load.ts';
 import { KeysFileError, parseKeysFile, serialiseKeysFile } from '../keys/file-store.ts';
 import type { KeyRecord } from '../keys/keyset.ts';
 import { createKey, importKeys, KeyUsageError, listKeys, revokeKey, rotateKey, updateKey, type KeyChanges } from '../keys/manage.ts';
 import { openKeyStore } from '../keys/open.ts';
 import type { KeyStore } from '../keys/store.ts';
-import { existsSync } from 'node:fs';
 import type { UsageRow } from '../usage/ledger.ts';
 import { leftFor } from '../usage/left.ts';
 import { periodOf } from '../usage/policy.ts';
-import { SqliteUsageStore, usagePath } from '../usage/sqlite-store.ts';
+import { readUsageStore } from '../usage/open.ts';
 import { applyLimits, describeLimits, LIMIT_OPTIONS, limitChanges } from './limits.ts';
 import { durationOption, EXIT_OK, HELP, HelpRequested, line, parse, readText, routesOption, UsageError, type Io } from './args.ts';
 
@@ -44,16 +43,7 @@ export async function keysCommand(args: string[], io: Io): Promise<number> {
 
 /** The configured key store: PostgreSQL with KEYWARD_DATABASE_URL, else the keys file. */
 function storeFor(io: Io): KeyStore {
-  const env = effectiveEnv(io.env, readText);
-  return openKeyStore({ ...loadConfigForStore(env, io.cwd), keysFile: keysFilePath(env, io.cwd) });
-}
-
-/** Only the store options are needed here; other options' problems are serve's business. */
-export function loadConfigForStore(env: Env, cwd: string): { databaseUrl: string | null; databaseTimeoutMs: number } {
-  const only: Record<string, string | undefined> = {};
-  for (const [k, v] of Object.entries(env)) if (!k.startsWith('KEYWARD_') || k.startsWith('KEYWARD_DATABASE_') || k === 'KEYWARD_KEYS_FILE') only[k] = v;
-  const { databaseUrl, databaseTimeoutMs } = loadConfig(only, readText, cwd);
-  return { databaseUrl, databaseTimeoutMs };
+  return openKeyStore(storeConfig(effectiveEnv(io.env, readText), io.cwd, readText));
 }
 
 /** A keys command with its arguments checked: it only needs the store to run. */
@@ -209,11 +199,8 @@ function readKeysArgument(file: string): KeyRecord[] {
 async function usageThisMonth(store: KeyStore, records: readonly KeyRecord[]): Promise<UsageRow[]> {
   if (!records.some((r) => r.limits?.quota !== undefined || r.limits?.budgets !== undefined)) return [];
   const since = `${periodOf('month', Date.now()).key}-01`;
-  const shared = store.usage?.();
-  if (shared !== undefined) return shared.rows({ since });
-  const path = usagePath(store.location);
-  if (!existsSync(path)) return [];
-  const ledger = new SqliteUsageStore(path);
+  const ledger = readUsageStore(store.location, store);
+  if (ledger === null) return [];
   try {
     return await ledger.rows({ since });
   } finally {

@@ -1,14 +1,13 @@
 // `keyward usage` (docs/limits.md): the ledger, per key, route and UTC day,
 // as a table, JSON rows or CSV.
-import { existsSync } from 'node:fs';
-import { effectiveEnv, keysFilePath } from '../config/load.ts';
+import { effectiveEnv, keysFilePath, storeConfig } from '../config/load.ts';
 import { openKeyStore } from '../keys/open.ts';
 import { UPSTREAMS } from '../request/routes.ts';
 import { parseDuration } from '../config/units.ts';
 import type { UsageRow } from '../usage/ledger.ts';
-import { SqliteUsageStore, usagePath } from '../usage/sqlite-store.ts';
+import { readUsageStore } from '../usage/open.ts';
+import { usagePath } from '../usage/sqlite-store.ts';
 import { EXIT_OK, HELP, line, parse, readText, UsageError, type Io } from './args.ts';
-import { loadConfigForStore } from './keys.ts';
 
 const DAY_MS = 86_400_000;
 
@@ -63,7 +62,7 @@ export async function usageCommand(args: string[], io: Io): Promise<number> {
   const since = typeof values.since === 'string' ? sinceDay(values.since, Date.now(), help) : new Date(Date.now() - 30 * DAY_MS).toISOString().slice(0, 10);
   const env = effectiveEnv(io.env, readText);
   const keysFile = keysFilePath(env, io.cwd);
-  const keys = openKeyStore({ ...loadConfigForStore(env, io.cwd), keysFile });
+  const keys = openKeyStore(storeConfig(env, io.cwd, readText));
   let rows: UsageRow[] = [];
   try {
     const records = await keys.load();
@@ -75,20 +74,14 @@ export async function usageCommand(args: string[], io: Io): Promise<number> {
       if (keyId === undefined) throw new UsageError(`--key: no key with id or name ${want}`, help);
     }
     const filter = { since, ...(keyId === undefined ? {} : { keyId }), ...(route === undefined ? {} : { route }) };
-    const shared = keys.usage?.();
-    if (shared !== undefined) {
-      line(io.stderr, `keyward: usage ledger in ${shared.location}`);
-      rows = await shared.rows(filter);
-    } else {
-      const path = usagePath(keysFile);
-      line(io.stderr, `keyward: usage ledger ${path}`);
-      if (existsSync(path)) {
-        const store = new SqliteUsageStore(path);
-        try {
-          rows = await store.rows(filter);
-        } finally {
-          await store.close();
-        }
+    const ledger = readUsageStore(keysFile, keys);
+    line(io.stderr, `keyward: usage ledger ${ledger === null ? usagePath(keysFile) : keys.usage === undefined ? ledger.location : `in ${ledger.location}`}`);
+    if (ledger !== null) {
+      try {
+        rows = await ledger.rows(filter);
+      } finally {
+        // The shared ledger's connection is the key store's, closed below.
+        await ledger.close();
       }
     }
     if (until !== null) {

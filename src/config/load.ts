@@ -176,6 +176,18 @@ export function loadConfig(env: Env, readFile: ReadFile, cwd: string, providers:
   return freezeDeep({ ...config, routes: routeList, unknownVariables: unknown, enabledRoutes: routeList.filter((r) => r.credential !== null).map((r) => r.name) });
 }
 
+/**
+ * Only what picks and opens the key store (`keys`, `usage`, `db migrate`):
+ * the other options' problems are serve's business, not a reason for a
+ * command that manages keys to refuse.
+ */
+export function storeConfig(env: Env, cwd: string, readFile: ReadFile): { databaseUrl: string | null; databaseTimeoutMs: number; keysFile: string } {
+  const only: Record<string, string | undefined> = {};
+  for (const [k, v] of Object.entries(env)) if (!k.startsWith('KEYWARD_') || k.startsWith('KEYWARD_DATABASE_') || k === 'KEYWARD_KEYS_FILE') only[k] = v;
+  const { databaseUrl, databaseTimeoutMs, keysFile } = loadConfig(only, readFile, cwd);
+  return { databaseUrl, databaseTimeoutMs, keysFile };
+}
+
 /** Every KEYWARD_* name the configuration reads. */
 export function knownVariables(providers: readonly UpstreamSpec[] = UPSTREAMS): string[] {
   return [...baseline(providers), 'KEYWARD_KEYS_FILE'].filter((n) => n.startsWith('KEYWARD_'));

@@ -6,8 +6,11 @@ import { parseDuration, parseSize } from './units.ts';
 export type Env = Readonly<Record<string, string | undefined>>;
 export type ReadFile = (path: string) => string;
 
+/** Every problem of a configuration at once (exit 2). */
 export class ConfigError extends Error {
   override name = 'ConfigError';
+  /** Stable, as undici's are: callers switch on it (cli.ts), not on the class. */
+  readonly code = 'KEYWARD_ERR_CONFIG';
   readonly problems: readonly string[];
   constructor(problems: readonly string[]) {
     super(problems.join('; '));

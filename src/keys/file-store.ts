@@ -20,8 +20,10 @@ const POLL_MS = 250;
 const LOCK_WAIT_MS = 10_000;
 const LOCK_STALE_MS = 30_000;
 
+/** The keys file cannot be used (exit 1); its message names the fault, never the contents. */
 export class KeysFileError extends Error {
   override name = 'KeysFileError';
+  readonly code: string = 'KEYWARD_ERR_KEYS_FILE';
 }
 
 /** The file exists but does not parse or check: never loaded, never written over without --force. */

@@ -1,7 +1,8 @@
 // The one place that chooses the usage ledger's store, as keys/open.ts does
-// for keys: the key store's own (PostgreSQL, shared by the fleet), else the
+// for keys (for a gateway, and for the commands that read it): the key store's own (PostgreSQL, shared by the fleet), else the
 // SQLite file beside the keys file, else (that file cannot be opened)
 // memory, said loudly.
+import { existsSync } from 'node:fs';
 import type { Config } from '../config/load.ts';
 import type { KeyStore } from '../keys/store.ts';
 import type { Logger } from '../observe/log.ts';
@@ -21,6 +22,18 @@ export function openUsageStore(config: Pick<Config, 'keysFile'>, store: KeyStore
     logger.error({ err, usageLedger: path }, 'usage ledger cannot be opened; counting in memory only');
     return new MemoryUsageStore();
   }
+}
+
+/**
+ * The ledger a command reads (`keyward usage`, `keys list`): the key store's
+ * own (PostgreSQL), else the SQLite file beside the keys file when there is
+ * one; null when nothing was ever counted. The caller closes it.
+ */
+export function readUsageStore(keysFile: string, store: KeyStore): UsageStore | null {
+  const shared = store.usage?.();
+  if (shared !== undefined) return shared;
+  const path = usagePath(keysFile);
+  return existsSync(path) ? new SqliteUsageStore(path) : null;
 }
 
 /**
