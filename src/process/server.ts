@@ -199,41 +199,53 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
   // Beyond this many open connections Node closes new ones at once; the ones open are served.
   server.maxConnections = config.maxConnections;
 
-  server.on('request', (req: GatewayRequest, res: ServerResponse) => pipeline.handle(req, res, 'none'));
+  // The response of the request whose body Node is reading on each
+  // connection: a parse error in that body is answered through it
+  // (clientError below), without reading Node's private `_httpMessage`.
+  const current = new WeakMap<Duplex, ServerResponse>();
+  server.on('request', (req: GatewayRequest, res: ServerResponse) => {
+    current.set(req.socket, res);
+    pipeline.handle(req, res, 'none');
+  });
   // Answer `100 Continue` only once the request passed authentication and
   // routing: a refused upload is refused before the client sends its body.
-  server.on('checkContinue', (req: GatewayRequest, res: ServerResponse) => pipeline.handle(req, res, 'continue'));
+  server.on('checkContinue', (req: GatewayRequest, res: ServerResponse) => {
+    current.set(req.socket, res);
+    pipeline.handle(req, res, 'continue');
+  });
   // Any other expectation: without a listener Node answers a bare 417 itself,
   // before authentication, unlogged and uncounted. Through the pipeline it is
   // 401 without a valid token and 417 JSON with one, logged like any refusal.
-  server.on('checkExpectation', (req: GatewayRequest, res: ServerResponse) => pipeline.handle(req, res, 'other'));
+  server.on('checkExpectation', (req: GatewayRequest, res: ServerResponse) => {
+    current.set(req.socket, res);
+    pipeline.handle(req, res, 'other');
+  });
   // WebSockets are never proxied (docs/routes.md); nor is any other protocol switch.
   server.on('upgrade', (req: GatewayRequest, socket: Duplex) => pipeline.refuseRaw(req, socket, ERRORS.webSocket));
   server.on('connect', (req: GatewayRequest, socket: Duplex) => pipeline.refuseRaw(req, socket, ERRORS.noRoute));
-  server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
-    const s = socket as Socket & { _httpMessage?: unknown };
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
     const answer = parseFailure(err.code);
     // No answer: the client closed its side mid-request, or nobody can read one.
-    if (answer === null || !s.writable) {
-      s.destroy();
+    if (answer === null || !socket.writable) {
+      socket.destroy();
       return;
     }
     // The request's head was fine and it is being handled; its body is not
     // (a bad chunk). Answer through its response while nothing of it is sent,
     // else cut the connection: a raw write would corrupt the stream.
-    const pending = s._httpMessage as ServerResponse | undefined;
-    if (pending !== undefined && pending !== null) {
+    const pending = current.get(socket);
+    if (pending !== undefined && !pending.writableFinished) {
       const ex = (pending.req as GatewayRequest).exchange;
       if (pending.headersSent || ex === null || ex.settled) {
-        s.destroy();
+        socket.destroy();
         return;
       }
       ex.proxyReq?.destroy();
       answerError(ex, pending, answer, true);
       return;
     }
-    logger.info({ error: err.code, client: s.remoteAddress ?? null }, 'malformed request refused');
-    writeRawError(s, answer);
+    logger.info({ error: err.code, client: socket.remoteAddress ?? null }, 'malformed request refused');
+    writeRawError(socket, answer);
   });
   if (config.tls !== null) {
     // A failed handshake (plain HTTP to the HTTPS port, a scanner) is not a request.
