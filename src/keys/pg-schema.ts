@@ -193,7 +193,7 @@ export interface Row {
 }
 
 /** The stored columns, as hashed (ROW_HASH). */
-export const COLUMNS = 'id, name, digest, created, expires, revoked, routes, previous, limits, version';
+const COLUMNS = 'id, name, digest, created, expires, revoked, routes, previous, limits, version';
 
 /**
  * A timestamptz read as seconds since the epoch (float8, microseconds in the

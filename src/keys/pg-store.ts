@@ -36,12 +36,12 @@ export interface PgStatus {
 }
 
 /** How long a query may go unanswered by default (KEYWARD_DATABASE_TIMEOUT), ms. */
-export const DATABASE_TIMEOUT_MS = 5_000;
+const DATABASE_TIMEOUT_MS = 5_000;
 /** A read of the whole key set may take this many times longer (a million rows). */
 const FULL_READ_FACTOR = 12;
 
 /** A query that got no answer within its deadline: the path to the server may be dead without having said so. */
-export class DatabaseTimeout extends Error {
+class DatabaseTimeout extends Error {
   readonly code = 'KEYWARD_DATABASE_TIMEOUT';
   constructor(ms: number) {
     super(`no answer from PostgreSQL within ${ms} ms; connections dropped and opened again`);

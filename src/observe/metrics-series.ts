@@ -4,7 +4,7 @@
 import type { MetricValue } from 'prom-client';
 
 // Up to 300 s: the scraper's synchronous runs wait that long (docs/operations.md).
-export const BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300] as const;
+const BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300] as const;
 
 /** A sample as prom-client's registry reads it (`metricName` names a histogram's _bucket/_sum/_count lines). */
 export type Sample = MetricValue<string> & { metricName?: string };

@@ -15,7 +15,7 @@ const METHOD_INDEX: Readonly<Record<string, number>> = Object.fromEntries(METHOD
 const STATUS_SLOTS = 600;
 const AUTH_FAILURES = ['missing', 'malformed', 'unknown', 'revoked', 'expired'] as const;
 export type AuthFailure = (typeof AUTH_FAILURES)[number];
-export const LIMIT_REASONS = ['scope', 'rate', 'concurrency', 'quota', 'budget'] as const;
+const LIMIT_REASONS = ['scope', 'rate', 'concurrency', 'quota', 'budget'] as const;
 export type LimitReason = (typeof LIMIT_REASONS)[number];
 
 /** What the key store reports at scrape time. */

@@ -21,7 +21,7 @@ export function isClosing(socket: Socket): boolean {
  * connection: used when an unread request body is still on the wire, so it is
  * never parsed as the next request.
  */
-export function sendError(res: ServerResponse, err: GatewayError, close: boolean, extra: Readonly<Record<string, string | number>> | null = null): void {
+function sendError(res: ServerResponse, err: GatewayError, close: boolean, extra: Readonly<Record<string, string | number>> | null = null): void {
   if (res.headersSent || res.destroyed) {
     res.destroy();
     return;

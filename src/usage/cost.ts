@@ -11,7 +11,7 @@ import type { Exchange } from '../request/exchange.ts';
 const DECIMAL = /^\d{1,15}(?:\.\d{1,15})?$/;
 
 /** The first of `names` present as a plain non-negative decimal number, or null (absent or not one). */
-export function headerCost(headers: IncomingHttpHeaders, names: readonly string[]): { value: number | null; bad: boolean } {
+function headerCost(headers: IncomingHttpHeaders, names: readonly string[]): { value: number | null; bad: boolean } {
   for (const name of names) {
     const v = headers[name];
     if (typeof v !== 'string') continue;

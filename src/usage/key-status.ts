@@ -35,7 +35,7 @@ export function periodUse(u: RouteUsage): PeriodUse {
 const round = (n: number): number => Math.round(n * 1e6) / 1e6;
 
 /** The answer's body. */
-export function statusBody(principal: Principal, limits: readonly LimitState[] | null, usage: RouteUsage, units: CostUnits, now: number): unknown {
+function statusBody(principal: Principal, limits: readonly LimitState[] | null, usage: RouteUsage, units: CostUnits, now: number): unknown {
   const policy = policyFor(principal);
   const byRoute = (which: 'today' | 'month'): Record<string, { requests: number; cost: number; unit: string | null }> =>
     Object.fromEntries([...usage.routes].map(([route, u]) => [route, { requests: u[which].requests, cost: round(u[which].cost), unit: units(route) }]));

@@ -214,12 +214,12 @@ export class Ledger implements PeriodUse {
     if (fleet !== undefined) this.gateways = await fleet.heartbeat(this.#id).catch(() => this.gateways);
   }
 
-  /** A forwarded request, once it completed: its status (null: none reached the client), body bytes and reported cost. */
   /** This gateway's id in the fleet (heartbeats, batches, leases). */
   get id(): string {
     return this.#id;
   }
 
+  /** A forwarded request, once it completed: its status (null: none reached the client), body bytes and reported cost. */
   record(keyId: string, route: string, status: number | null, bytesIn: number, bytesOut: number, cost: number, now = this.now()): void {
     const row = this.#row(keyId, route, now);
     row.requests++;

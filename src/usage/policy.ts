@@ -34,7 +34,7 @@ export interface Policy {
 }
 
 /** The thresholds of a key with a quota or budget whose record names none. */
-export const DEFAULT_ALERTS: readonly number[] = [80, 100];
+const DEFAULT_ALERTS: readonly number[] = [80, 100];
 
 const RATE = /^([1-9]\d{0,8})\/(s|m|h)$/;
 const PER_PERIOD = /^(\d{1,12}(?:\.\d{1,6})?)\/(day|month)$/;

@@ -29,7 +29,7 @@ export interface ReportQueries {
 }
 
 /** The same aggregates from a store's rows (the memory store's, or any store without its own). */
-export function fromRows(store: Pick<UsageStore, 'rows'>): ReportQueries {
+function fromRows(store: Pick<UsageStore, 'rows'>): ReportQueries {
   const sum = <K extends string>(rows: UsageRow[], key: (r: UsageRow) => K): Map<K, { requests: number; cost: number; row: UsageRow }> => {
     const out = new Map<K, { requests: number; cost: number; row: UsageRow }>();
     for (const r of rows) {
@@ -65,11 +65,11 @@ export interface Report {
 }
 
 /** A key is listed as near its limit from this share of it. */
-export const NEAR = 0.8;
+const NEAR = 0.8;
 const DAYS = 30;
 
 /** The page's figures at `now` for `filter` (a key by id or name, a route). */
-export async function buildReport(q: ReportQueries, keys: readonly KeyRecord[], filter: { key: string | null; route: string | null }, now = Date.now()): Promise<Report> {
+async function buildReport(q: ReportQueries, keys: readonly KeyRecord[], filter: { key: string | null; route: string | null }, now = Date.now()): Promise<Report> {
   const today = periodOf('day', now).key;
   const month = `${periodOf('month', now).key}-01`;
   const days = Array.from({ length: DAYS }, (_, i) => new Date(Date.parse(today) - (DAYS - 1 - i) * 86_400_000).toISOString().slice(0, 10));
