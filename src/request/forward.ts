@@ -169,7 +169,12 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
       return false;
     }
   };
-  const cost = readCost(ex, proxyRes, secrets.empty);
+  const reported = readCost(ex.route?.cost ?? null, ex.bodiless, proxyRes.headers, secrets.empty);
+  if (reported.header !== null) {
+    ex.cost = reported.header.value;
+    ex.costBad = reported.header.bad;
+  }
+  const cost = reported.body;
   if (decoders.list.length === 0) {
     // After the rest of this parse: stray bytes behind a complete response
     // fail the upstream request in the same tick (onError), and the client

@@ -11,7 +11,6 @@ import type { Complete } from './completion.ts';
 import { ERRORS, limitRefusal, type GatewayError } from './errors.ts';
 import { answer, isClosing, writeRawError } from './reply.ts';
 import { Exchange, type GatewayRequest } from './exchange.ts';
-import type { Forwarder } from './forward.ts';
 import { runGuards } from './guards.ts';
 import { upstreamRequestHeaders } from './headers.ts';
 import type { LastUse } from '../keys/last-use.ts';
@@ -21,7 +20,7 @@ import { neverConnected } from './outcome.ts';
 import type { AuthFailure, Metrics } from '../observe/metrics.ts';
 import { dropParams } from './query.ts';
 import { matchRoute, type Route, type RouteTable } from './routes.ts';
-import type { Runtime } from '../process/runtime.ts';
+import type { Runtime, Target } from '../process/runtime.ts';
 import type { Sweeper } from './timers.ts';
 import type { Ledger } from '../usage/ledger.ts';
 import type { Admit } from '../usage/admissions.ts';
@@ -57,6 +56,24 @@ const OWN = '/keyward/';
 
 export type Expect = 'none' | 'continue' | 'other';
 
+/**
+ * A request that passed authentication, routing and the guards: what
+ * admission and forwarding read, each field typed as the earlier steps made
+ * it (the key, its route, where that route goes), not read back from the
+ * exchange's nullable fields.
+ */
+interface Admitted {
+  readonly ex: Exchange;
+  readonly req: GatewayRequest;
+  readonly res: ServerResponse;
+  readonly expect: Expect;
+  readonly principal: Principal;
+  readonly route: Route;
+  readonly target: Target;
+  readonly path: string;
+  readonly forwardQuery: string;
+}
+
 export interface Pipeline {
   /**
    * `expect`: `continue` when the client waits for `100 Continue` before
@@ -85,17 +102,18 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
    * twice, a shared store's staleness limit could run out in between and
    * the second read be null.
    */
-  function authenticate(ex: Exchange, table: RouteTable, keys: KeySet): AuthFailure | null {
+  function authenticate(ex: Exchange, table: RouteTable, keys: KeySet): Principal | AuthFailure {
     const token = presentedToken(ex.req.headers, ex.url, table);
     if (token === null) return 'missing';
     if (!isWellFormed(token)) return 'malformed';
     const now = Date.now();
     const found = keys.lookup(token, now);
     if (found === null) return 'unknown';
+    // Recorded also when refused (revoked, expired): the log line names the key.
     ex.principal = found.principal;
     if (found.refusal !== null) return found.refusal;
     deps.lastUse.touch(found.principal.id, now);
-    return null;
+    return found.principal;
   }
 
   function onResponseClose(this: ServerResponse): void {
@@ -115,15 +133,15 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
   }
 
   /** 429 from a key's limits: nothing forwarded, nothing consumed; counted in the ledger and the metrics. */
-  function refuseLimited(ex: Exchange, req: GatewayRequest, res: ServerResponse, route: number, r: Refused): void {
-    metrics.limited(route, LIMIT_METRIC[r.code]);
-    deps.ledger.limited((ex.principal as NonNullable<Exchange['principal']>).id, (ex.route as NonNullable<Exchange['route']>).name);
+  function refuseLimited(ex: Exchange, req: GatewayRequest, res: ServerResponse, principal: Principal, route: Route, r: Refused): void {
+    metrics.limited(route.index, LIMIT_METRIC[r.code]);
+    deps.ledger.limited(principal.id, route.name);
     const headers: Record<string, string | number> = { 'retry-after': r.retryAfter, 'ratelimit-reset': r.reset };
     if (r.limit !== null) headers['ratelimit-limit'] = r.limit;
     if (r.remaining !== null) headers['ratelimit-remaining'] = r.remaining;
     if (r.policy !== null) headers['ratelimit-policy'] = r.policy;
     const base = LIMIT_ERRORS[r.code];
-    const err = r.detail === null ? base : limitRefusal(base, r.detail, (ex.route as NonNullable<Exchange['route']>).cost?.unit ?? 'usd');
+    const err = r.detail === null ? base : limitRefusal(base, r.detail, route.cost?.unit ?? 'usd');
     answer(ex, res, err, hasBody(req) || deps.draining(), headers);
   }
 
@@ -161,12 +179,11 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
     if (keys === null) return refuse(ex, req, res, ERRORS.keystoreUnavailable);
 
     const rt = deps.runtime();
-    const authFailure = authenticate(ex, rt.table, keys);
-    if (authFailure !== null) {
-      metrics.authFailure(authFailure);
+    const principal = authenticate(ex, rt.table, keys);
+    if (typeof principal === 'string') {
+      metrics.authFailure(principal);
       return refuse(ex, req, res, ERRORS.unauthorized);
     }
-    const principal = ex.principal as NonNullable<Exchange['principal']>;
     if (expect === 'other') return refuse(ex, req, res, ERRORS.expectationFailed);
     if (url.startsWith(OWN)) return own(ex, req, res, principal, url);
 
@@ -189,44 +206,47 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
       if (refusal === ERRORS.forbidden) metrics.limited(route.index, 'scope');
       return refuse(ex, req, res, refusal);
     }
+    // The route-configured guard passed, so its target exists; looked up, not assumed.
+    const target = rt.targets.get(route.name);
+    if (target === undefined) return refuse(ex, req, res, ERRORS.routeNotConfigured);
+    const a: Admitted = { ex, req, res, expect, principal, route, target, path: match.path, forwardQuery };
     // A key without limits pays one property read here.
     const policy = principal.limits === undefined ? null : policyFor(principal);
-    if (policy === null) return forwardAdmitted(ex, req, res, expect, rt, route, match.path, forwardQuery);
+    if (policy === null) return forwardAdmitted(a);
     const admitted = deps.admit(principal, policy, route.name, Date.now());
-    if (!(admitted instanceof Promise)) return admittedOrNot(admitted, ex, req, res, expect, rt, route, match.path, forwardQuery);
+    if (!(admitted instanceof Promise)) return admittedOrNot(admitted, a);
     // A worker waits for its primary's answer; the request is not read meanwhile.
-    void admitted.then((r) => admittedOrNot(r, ex, req, res, expect, rt, route, match.path, forwardQuery));
+    void admitted.then((r) => admittedOrNot(r, a));
   }
 
-  function admittedOrNot(r: Admission | Refused, ex: Exchange, req: GatewayRequest, res: ServerResponse, expect: Expect, rt: Runtime, route: Route, path: string, forwardQuery: string): void {
+  function admittedOrNot(r: Admission | Refused, a: Admitted): void {
     if ('code' in r) {
-      if (!ex.closed) refuseLimited(ex, req, res, route.index, r);
+      if (!a.ex.closed) refuseLimited(a.ex, a.req, a.res, a.principal, a.route, r);
       return;
     }
     // The client left while its primary decided: the admission is given back at once.
-    if (ex.closed) return r.done(false, 0);
-    ex.admission = r;
-    forwardAdmitted(ex, req, res, expect, rt, route, path, forwardQuery);
+    if (a.ex.closed) return r.done(false, 0);
+    a.ex.admission = r;
+    forwardAdmitted(a);
   }
 
   /** The rest of `handle` once admitted: rewrite and forward. */
-  function forwardAdmitted(ex: Exchange, req: GatewayRequest, res: ServerResponse, expect: Expect, rt: Runtime, route: Route, path: string, forwardQuery: string): void {
+  function forwardAdmitted({ ex, req, res, expect, route, target, path, forwardQuery }: Admitted): void {
     const suffix = forwardQuery === '' ? path : `${path}?${forwardQuery}`;
     ex.logPath = redactTokens(route.prefix + suffix.slice(1));
     req.url = route.basePath + suffix;
     // http-proxy-3 copies req.headers into the upstream request, whatever their declared type.
-    req.headers = upstreamRequestHeaders(req.headers, route, route.credential as readonly [string, string]) as typeof req.headers;
+    req.headers = upstreamRequestHeaders(req.headers, route, target.credential) as typeof req.headers;
 
     if (expect === 'continue') res.writeContinue();
     metrics.inFlight(route.index, 1);
     deps.sweeper.track(ex);
-    (rt.forwarders.get(route.name) as Forwarder).forward(req, res, ex);
+    target.forwarder.forward(req, res, ex);
     if (req.headers['transfer-encoding'] !== undefined) {
       ex.bytesIn = 0;
       req.on('data', countChunk);
     }
   }
-
 
   /**
    * The gateway's own paths: `GET /keyward/key`, the key's own status. Never
@@ -254,9 +274,9 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
   function refuseRaw(req: GatewayRequest, socket: Duplex, err: GatewayError): void {
     const ex = new Exchange(`${boot}-${(++counter).toString(36)}`, req, req.url as string);
     const keys = deps.keys();
-    const authFailure = keys === null ? 'unknown' : authenticate(ex, deps.runtime().table, keys);
-    const reply = authFailure === null ? err : ERRORS.unauthorized;
-    if (authFailure !== null) metrics.authFailure(authFailure);
+    const who = keys === null ? 'unknown' : authenticate(ex, deps.runtime().table, keys);
+    const reply = typeof who === 'string' ? ERRORS.unauthorized : err;
+    if (typeof who === 'string') metrics.authFailure(who);
     ex.settle({ by: 'gateway', code: reply.code });
     ex.bytesOut = reply.body.length;
     writeRawError(socket as Socket, reply);

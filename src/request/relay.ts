@@ -16,7 +16,7 @@ import type { Transform } from 'node:stream';
 import { BodyScan, type SecretForm, type Secrets } from './egress.ts';
 import type { Exchange } from './exchange.ts';
 import { upstream } from './outcome.ts';
-import { plausible, type TopLevelField } from '../usage/cost.ts';
+import { bodyCost, type TopLevelField } from '../usage/cost.ts';
 import { ZstdFrames } from './zstd-frames.ts';
 
 /** What a response found holding a secret does next; called once per response. */
@@ -72,10 +72,9 @@ export function decodersFor(encoding: string | undefined): Decoders | null {
 
 /** The body ended: what its top-level cost field said. */
 function costRead(ex: Exchange, cost: TopLevelField): void {
-  cost.end();
-  const checked = plausible(cost.value ?? 0, ex.route?.cost?.max ?? Infinity);
-  ex.cost = checked.value;
-  ex.costBad = cost.bad || checked.bad;
+  const c = bodyCost(cost, ex.route?.cost?.max ?? Infinity);
+  ex.cost = c.value;
+  ex.costBad = c.bad;
 }
 
 /** The upstream's declared body length, or -1 (none, or not a plain number). */

@@ -3,9 +3,16 @@
 // small incremental scanner. It only watches the bytes on their way to the
 // client — it never holds or delays one — survives any chunk boundary, and
 // ignores fields of the same name deeper down (each task of an SEO answer
-// carries its own `cost`). Pure but for the exchange it records on.
-import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
-import type { Exchange } from '../request/exchange.ts';
+// carries its own `cost`). Pure: it returns what it read; the request path
+// records it.
+import type { IncomingHttpHeaders } from 'node:http';
+import type { UpstreamSpec } from '../request/routes.ts';
+
+/** A reported cost as counted (0 when absent or implausible), and whether the report was unusable. */
+export interface Cost {
+  readonly value: number;
+  readonly bad: boolean;
+}
 
 /** A header's cost: plain decimal digits only (Number() would take `0x10` as 16, `1e308`, `Infinity`). */
 const DECIMAL = /^\d{1,15}(?:\.\d{1,15})?$/;
@@ -118,19 +125,27 @@ export class TopLevelField {
 }
 
 /**
- * What the call cost, as the route's upstream reports it: from a header now,
- * or a body reader the relay feeds. A compressed body is read decompressed,
- * which the egress filter does; with the filter off it is not read.
+ * What the call cost, as the route's upstream (`how`) reports it: from a
+ * header now (null when it reports none there), and a body reader the relay
+ * feeds (null when it reports none in the body). A compressed body is read
+ * decompressed, which the egress filter does; with the filter off it is not
+ * read.
  */
-export function readCost(ex: Exchange, proxyRes: IncomingMessage, unfiltered: boolean): TopLevelField | null {
-  const how = ex.route?.cost ?? null;
-  if (how === null || ex.bodiless) return null;
+export function readCost(how: UpstreamSpec['cost'], bodiless: boolean, headers: IncomingHttpHeaders, unfiltered: boolean): { header: Cost | null; body: TopLevelField | null } {
+  if (how === null || bodiless) return { header: null, body: null };
+  let header: Cost | null = null;
   if (how.headers !== undefined) {
-    const { value, bad } = headerCost(proxyRes.headers, how.headers);
+    const { value, bad } = headerCost(headers, how.headers);
     const checked = plausible(value ?? 0, how.max);
-    ex.cost = checked.value;
-    ex.costBad = bad || checked.bad;
+    header = { value: checked.value, bad: bad || checked.bad };
   }
-  if (how.jsonField === undefined || (unfiltered && proxyRes.headers['content-encoding'] !== undefined)) return null;
-  return new TopLevelField(how.jsonField);
+  const body = how.jsonField === undefined || (unfiltered && headers['content-encoding'] !== undefined) ? null : new TopLevelField(how.jsonField);
+  return { header, body };
+}
+
+/** The body ended: what its top-level field said, as counted. */
+export function bodyCost(field: TopLevelField, max: number): Cost {
+  field.end();
+  const checked = plausible(field.value ?? 0, max);
+  return { value: checked.value, bad: field.bad || checked.bad };
 }
