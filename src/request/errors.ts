@@ -3,6 +3,7 @@
 // Bodies are serialised once at load time, so replying costs one write.
 import { STATUS_CODES } from 'node:http';
 import type { LimitDetail } from '../usage/limiter.ts';
+import type { UpstreamReason } from './outcome.ts';
 
 export type ErrorCode =
   | 'bad_request'
@@ -103,22 +104,40 @@ export function limitRefusal(base: GatewayError, d: LimitDetail, budgetUnit: str
 }
 
 /**
- * Upstream failures, translated in one place. The gateway owns
- * its timers and marks the error it raises, so a timeout is never confused
- * with a reset: `ECONNECT_TIMEOUT` comes from http-proxy-3's connect timer,
+ * Upstream failures, translated in one place: first what an upstream
+ * connection's error stands for, then what the client is answered for each
+ * way an upstream can fail. The gateway owns its timers and marks the error
+ * it raises, so a timeout is never confused with a reset:
+ * `ECONNECT_TIMEOUT` comes from http-proxy-3's connect timer,
  * `KEYWARD_UPSTREAM_TIMEOUT` from ours. Everything else before the response
  * began (refused, reset, DNS, TLS) is "unreachable".
  */
-export function upstreamFailure(code: string | undefined): GatewayError {
+export function upstreamReason(code: string | undefined): 'timeout' | 'unreachable' {
   switch (code) {
     case 'ECONNECT_TIMEOUT':
     case 'ETIMEDOUT':
     case 'KEYWARD_UPSTREAM_TIMEOUT':
-      return ERRORS.upstreamTimeout;
+      return 'timeout';
     default:
-      return ERRORS.upstreamUnreachable;
+      return 'unreachable';
   }
 }
+
+/**
+ * The answer to each upstream failure while nothing of the response went
+ * yet (after that, the client's connection is closed: the only signal left).
+ * A body the gateway cannot inspect is a 502 that says so.
+ */
+export const UPSTREAM_ANSWERS: Readonly<Record<UpstreamReason, GatewayError>> = {
+  unreachable: ERRORS.upstreamUnreachable,
+  timeout: ERRORS.upstreamTimeout,
+  aborted: ERRORS.upstreamUnreachable,
+  idle: ERRORS.upstreamTimeout,
+  unexpected_101: ERRORS.upstreamUnreachable,
+  invalid_response: ERRORS.upstreamUnreachable,
+  unscannable_encoding: ERRORS.upstreamUnscannable,
+  secret_in_compressed_body: ERRORS.upstreamUnscannable,
+};
 
 /**
  * A request Node's parser refused before the gateway saw it (`clientError`):

@@ -27,10 +27,10 @@ import { freeSockets, upstreamAgent } from './agent.ts';
 import type { Duplex } from 'node:stream';
 import { ProxyServer } from 'http-proxy-3';
 import { maskHeaders, type SecretForm, type Secrets } from './egress.ts';
-import { ERRORS, upstreamFailure } from './errors.ts';
+import { ERRORS, UPSTREAM_ANSWERS, upstreamReason } from './errors.ts';
 import type { Exchange, GatewayRequest } from './exchange.ts';
 import { downstreamResponseHeaders } from './headers.ts';
-import { upstream } from './outcome.ts';
+import { upstream, type UpstreamReason } from './outcome.ts';
 import { readCost } from '../usage/cost.ts';
 import { type DecodeLimits, decodersFor, relayCompressed, relayPlain } from './relay.ts';
 
@@ -65,8 +65,7 @@ export function expire(ex: Exchange, what: Expiry): void {
         ex.proxyReq.destroy(markedError('KEYWARD_UPSTREAM_TIMEOUT', 'upstream did not answer in time')); // → onError: 504
         return;
       }
-      ex.fail(upstream('timeout', 'KEYWARD_UPSTREAM_TIMEOUT'));
-      answer(ex, res, ERRORS.upstreamTimeout, true);
+      upstreamFailed(ex, res, 'timeout', 'KEYWARD_UPSTREAM_TIMEOUT', true);
       return;
     case 'request-idle':
       // The client's body stalled: the upstream must not wait (and bill) for
@@ -102,8 +101,13 @@ function onProxyReq(proxyReq: http.ClientRequest, req: http.IncomingMessage, res
 function unexpectedSwitch(ex: Exchange, res: ServerResponse): void {
   ex.ttfbMs = performance.now() - ex.forwardStart;
   if (ex.settled || ex.closed) return;
-  ex.fail(upstream('unexpected_101'));
-  answer(ex, res, ERRORS.upstreamUnreachable, !ex.req.complete);
+  upstreamFailed(ex, res, 'unexpected_101', null, !ex.req.complete);
+}
+
+/** The upstream failed before anything of its response went: recorded (its reason for the log and metrics) and answered from the one mapping. */
+function upstreamFailed(ex: Exchange, res: ServerResponse, reason: UpstreamReason, detail: string | null, close: boolean): void {
+  ex.fail(upstream(reason, detail));
+  answer(ex, res, UPSTREAM_ANSWERS[reason], close);
 }
 
 /** Statuses and methods whose response has no body (RFC 9110 §6.4.1): stray bytes after the head are not theirs. */
@@ -128,16 +132,14 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
   // from: bytes the filter cannot read (RFC 9112 §6.1).
   const te = proxyRes.headers['transfer-encoding'];
   if (!secrets.empty && te !== undefined && te.trim().toLowerCase() !== 'chunked') {
-    ex.fail(upstream('unscannable_encoding', 'transfer_coding'));
+    upstreamFailed(ex, res, 'unscannable_encoding', 'transfer_coding', true);
     proxyRes.destroy();
-    answer(ex, res, ERRORS.upstreamUnscannable, true);
     return;
   }
   if (decoders === null) {
     // A coding the filter cannot read could carry a secret past it.
-    ex.fail(upstream('unscannable_encoding'));
+    upstreamFailed(ex, res, 'unscannable_encoding', null, true);
     proxyRes.destroy();
-    answer(ex, res, ERRORS.upstreamUnscannable, true);
     return;
   }
   ex.bodiless = bodiless(proxyRes.statusCode as number, req.method);
@@ -163,9 +165,8 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
       return true;
     } catch {
       // A header Node refuses to write (control characters from the upstream).
-      ex.fail(upstream('invalid_response'));
+      upstreamFailed(ex, res, 'invalid_response', null, true);
       proxyRes.socket.destroy();
-      answer(ex, res, ERRORS.upstreamUnreachable, true);
       return false;
     }
   };
@@ -186,7 +187,7 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
   }
   // A compressed body's head waits for its first clean decoded bytes: one
   // that does not decode gets a 502, not a 200 and a cut.
-  relayCompressed(proxyRes, res, ex, secrets, decoders, limits, onSecret, cost, head, () => answer(ex, res, ERRORS.upstreamUnscannable, true));
+  relayCompressed(proxyRes, res, ex, secrets, decoders, limits, onSecret, cost, head, () => answer(ex, res, UPSTREAM_ANSWERS.unscannable_encoding, true));
 }
 
 
@@ -241,13 +242,13 @@ function onError(err: ErrorWithCode, req: http.IncomingMessage, res: ServerRespo
     retry(ex);
     return;
   }
-  const reply = upstreamFailure(err.code);
-  ex.fail(upstream(reply === ERRORS.upstreamTimeout ? 'timeout' : 'unreachable', err.code ?? null));
+  const reason = upstreamReason(err.code);
   if (response.headersSent) {
+    ex.fail(upstream(reason, err.code ?? null));
     response.destroy();
     return;
   }
-  answer(ex, response, reply, !req.complete);
+  upstreamFailed(ex, response, reason, err.code ?? null, !req.complete);
 }
 
 export class Forwarder {

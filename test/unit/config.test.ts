@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ConfigError, effectiveEnv, keysFilePath, loadConfig, parseEnvFile } from '../../src/config/load.ts';
-import { upstreamFailure, ERRORS } from '../../src/request/errors.ts';
+import { ERRORS, UPSTREAM_ANSWERS, upstreamReason } from '../../src/request/errors.ts';
 import { parseDuration, parseSize } from '../../src/config/units.ts';
 
 const noFiles = (p: string): string => {
@@ -136,12 +136,13 @@ test('units: durations and sizes need a unit', () => {
 });
 
 test('upstream failures map to 502 or 504 by cause, never by guess', () => {
-  assert.equal(upstreamFailure('ECONNREFUSED'), ERRORS.upstreamUnreachable);
-  assert.equal(upstreamFailure('ECONNRESET'), ERRORS.upstreamUnreachable);
-  assert.equal(upstreamFailure('ERR_TLS_CERT_ALTNAME_INVALID'), ERRORS.upstreamUnreachable);
-  assert.equal(upstreamFailure(undefined), ERRORS.upstreamUnreachable);
-  assert.equal(upstreamFailure('ECONNECT_TIMEOUT'), ERRORS.upstreamTimeout);
-  assert.equal(upstreamFailure('KEYWARD_UPSTREAM_TIMEOUT'), ERRORS.upstreamTimeout);
+  const answer = (code: string | undefined): unknown => UPSTREAM_ANSWERS[upstreamReason(code)];
+  assert.equal(answer('ECONNREFUSED'), ERRORS.upstreamUnreachable);
+  assert.equal(answer('ECONNRESET'), ERRORS.upstreamUnreachable);
+  assert.equal(answer('ERR_TLS_CERT_ALTNAME_INVALID'), ERRORS.upstreamUnreachable);
+  assert.equal(answer(undefined), ERRORS.upstreamUnreachable);
+  assert.equal(answer('ECONNECT_TIMEOUT'), ERRORS.upstreamTimeout);
+  assert.equal(answer('KEYWARD_UPSTREAM_TIMEOUT'), ERRORS.upstreamTimeout);
   assert.equal(ERRORS.unauthorized.body.toString(), '{"error":"Unauthorized.","code":"unauthorized"}');
 });
 
