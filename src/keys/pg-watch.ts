@@ -235,6 +235,35 @@ export function watchTable(db: Db, { onChange, onError, onStatus, onInvalid, onW
   // slower read is waiting for.
   let ticks = 0;
   let pinging = false;
+  let counting = false;
+  // Every tenth check, whether the rows are the ones held (a change made with
+  // the triggers off, or a restore). It reads the whole table, so it gets the
+  // whole-set deadline and runs on its own: on a loaded machine a count and
+  // checksum of a million rows can outlast the liveness deadline, which would
+  // drop the pool and read the million keys again for nothing.
+  const consistencyCheck = (): void => {
+    if (counting) return;
+    counting = true;
+    db.within(async (sql) => {
+      const [row] = await sql<Array<{ top: string | null; n: number; sum: string | null }>>`select ${sql.unsafe(TOP)} as top, (select count(*)::int from keyward_keys) as n, (select ${sql.unsafe(CHECKSUM)} from keyward_keys) as sum`;
+      return row;
+    }, true)
+      .then(
+        (row) => {
+          if (row === undefined || stopped || dirty || warnedBack) return;
+          // Only at the version held: a newer one is the next check's to fetch.
+          if (BigInt(row.top ?? '0') !== version) return;
+          if (row.n !== records.length + invalid.size || BigInt(row.sum ?? '0') !== sum) serial(full);
+        },
+        (err: Error) => {
+          status(false, err);
+          if (!stopped) onError(err);
+        },
+      )
+      .finally(() => {
+        counting = false;
+      });
+  };
   const check = setInterval(() => {
     if (listenedOn !== null && listenedOn !== db.sql()) {
       // The pool was replaced: the subscription went with the old one.
@@ -245,7 +274,7 @@ export function watchTable(db: Db, { onChange, onError, onStatus, onInvalid, onW
     const consistency = ++ticks % CONSISTENCY_EVERY === 0;
     pinging = true;
     db.within(async (sql) => {
-      const [row] = await sql<Array<{ top: string | null; seq: string; n: number | null; sum: string | null }>>`select ${sql.unsafe(TOP)} as top, ${sql.unsafe(SEQUENCE)} as seq${sql.unsafe(consistency ? `, (select count(*)::int from keyward_keys) as n, (select ${CHECKSUM} from keyward_keys) as sum` : ', null as n, null as sum')}`;
+      const [row] = await sql<Array<{ top: string | null; seq: string }>>`select ${sql.unsafe(TOP)} as top, ${sql.unsafe(SEQUENCE)} as seq`;
       return row;
     })
       .then(
@@ -269,8 +298,7 @@ export function watchTable(db: Db, { onChange, onError, onStatus, onInvalid, onW
           // Answered, and what is held is in force: up (after a failed check, say).
           status(true);
           if (BigInt(row.top ?? '0') > version) return serial(since);
-          // Same version, yet not the rows held: changed with the triggers off (or by a restore).
-          if (consistency && (row.n !== records.length + invalid.size || BigInt(row.sum ?? '0') !== sum)) serial(full);
+          if (consistency) consistencyCheck();
         },
         (err: Error) => {
           status(false, err);

@@ -3,7 +3,7 @@
 // ports, stopped by SIGTERM with a deadline, its output kept for asserts.
 import { startCli } from './cli.ts';
 import { request } from './client.ts';
-import { deadline } from './deadline.ts';
+import { deadline, eventually } from './deadline.ts';
 
 export interface FleetGateway {
   readonly base: string;
@@ -25,6 +25,8 @@ export async function startFleetGateway(env: Record<string, string>): Promise<Fl
   const full = { KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: '0', ...env };
   const withAdmin = full.KEYWARD_ADMIN_PORT !== 'off';
   const gw = await startCli(['serve'], full, withAdmin ? '"msg":"admin listening"' : '"msg":"keyward listening"');
+  // With workers the primary's admin listener may be up before any worker listens.
+  await eventually(() => portOf(gw.output(), 'keyward listening') !== null, 20_000, 'a gateway listening');
   const adminPort = withAdmin ? portOf(gw.output(), 'admin listening') : null;
   let stopped: Promise<{ code: number | null; ms: number }> | null = null;
   return {
