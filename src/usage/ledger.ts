@@ -79,12 +79,6 @@ export interface UsageStore {
   close(): Promise<void>;
 }
 
-/** A stored row's columns as a UsageRow's fields (both stores name them key_id, bytes_in…); `num` may cast the counts. */
-export function rowColumns(num: (column: string) => string = (c) => c, day = 'day'): string {
-  const counts = ['requests', 's2xx', 's3xx', 's4xx', 's5xx', 'other', 'limited'].map((c) => `${num(c)} as ${c}`);
-  return `key_id as "keyId", route, ${day} as day, ${counts.join(', ')}, ${num('bytes_in')} as "bytesIn", ${num('bytes_out')} as "bytesOut", cost`;
-}
-
 function empty(keyId: string, route: string, day: string): UsageRow {
   return { keyId, route, day, requests: 0, s2xx: 0, s3xx: 0, s4xx: 0, s5xx: 0, other: 0, limited: 0, bytesIn: 0, bytesOut: 0, cost: 0 };
 }

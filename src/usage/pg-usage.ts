@@ -6,7 +6,8 @@
 import type postgres from 'postgres';
 import { PgLeaseStore } from './pg-leases.ts';
 import type { AlertRow, AlertStore } from './alerts.ts';
-import { rowColumns, type BatchId, type FleetView, type UsageRow, type UsageStore } from './ledger.ts';
+import { rowColumns } from './columns.ts';
+import type { BatchId, FleetView, UsageRow, UsageStore } from './ledger.ts';
 import type { DayTotal, KeyTotal, ReportQueries } from './report.ts';
 
 /** A gateway not seen for this long has left the fleet. */

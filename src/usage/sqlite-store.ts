@@ -6,7 +6,8 @@ import { chmodSync, closeSync, existsSync, openSync } from 'node:fs';
 import { DatabaseSync } from 'node:sqlite';
 import { Worker } from 'node:worker_threads';
 import type { AlertRow, AlertStore } from './alerts.ts';
-import { rowColumns, type BatchId, type UsageRow, type UsageStore } from './ledger.ts';
+import { rowColumns } from './columns.ts';
+import type { BatchId, UsageRow, UsageStore } from './ledger.ts';
 import type { DayTotal, KeyTotal, ReportQueries } from './report.ts';
 
 const SCHEMA = `
