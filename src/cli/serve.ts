@@ -11,6 +11,7 @@ import { Ledger } from '../usage/ledger.ts';
 import { Limiter } from '../usage/limiter.ts';
 import { periodUse } from '../usage/key-status.ts';
 import { createSpend } from '../usage/spend.ts';
+import { costUnits } from '../process/runtime.ts';
 import type { KeyRecord } from '../keys/keyset.ts';
 import { renderPage } from '../usage/page.ts';
 import { usagePage } from '../usage/report.ts';
@@ -46,7 +47,8 @@ export async function serveCommand(args: string[], io: Io): Promise<number> {
   }
   const log = createLogger(config.logLevel);
   // Workers record for the primary's admin listener; a single process only when it has one.
-  const metrics = createMetrics(config.admin !== null);
+  // Sized once from the configured routes: a reload keeps the same table (routes.ts), so the same counters.
+  const metrics = createMetrics(config.admin !== null, config.routes.map((r) => r.name));
   let gateway: Gateway;
   let admin: Admin | null = null;
   try {
@@ -121,8 +123,8 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io): Pr
   const limiter = new Limiter(ledger, leases);
   // The primary decides limits, so it fires their alerts and says where a key stands; its own metric is added to the workers'.
   const registry = newRegistry();
-  const units = new Map(config.routes.map((r) => [r.name, r.cost?.unit ?? 'usd']));
-  const spend = createSpend({ config, store: usage, ledger, limiter, logger: log.logger, registry, unitOf: (r) => units.get(r) ?? 'usd' });
+  const units = costUnits(config);
+  const spend = createSpend({ config, store: usage, ledger, limiter, logger: log.logger, registry, unitOf: (r) => units(r) ?? 'usd' });
   await spend.start();
   decideForWorkers(
     limiter,
@@ -149,7 +151,7 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io): Pr
         if (records === null || Date.now() - records.at > 10_000) records = { at: Date.now(), list: keys.load().catch(() => []) };
         return records.list;
       };
-      const page = usagePage(usage, list, config.routes.map((r) => r.name), (r) => (config.routes.find((x) => x.name === r)?.cost?.unit ?? null), renderPage);
+      const page = usagePage(usage, list, config.routes.map((r) => r.name), units, renderPage);
       admin = await startAdmin(config.admin, { readiness: () => primary.readiness(), metrics: text, metricsContentType: summed.contentType, usage: page }, log.logger);
     } catch (err) {
       line(io.stderr, `keyward: admin listener: ${(err as Error).message}`);

@@ -53,6 +53,7 @@ function route(o: Options, spec: UpstreamSpec, index: number, readFile: ReadFile
     dropQuery: new Set(spec.dropQuery.map((q) => q.toLowerCase())),
     overrideQuery: new Set(spec.overrideQuery.map((q) => q.toLowerCase())),
     cost: spec.cost,
+    secretEnvs: spec.secretEnvs,
     stripHeaders: requestStripSet([...spec.stripHeaders, ...METHOD_OVERRIDE_HEADERS], credential === null ? null : credential[0]),
   };
 }

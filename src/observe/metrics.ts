@@ -7,7 +7,6 @@
 // `KEYWARD_WORKERS` (its AggregatorRegistry, over the cluster IPC channel).
 import { AggregatorRegistry, collectDefaultMetrics, Counter, Registry } from 'prom-client';
 import { Histogram, scraped, type Sample, type ScrapedMetric } from './metrics-series.ts';
-import { UPSTREAMS } from '../request/routes.ts';
 
 const METHODS = ['GET', 'POST', 'PATCH', 'DELETE', 'PUT', 'HEAD', 'OPTIONS', 'OTHER'] as const;
 const METHOD_INDEX: Readonly<Record<string, number>> = Object.fromEntries(METHODS.map((m, i) => [m, i]));
@@ -28,7 +27,7 @@ export interface KeystoreView {
 
 export class Metrics {
   readonly registry = new Registry();
-  /** Route label values: the provider table's routes, then `none` for requests refused before routing. */
+  /** Route label values: the configured routes (a route's `index` is its place here), then `none` for requests refused before routing. */
   readonly routeNames: readonly string[];
   /** The slot of requests that matched no route. */
   readonly noRoute: number;
@@ -47,9 +46,9 @@ export class Metrics {
   #lastReload = 0;
   #keystore: KeystoreView | null = null;
 
-  /** `routes`: the route names of the provider table (routes.ts), given only to try another. */
-  constructor(options: { defaults?: boolean; routes?: readonly string[] } = {}) {
-    const ROUTE_NAMES = [...(options.routes ?? UPSTREAMS.map((u) => u.name)), 'none'];
+  /** `routes`: the configured routes' names, in their order (config.routes): the counters are sized from them, once. */
+  constructor(options: { defaults?: boolean; routes: readonly string[] }) {
+    const ROUTE_NAMES = [...options.routes, 'none'];
     const NO_ROUTE = ROUTE_NAMES.length - 1;
     this.routeNames = ROUTE_NAMES;
     this.noRoute = NO_ROUTE;
@@ -246,9 +245,8 @@ class Unrecorded extends Metrics {
   override inFlight(): void {}
 }
 
-export function createMetrics(record: boolean, routes?: readonly string[]): Metrics {
-  const options = routes === undefined ? {} : { routes };
-  return record ? new Metrics(options) : new Unrecorded({ ...options, defaults: false });
+export function createMetrics(record: boolean, routes: readonly string[]): Metrics {
+  return record ? new Metrics({ routes }) : new Unrecorded({ routes, defaults: false });
 }
 
 export type { Registry };

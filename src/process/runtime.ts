@@ -4,7 +4,7 @@
 import type { Config } from '../config/load.ts';
 import { secretForms, Secrets } from '../request/egress.ts';
 import { Forwarder } from '../request/forward.ts';
-import { routeTable, UPSTREAMS, type RouteTable } from '../request/routes.ts';
+import { routeTable, type RouteTable } from '../request/routes.ts';
 
 /** Swapped whole on reload; a request keeps the one it started under. */
 export interface Runtime {
@@ -62,9 +62,15 @@ export function restartOnlyChanges(before: Config, after: Config): string[] {
 /** Why a running gateway cannot serve anything yet (no route has its secret, or no key is active), or null. */
 export function idleReason(config: Config, activeKeys: number): string | null {
   if (config.enabledRoutes.length === 0) {
-    const names = UPSTREAMS.flatMap((u) => u.secretEnvs);
+    const names = config.routes.flatMap((r) => r.secretEnvs);
     return `no route is configured: set the upstream secrets (${names.join(', ')}, or their _FILE forms)`;
   }
   if (activeKeys === 0) return 'no active key: create one with keyward keys create --name NAME';
   return null;
+}
+
+/** Each configured route's cost unit (`usd`, `characters`), or null for a route that reports none. */
+export function costUnits(config: Pick<Config, 'routes'>): (route: string) => string | null {
+  const units = new Map(config.routes.map((r) => [r.name, r.cost?.unit ?? null]));
+  return (route) => units.get(route) ?? null;
 }

@@ -20,7 +20,7 @@ import { bindError } from './listen.ts';
 import type { Logger } from '../observe/log.ts';
 import { Metrics } from '../observe/metrics.ts';
 import { createPipeline } from '../request/pipeline.ts';
-import { buildRuntime, idleReason, restartOnlyChanges } from './runtime.ts';
+import { buildRuntime, costUnits, idleReason, restartOnlyChanges } from './runtime.ts';
 import { Sweeper } from '../request/timers.ts';
 import type { Admit } from '../usage/admissions.ts';
 import { Ledger, type UsageStore } from '../usage/ledger.ts';
@@ -30,7 +30,6 @@ import { keyStatus, StoreView, type StatusSources } from '../usage/key-status.ts
 import { createSpend, type Spend } from '../usage/spend.ts';
 import { renderPage } from '../usage/page.ts';
 import { usagePage } from '../usage/report.ts';
-import { UPSTREAMS } from '../request/routes.ts';
 import type { Clock } from '../usage/leases.ts';
 import { fleetLeases, openUsageStore, writeOnly } from '../usage/open.ts';
 import { spoolPrefix } from '../usage/spool.ts';
@@ -102,13 +101,6 @@ function serverOptions(config: Config): http.ServerOptions {
     // The upstream gets its own Host; a missing one must not turn into Node's plain-text 400.
     requireHostHeader: false,
   };
-}
-
-/** Each configured route's cost unit, or null for a route that reports none. */
-function costUnits(config: Config): (route: string) => string | null {
-  const units = new Map(UPSTREAMS.map((u) => [u.name, u.cost?.unit ?? null]));
-  for (const r of config.routes) units.set(r.name, r.cost?.unit ?? null);
-  return (route) => units.get(route) ?? null;
 }
 
 /** Admission in this process, its alerts checked once a request that reached the upstream was counted. */

@@ -170,6 +170,8 @@ export interface Route {
   readonly stripHeaders: ReadonlySet<string>;
   /** Where its upstream reports a call's cost (the provider table's), or null. */
   readonly cost: UpstreamSpec['cost'];
+  /** The options its secrets are read from (the provider table's), for what an operator is told to set. */
+  readonly secretEnvs: readonly string[];
 }
 
 export type RouteTable = ReadonlyMap<string, Route>;

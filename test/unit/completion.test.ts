@@ -11,7 +11,7 @@ import { Exchange, type GatewayRequest } from '../../src/request/exchange.ts';
 import { createLogger } from '../../src/observe/log.ts';
 import { Metrics } from '../../src/observe/metrics.ts';
 import { failureLabel, upstream } from '../../src/request/outcome.ts';
-import type { Route } from '../../src/request/routes.ts';
+import { UPSTREAMS, type Route } from '../../src/request/routes.ts';
 import { parseProm } from '../support/prom.ts';
 
 function setup(): { lines: () => Array<Record<string, unknown>>; complete: ReturnType<typeof createCompletion>; metrics: Metrics } {
@@ -22,7 +22,7 @@ function setup(): { lines: () => Array<Record<string, unknown>>; complete: Retur
       cb();
     },
   });
-  const metrics = new Metrics({ defaults: false });
+  const metrics = new Metrics({ defaults: false, routes: UPSTREAMS.map((u) => u.name) });
   const complete = createCompletion(createLogger('info', sink).logger, metrics, () => new Set(['token']));
   return { lines: () => text.split('\n').filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>), complete, metrics };
 }
