@@ -2,15 +2,12 @@
 // events Node raises outside a normal request (parse errors, upgrades,
 // CONNECT, `Expect: 100-continue`), live key and configuration reloads, and
 // the drain on shutdown.
-import http, { type ServerResponse } from 'node:http';
+import http from 'node:http';
 import https from 'node:https';
-import type { AddressInfo, Socket } from 'node:net';
-import type { Duplex } from 'node:stream';
+import type { AddressInfo } from 'node:net';
 import { createCompletion } from '../request/completion.ts';
 import { secretForms } from '../request/egress.ts';
 import { unknownMessage, type Config } from '../config/load.ts';
-import { ERRORS, parseFailure } from '../request/errors.ts';
-import { answer as answerError, writeRawError } from '../request/reply.ts';
 import { GatewayRequest } from '../request/exchange.ts';
 import { expire } from '../request/forward.ts';
 import { KeyHolder } from '../keys/holder.ts';
@@ -20,19 +17,13 @@ import { bindError } from './listen.ts';
 import type { Logger } from '../observe/log.ts';
 import { Metrics } from '../observe/metrics.ts';
 import { createPipeline } from '../request/pipeline.ts';
-import { buildRuntime, costUnits, idleReason, restartOnlyChanges } from './runtime.ts';
+import { serveEvents } from './events.ts';
+import { startUsage, type UsageOptions } from './usage-part.ts';
+import { buildRuntime, idleReason, restartOnlyChanges } from './runtime.ts';
 import { Sweeper } from '../request/timers.ts';
-import type { Admit } from '../usage/admissions.ts';
-import { Ledger, type UsageStore } from '../usage/ledger.ts';
-import { Limiter, type Admission, type LimitState, type Refused } from '../usage/limiter.ts';
-import type { Principal } from '../keys/keyset.ts';
-import { keyStatus, StoreView, type StatusSources } from '../usage/key-status.ts';
-import { createSpend, type Spend } from '../usage/spend.ts';
+import { keyStatus } from '../usage/key-status.ts';
 import { renderPage } from '../usage/page.ts';
 import { usagePage } from '../usage/report.ts';
-import type { Clock } from '../usage/leases.ts';
-import { fleetLeases, openUsageStore, writeOnly } from '../usage/open.ts';
-import { spoolPrefix } from '../usage/spool.ts';
 
 /** The least time the ledger and the key store get after the last connection closed, ms. */
 const FINAL_WRITE_MS = 500;
@@ -70,20 +61,12 @@ export interface Gateway {
   usagePage(params: URLSearchParams): Promise<string>;
 }
 
-export interface GatewayOptions {
+export interface GatewayOptions extends UsageOptions {
   /** A listening socket inherited from systemd (LISTEN_FDS), used instead of binding host:port. */
   readonly listenFd?: number | null;
   readonly metrics?: Metrics;
   /** How often last-use times are written to the store, ms. */
   readonly lastUseFlushMs?: number;
-  /** Where the usage ledger is kept (default: the SQLite file beside the keys file). */
-  readonly usageStore?: UsageStore;
-  /** A worker's admission, decided by its primary (usage/admissions.ts); default: in this process. */
-  readonly admit?: Admit;
-  /** The clock a fleet corrects by the database's (tests set this machine's clock elsewhere). */
-  readonly clock?: Clock;
-  /** A worker's view of where a key's limits stand, asked of its primary (GET /keyward/key). */
-  readonly limitStatus?: (principal: Principal) => Promise<readonly LimitState[] | null>;
 }
 
 function serverOptions(config: Config): http.ServerOptions {
@@ -103,24 +86,6 @@ function serverOptions(config: Config): http.ServerOptions {
   };
 }
 
-/** Admission in this process, its alerts checked once a request that reached the upstream was counted. */
-function alerting(limiter: Limiter, ledger: Ledger, spend: Spend): Admit {
-  return (principal, policy, route, now) => {
-    const r = limiter.admit(principal.id, policy, route, now, ledger.gateways);
-    if (policy.alerts.length === 0) return r;
-    const watch = (a: Admission | Refused): Admission | Refused =>
-      'code' in a
-        ? a
-        : {
-            done: (reached, cost) => {
-              a.done(reached, cost);
-              if (reached) spend.counted(principal, policy);
-            },
-          };
-    return r instanceof Promise ? r.then(watch) : watch(r);
-  };
-}
-
 export async function createGateway(config: Config, store: KeyStore, logger: Logger, options: GatewayOptions = {}): Promise<Gateway> {
   const metrics = options.metrics ?? new Metrics({ routes: config.routes.map((r) => r.name) });
   let draining = false;
@@ -131,42 +96,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     logger.warn({ err }, 'last-use times not written'),
   );
   const sweeper = new Sweeper(() => runtime.config, expire);
-  const usageStore = options.usageStore ?? openUsageStore(config, store, logger);
-  const ledger = new Ledger(
-    // A worker writes its counts; the primary decides limits and speaks for the machine in the fleet.
-    options.admit === undefined ? usageStore : writeOnly(usageStore),
-    (err, first) => {
-      metrics.usageFlushFailed();
-      // Said once per outage, not every flush.
-      if (first) logger.warn({ err }, 'usage not written; kept and retried at every flush');
-    },
-    () => logger.info('usage written again'),
-    {
-      prefix: spoolPrefix(config.keysFile),
-      onRead: (files, batches, bad) => {
-        if (files.length > 0) logger.info({ files, batches }, 'usage kept by an earlier drain found; writing it');
-        if (bad.length > 0) logger.error({ files: bad }, 'usage files that cannot be read left in place');
-      },
-      onKept: (file, requests) => logger.warn({ file, requests }, 'usage not written before the drain deadline; kept on disk and written at the next start'),
-    },
-  );
-  await ledger.start(config.usageFlushMs);
-  const leases = options.admit === undefined ? await fleetLeases(usageStore, ledger, config, options.clock) : null;
-  const limiter = new Limiter(ledger, leases);
-  const units = costUnits(config);
-  // The process that decides limits answers where a key stands and fires its alerts; a worker asks its primary.
-  const spend: Spend | null =
-    options.admit === undefined ? createSpend({ config, store: usageStore, ledger, limiter, logger, registry: metrics.registry, unitOf: (r) => units(r) ?? 'usd' }) : null;
-  await spend?.start();
-  const admit: Admit = options.admit ?? (spend === null ? (p, policy, route, now) => limiter.admit(p.id, policy, route, now, ledger.gateways) : alerting(limiter, ledger, spend));
-  const statusSources: StatusSources =
-    spend?.status ??
-    (() => {
-      // A worker: the others' counts are in the store (read at most once per flush), its own not yet written are added.
-      const view = new StoreView(usageStore, ledger, config.usageFlushMs);
-      const remote = options.limitStatus ?? (() => Promise.resolve(null));
-      return { usage: (keyId, now) => view.usage(keyId, now), limits: (principal) => remote(principal) };
-    })();
+  const { ledger, leases, spend, admit, statusSources, units, usageStore } = await startUsage(config, store, logger, metrics, options);
   const credentialParams = (): ReadonlySet<string> => {
     const names = new Set<string>();
     for (const r of runtime.table.values()) for (const n of r.dropQuery) names.add(n);
@@ -191,58 +121,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
   // Beyond this many open connections Node closes new ones at once; the ones open are served.
   server.maxConnections = config.maxConnections;
 
-  // The response of the request whose body Node is reading on each
-  // connection: a parse error in that body is answered through it
-  // (clientError below), without reading Node's private `_httpMessage`.
-  const current = new WeakMap<Duplex, ServerResponse>();
-  server.on('request', (req: GatewayRequest, res: ServerResponse) => {
-    current.set(req.socket, res);
-    pipeline.handle(req, res, 'none');
-  });
-  // Answer `100 Continue` only once the request passed authentication and
-  // routing: a refused upload is refused before the client sends its body.
-  server.on('checkContinue', (req: GatewayRequest, res: ServerResponse) => {
-    current.set(req.socket, res);
-    pipeline.handle(req, res, 'continue');
-  });
-  // Any other expectation: without a listener Node answers a bare 417 itself,
-  // before authentication, unlogged and uncounted. Through the pipeline it is
-  // 401 without a valid token and 417 JSON with one, logged like any refusal.
-  server.on('checkExpectation', (req: GatewayRequest, res: ServerResponse) => {
-    current.set(req.socket, res);
-    pipeline.handle(req, res, 'other');
-  });
-  // WebSockets are never proxied (docs/routes.md); nor is any other protocol switch.
-  server.on('upgrade', (req: GatewayRequest, socket: Duplex) => pipeline.refuseRaw(req, socket, ERRORS.webSocket));
-  server.on('connect', (req: GatewayRequest, socket: Duplex) => pipeline.refuseRaw(req, socket, ERRORS.noRoute));
-  server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
-    const answer = parseFailure(err.code);
-    // No answer: the client closed its side mid-request, or nobody can read one.
-    if (answer === null || !socket.writable) {
-      socket.destroy();
-      return;
-    }
-    // The request's head was fine and it is being handled; its body is not
-    // (a bad chunk). Answer through its response while nothing of it is sent,
-    // else cut the connection: a raw write would corrupt the stream.
-    const pending = current.get(socket);
-    if (pending !== undefined && !pending.writableFinished) {
-      const ex = (pending.req as GatewayRequest).exchange;
-      if (pending.headersSent || ex === null || ex.settled) {
-        socket.destroy();
-        return;
-      }
-      ex.proxyReq?.destroy();
-      answerError(ex, pending, answer, true);
-      return;
-    }
-    logger.info({ error: err.code, client: socket.remoteAddress ?? null }, 'malformed request refused');
-    writeRawError(socket, answer);
-  });
-  if (config.tls !== null) {
-    // A failed handshake (plain HTTP to the HTTPS port, a scanner) is not a request.
-    server.on('tlsClientError', (_err: Error, socket: Socket) => socket.destroy());
-  }
+  serveEvents(server, pipeline, logger, config.tls !== null);
 
   let closing: Promise<void> | null = null;
   const listenFd = options.listenFd ?? null;

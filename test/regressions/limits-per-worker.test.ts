@@ -14,13 +14,15 @@ import { request } from '../support/client.ts';
 import { deadline, eventually } from '../support/deadline.ts';
 import { startUpstream } from '../support/upstream.ts';
 
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
 test('KEYWARD_WORKERS=2: rate, quota, concurrency and budget admit what one process admits; the ledger holds what was forwarded', { timeout: 120_000 }, async () => {
   const dir = mkdtempSync(join(tmpdir(), 'keyward-workers-'));
+  // Slow calls are held at the upstream until the test has seen every one of
+  // an overlapping batch either refused or held: overlap by construction, not
+  // by a timer a loaded machine might outlast.
+  const held: Array<() => void> = [];
   const up = await startUpstream(async (req, res) => {
     req.resume();
-    await sleep(req.url?.includes('slow') === true ? 400 : 0);
+    if (req.url?.includes('slow') === true) await new Promise<void>((release) => held.push(release));
     if (req.url?.startsWith('/v1/') === true) {
       res.writeHead(200, { 'content-type': 'audio/mpeg', 'character-cost': '10' });
       return void res.end('mp3');
@@ -48,10 +50,18 @@ test('KEYWARD_WORKERS=2: rate, quota, concurrency and budget admit what one proc
     for (let i = 0; i < 16; i++) rateStatuses.push(await call(rate));
     const quotaStatuses: number[] = [];
     for (let i = 0; i < 20; i++) quotaStatuses.push(await call(quota));
-    const concStatuses = await Promise.all(Array.from({ length: 8 }, () => call(conc, '/seo/v3/slow')));
+    /** `n` overlapping calls: once each is refused or held at the upstream, the held ones are let go. */
+    const overlapping = async (n: number, token: string, path: string): Promise<number[]> => {
+      let answered = 0;
+      const calls = Array.from({ length: n }, () => call(token, path).finally(() => answered++));
+      await eventually(() => answered + held.length === n, 20_000, 'every call refused or held');
+      for (const release of held.splice(0)) release();
+      return Promise.all(calls);
+    };
+    const concStatuses = await overlapping(8, conc, '/seo/v3/slow');
     // Budget: one call teaches the cost (10 characters), then overlapping calls.
     const first = await call(budget, '/speech/v1/text-to-speech/v');
-    const budgetStatuses = [first, ...(await Promise.all(Array.from({ length: 8 }, () => call(budget, '/speech/v1/text-to-speech/slow'))))];
+    const budgetStatuses = [first, ...(await overlapping(8, budget, '/speech/v1/text-to-speech/slow'))];
 
     const ok = (s: number[]): number => s.filter((x) => x === 200).length;
     assert.equal(ok(rateStatuses), 4, `rate 4/h burst 4: ${rateStatuses.join(',')}`);

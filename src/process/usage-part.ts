@@ -1,0 +1,98 @@
+// A gateway's usage part (docs/limits.md): the ledger and its store, a
+// fleet's leases, the limiter, and seeing spend (status, alerts) where this
+// process decides limits; a worker asks its primary instead.
+import type { Config } from '../config/load.ts';
+import type { Principal } from '../keys/keyset.ts';
+import type { KeyStore } from '../keys/store.ts';
+import type { Logger } from '../observe/log.ts';
+import type { Metrics } from '../observe/metrics.ts';
+import type { Admit } from '../usage/admissions.ts';
+import { StoreView, type StatusSources } from '../usage/key-status.ts';
+import { Ledger, type UsageStore } from '../usage/ledger.ts';
+import type { Clock, Leases } from '../usage/leases.ts';
+import { Limiter, type Admission, type LimitState, type Refused } from '../usage/limiter.ts';
+import { fleetLeases, openUsageStore, writeOnly } from '../usage/open.ts';
+import { createSpend, type Spend } from '../usage/spend.ts';
+import { spoolPrefix } from '../usage/spool.ts';
+import { costUnits } from './runtime.ts';
+
+export interface UsageOptions {
+  /** Where the usage ledger is kept (default: the SQLite file beside the keys file). */
+  readonly usageStore?: UsageStore;
+  /** A worker's admission, decided by its primary (usage/admissions.ts); default: in this process. */
+  readonly admit?: Admit;
+  /** The clock a fleet corrects by the database's. */
+  readonly clock?: Clock;
+  /** A worker's view of where a key's limits stand, asked of its primary (GET /keyward/key). */
+  readonly limitStatus?: (principal: Principal) => Promise<readonly LimitState[] | null>;
+}
+
+export interface UsagePart {
+  readonly usageStore: UsageStore;
+  readonly ledger: Ledger;
+  readonly leases: Leases | null;
+  readonly spend: Spend | null;
+  readonly admit: Admit;
+  readonly statusSources: StatusSources;
+  readonly units: (route: string) => string | null;
+}
+
+/** The ledger started (what a drain kept written first), the leases claimed, the limiter and seeing spend ready. */
+export async function startUsage(config: Config, store: KeyStore, logger: Logger, metrics: Metrics, options: UsageOptions): Promise<UsagePart> {
+  const usageStore = options.usageStore ?? openUsageStore(config, store, logger);
+  const ledger = new Ledger(
+    // A worker writes its counts; the primary decides limits and speaks for the machine in the fleet.
+    options.admit === undefined ? usageStore : writeOnly(usageStore),
+    (err, first) => {
+      metrics.usageFlushFailed();
+      // Said once per outage, not every flush.
+      if (first) logger.warn({ err }, 'usage not written; kept and retried at every flush');
+    },
+    () => logger.info('usage written again'),
+    {
+      prefix: spoolPrefix(config.keysFile),
+      onRead: (files, batches, bad) => {
+        if (files.length > 0) logger.info({ files, batches }, 'usage kept by an earlier drain found; writing it');
+        if (bad.length > 0) logger.error({ files: bad }, 'usage files that cannot be read left in place');
+      },
+      onKept: (file, requests) => logger.warn({ file, requests }, 'usage not written before the drain deadline; kept on disk and written at the next start'),
+    },
+  );
+  await ledger.start(config.usageFlushMs);
+  const leases = options.admit === undefined ? await fleetLeases(usageStore, ledger, config, options.clock) : null;
+  const limiter = new Limiter(ledger, leases);
+  const units = costUnits(config);
+  // The process that decides limits answers where a key stands and fires its alerts; a worker asks its primary.
+  const spend: Spend | null =
+    options.admit === undefined ? createSpend({ config, store: usageStore, ledger, limiter, logger, registry: metrics.registry, unitOf: (r) => units(r) ?? 'usd' }) : null;
+  await spend?.start();
+  const admit: Admit = options.admit ?? (spend === null ? (p, policy, route, now) => limiter.admit(p.id, policy, route, now, ledger.gateways) : alerting(limiter, ledger, spend));
+  const statusSources: StatusSources =
+    spend?.status ??
+    (() => {
+      // A worker: the others' counts are in the store (read at most once per flush), its own not yet written are added.
+      const view = new StoreView(usageStore, ledger, config.usageFlushMs);
+      const remote = options.limitStatus ?? (() => Promise.resolve(null));
+      return { usage: (keyId, now) => view.usage(keyId, now), limits: (principal) => remote(principal) };
+    })();
+  return { usageStore, ledger, leases, spend, admit, statusSources, units };
+}
+
+/** Admission in this process, its alerts checked once a request that reached the upstream was counted. */
+function alerting(limiter: Limiter, ledger: Ledger, spend: Spend): Admit {
+  return (principal, policy, route, now) => {
+    const r = limiter.admit(principal.id, policy, route, now, ledger.gateways);
+    if (policy.alerts.length === 0) return r;
+    const watch = (a: Admission | Refused): Admission | Refused =>
+      'code' in a
+        ? a
+        : {
+            done: (reached, cost) => {
+              a.done(reached, cost);
+              if (reached) spend.counted(principal, policy);
+            },
+          };
+    return r instanceof Promise ? r.then(watch) : watch(r);
+  };
+}
+
