@@ -75,6 +75,9 @@ export function crossed(key: { id: string; name: string }, policy: Policy, use: 
   return out;
 }
 
+/** Flush intervals a fleet's key is checked for after its last request here. */
+const AFTER_LAST = 4;
+
 export class Alerts {
   readonly #store: AlertStore;
   readonly #use: (keyId: string, now: number) => PeriodUse | Promise<PeriodUse>;
@@ -83,11 +86,13 @@ export class Alerts {
   readonly #now: () => number;
   /** Firings known here (claimed here, or found claimed): never asked of the store again. */
   readonly #seen = new Set<string>();
-  readonly #dirty = new Map<string, { key: { id: string; name: string }; policy: Policy }>();
+  /** Keys to check, and until when (a fleet's keep being checked for a few flushes after their last request). */
+  readonly #dirty = new Map<string, { key: { id: string; name: string }; policy: Policy; until: number }>();
   #scheduled: NodeJS.Immediate | NodeJS.Timeout | null = null;
   /** 0: check as soon as the event loop is free; else every `everyMs` (a fleet's, whose totals come from the store). */
   readonly #everyMs: number;
   #checking: Promise<void> = Promise.resolve();
+  #stopped = false;
 
   constructor(options: {
     store: AlertStore;
@@ -108,8 +113,16 @@ export class Alerts {
   /** A request of this key was counted: its thresholds are checked soon. */
   touched(key: { id: string; name: string }, policy: Policy): void {
     if (policy.alerts.length === 0) return;
-    this.#dirty.set(key.id, { key, policy });
-    if (this.#scheduled !== null) return;
+    // In a fleet the request that crossed a line may be another gateway's,
+    // written at its next flush: the key is checked again for a few flush
+    // intervals after its last request here, so the crossing is seen once
+    // every gateway has written what it counted.
+    this.#dirty.set(key.id, { key, policy, until: this.#now() + AFTER_LAST * this.#everyMs });
+    this.#schedule();
+  }
+
+  #schedule(): void {
+    if (this.#stopped || this.#scheduled !== null || this.#dirty.size === 0) return;
     const run = (): void => {
       this.#scheduled = null;
       this.#checking = this.#checking.then(() => this.#check()).catch(() => undefined);
@@ -119,6 +132,7 @@ export class Alerts {
   }
 
   stop(): void {
+    this.#stopped = true;
     const s = this.#scheduled;
     this.#scheduled = null;
     if (s === null) return;
@@ -129,7 +143,12 @@ export class Alerts {
   async #check(): Promise<void> {
     const dirty = [...this.#dirty.values()];
     this.#dirty.clear();
-    for (const { key, policy } of dirty) {
+    const again = (d: (typeof dirty)[number]): void => {
+      if (d.until > this.#now() && !this.#dirty.has(d.key.id)) this.#dirty.set(d.key.id, d);
+    };
+    for (const d of dirty) {
+      const { key, policy } = d;
+      again(d);
       const now = this.#now();
       let use: PeriodUse;
       try {
@@ -154,6 +173,7 @@ export class Alerts {
         if (mine) this.#fire(alert, body);
       }
     }
+    this.#schedule();
   }
 }
 
