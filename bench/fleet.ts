@@ -20,6 +20,7 @@ import { PgKeyStore } from '../src/keys/pg-store.ts';
 import { startDatabase } from '../test/support/postgres.ts';
 import { cpuUs, machine, rssPeak, tree } from './proc.ts';
 import { benchSecrets, keyward, startUpstreamProcess, type System } from './systems.ts';
+import { costRoutes, UPSTREAMS } from '../src/request/routes.ts';
 
 const { values: args } = parseArgs({ options: { quick: { type: 'boolean' } } });
 const seconds = args.quick === true ? 2 : 6;
@@ -29,7 +30,7 @@ const secrets = benchSecrets(randomBytes(8).toString('hex'), generateToken());
 const dir = mkdtempSync(join(tmpdir(), 'keyward-bench-fleet-'));
 const db = await startDatabase();
 const up = await startUpstreamProcess(secrets, 1000);
-const store = new PgKeyStore(db.url);
+const store = new PgKeyStore(db.url, costRoutes(UPSTREAMS));
 await store.migrate();
 const database = new URL(db.url).pathname.slice(1);
 const lines: string[] = [`# keyward fleet benchmark${args.quick === true ? ' (quick)' : ''}`, '', `${machine()}; ${new Date().toISOString()}; ${seconds} s per run`, ''];

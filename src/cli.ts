@@ -2,33 +2,36 @@
 // turned into its exit code and one line on stderr. Everything it needs from
 // the process comes in through `Io`.
 import type { ConfigError } from './config/load.ts';
-import { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, HELP, line, parse, UsageError, type HelpRequested, type Io } from './cli/args.ts';
+import { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, helpTexts, line, parse, UsageError, type HelpRequested, type Io } from './cli/args.ts';
 import { dbCommand } from './cli/db.ts';
 import { keysCommand } from './cli/keys.ts';
 import { serveCommand } from './cli/serve.ts';
 import { usageCommand } from './cli/usage.ts';
 import { runDemo } from './dev/demo.ts';
 import { runDevDb } from './dev/dev-db.ts';
+import type { UpstreamSpec } from './request/routes.ts';
 
 export { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, type Io } from './cli/args.ts';
 
-export async function run(argv: string[], io: Io): Promise<number> {
+/** `providers`: the provider table (routes.ts), which main.ts passes in; every command reads it from here. */
+export async function run(argv: string[], io: Io, providers: readonly UpstreamSpec[]): Promise<number> {
   const [command, ...rest] = argv;
+  const HELP = helpTexts(providers);
   try {
     switch (command) {
       case 'serve':
-        return await serveCommand(rest, io);
+        return await serveCommand(rest, io, providers);
       case 'keys':
-        return await keysCommand(rest, io);
+        return await keysCommand(rest, io, providers);
       case 'db':
-        return await dbCommand(rest, io);
+        return await dbCommand(rest, io, providers);
       case 'usage':
-        return await usageCommand(rest, io);
+        return await usageCommand(rest, io, providers);
       case 'demo':
-        parse(rest, {}, 'demo');
-        return await runDemo(io);
+        parse(rest, {}, HELP.demo as string);
+        return await runDemo(io, providers);
       case 'dev-db': {
-        const { values } = parse(rest, { dir: { type: 'string' }, port: { type: 'string' } }, 'dev-db');
+        const { values } = parse(rest, { dir: { type: 'string' }, port: { type: 'string' } }, HELP['dev-db'] as string);
         const port = values.port === undefined ? null : Number(values.port);
         if (port !== null && !(Number.isInteger(port) && port > 0 && port < 65536)) throw new UsageError('--port must be a whole number from 1 to 65535', HELP['dev-db'] as string);
         return await runDevDb(typeof values.dir === 'string' ? values.dir : 'keyward-dev-db', port, io);

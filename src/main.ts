@@ -1,5 +1,6 @@
 // The process boundary: the only place that reads process.env or calls process.exit.
 import { run } from './cli.ts';
+import { UPSTREAMS } from './request/routes.ts';
 
 const code = await run(process.argv.slice(2), {
   env: process.env,
@@ -8,5 +9,5 @@ const code = await run(process.argv.slice(2), {
   stdout: process.stdout,
   stderr: process.stderr,
   signals: process,
-});
+}, UPSTREAMS);
 process.exit(code);

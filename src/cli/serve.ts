@@ -18,25 +18,26 @@ import { usagePage } from '../usage/report.ts';
 import { countOnly, fleetLeases, openUsageStore } from '../usage/open.ts';
 import { inheritedListenFd } from '../process/systemd.ts';
 import { closest } from '../config/unknown.ts';
-import { EXIT_FAILURE, EXIT_OK, line, parse, readText, UsageError, type Io } from './args.ts';
+import type { UpstreamSpec } from '../request/routes.ts';
+import { EXIT_FAILURE, EXIT_OK, helpTexts, line, parse, readText, UsageError, type Io } from './args.ts';
 
 /** The configuration as it stands now: environment, KEYWARD_CONFIG_FILE, secret files. */
-function currentConfig(io: Io): Config {
-  return loadConfig(effectiveEnv(io.env, readText), readText, io.cwd);
+function currentConfig(io: Io, providers: readonly UpstreamSpec[]): Config {
+  return loadConfig(effectiveEnv(io.env, readText), readText, io.cwd, providers);
 }
 
-export async function serveCommand(args: string[], io: Io): Promise<number> {
+export async function serveCommand(args: string[], io: Io, providers: readonly UpstreamSpec[]): Promise<number> {
   try {
-    parse(args, {}, 'serve');
+    parse(args, {}, helpTexts(providers).serve as string);
   } catch (err) {
     // `serve --port 41001`: options are variables; say which one.
     const flag = args.find((a) => a.startsWith('--') && a !== '--help')?.slice(2).split('=')[0];
     if (!(err instanceof UsageError) || flag === undefined) throw err;
     const name = `KEYWARD_${flag.toUpperCase().replace(/-/g, '_')}`;
-    const known = closest(name, knownVariables());
+    const known = closest(name, knownVariables(providers));
     throw new UsageError(`serve takes no options; it is configured by environment variables${known === null ? '' : ` (--${flag}: ${known}, e.g. ${known}=… keyward serve)`}`, err.help);
   }
-  const config = currentConfig(io);
+  const config = currentConfig(io, providers);
   const listenFd = inheritedListenFd(io.env, io.pid);
   let worker = false;
   if (config.workers > 1) {
@@ -97,7 +98,7 @@ export async function serveCommand(args: string[], io: Io): Promise<number> {
     // not applied: the running one keeps serving and every problem is logged.
     io.signals.on('SIGHUP', () => {
       try {
-        running.reconfigure(currentConfig(io));
+        running.reconfigure(currentConfig(io, providers));
       } catch (err) {
         if (!(err instanceof ConfigError)) throw err;
         log.logger.error({ problems: err.problems }, 'configuration not reloaded; keeping the running one');

@@ -2,12 +2,12 @@
 // as a table, JSON rows or CSV.
 import { effectiveEnv, keysFilePath, storeConfig } from '../config/load.ts';
 import { openKeyStore } from '../keys/open.ts';
-import { UPSTREAMS } from '../request/routes.ts';
+import type { UpstreamSpec } from '../request/routes.ts';
 import { parseDuration } from '../config/units.ts';
 import type { UsageRow } from '../usage/ledger.ts';
 import { readUsageStore } from '../usage/open.ts';
 import { usagePath } from '../usage/sqlite-store.ts';
-import { EXIT_OK, HELP, line, parse, readText, UsageError, type Io } from './args.ts';
+import { EXIT_OK, helpTexts, line, parse, readText, UsageError, type Io } from './args.ts';
 
 const DAY_MS = 86_400_000;
 
@@ -32,10 +32,11 @@ export function sinceDay(text: string, now: number, help: string, flag = '--sinc
   return day;
 }
 
-const UNITS: Readonly<Record<string, string | null>> = Object.fromEntries(UPSTREAMS.map((u) => [u.name, u.cost?.unit ?? null]));
+/** Each route's cost unit (the provider table's), null where its upstream reports none. */
+type Units = Readonly<Record<string, string | null>>;
 
 /** A row as `--json` prints it. */
-function view(r: UsageRow, names: ReadonlyMap<string, string>): Record<string, unknown> {
+function view(r: UsageRow, names: ReadonlyMap<string, string>, units: Units): Record<string, unknown> {
   return {
     keyId: r.keyId,
     key: names.get(r.keyId) ?? null,
@@ -47,22 +48,23 @@ function view(r: UsageRow, names: ReadonlyMap<string, string>): Record<string, u
     bytesIn: r.bytesIn,
     bytesOut: r.bytesOut,
     cost: r.cost,
-    costUnit: UNITS[r.route] ?? null,
+    costUnit: units[r.route] ?? null,
   };
 }
 
-export async function usageCommand(args: string[], io: Io): Promise<number> {
-  const help = HELP.usage as string;
-  const { values } = parse(args, { key: { type: 'string' }, route: { type: 'string' }, since: { type: 'string' }, until: { type: 'string' }, by: { type: 'string' }, json: { type: 'boolean' }, csv: { type: 'boolean' } }, 'usage');
+export async function usageCommand(args: string[], io: Io, providers: readonly UpstreamSpec[]): Promise<number> {
+  const help = helpTexts(providers).usage as string;
+  const units: Units = Object.fromEntries(providers.map((u) => [u.name, u.cost?.unit ?? null]));
+  const { values } = parse(args, { key: { type: 'string' }, route: { type: 'string' }, since: { type: 'string' }, until: { type: 'string' }, by: { type: 'string' }, json: { type: 'boolean' }, csv: { type: 'boolean' } }, help);
   if (values.json === true && values.csv === true) throw new UsageError('--json and --csv: choose one', help);
   if (values.by !== undefined && values.by !== 'day' && values.by !== 'month') throw new UsageError('--by must be day or month', help);
   const until = typeof values.until === 'string' ? sinceDay(values.until, Date.now(), help, '--until') : null;
   const route = typeof values.route === 'string' ? values.route : undefined;
-  if (route !== undefined && !UPSTREAMS.some((u) => u.name === route)) throw new UsageError(`--route: unknown route ${route}`, help);
+  if (route !== undefined && !providers.some((u) => u.name === route)) throw new UsageError(`--route: unknown route ${route}`, help);
   const since = typeof values.since === 'string' ? sinceDay(values.since, Date.now(), help) : new Date(Date.now() - 30 * DAY_MS).toISOString().slice(0, 10);
   const env = effectiveEnv(io.env, readText);
   const keysFile = keysFilePath(env, io.cwd);
-  const keys = openKeyStore(storeConfig(env, io.cwd, readText));
+  const keys = openKeyStore(storeConfig(env, io.cwd, readText, providers));
   let rows: UsageRow[] = [];
   try {
     const records = await keys.load();
@@ -89,7 +91,7 @@ export async function usageCommand(args: string[], io: Io): Promise<number> {
       rows = rows.filter((r) => r.day <= until);
     }
     if (values.by === 'month') rows = byMonth(rows);
-    return print(rows, names, values, since, io);
+    return print(rows, names, units, values, since, io);
   } finally {
     await keys.close?.();
   }
@@ -111,25 +113,25 @@ function byMonth(rows: readonly UsageRow[]): UsageRow[] {
 }
 
 /** The TOTAL rows: counts over every row, and the cost added up per unit (dollars and characters do not add). */
-function totals(rows: readonly UsageRow[]): string[][] {
-  const units = [...new Set(rows.map((r) => UNITS[r.route] ?? ''))];
-  return units.map((unit, i) => {
+function totals(rows: readonly UsageRow[], units: Units): string[][] {
+  const seen = [...new Set(rows.map((r) => units[r.route] ?? ''))];
+  return seen.map((unit, i) => {
     const of = i === 0 ? rows : [];
     const sum = (c: (typeof COUNTS)[number]): string => String(of.reduce((n, r) => n + r[c], 0));
-    const cost = rows.filter((r) => (UNITS[r.route] ?? '') === unit).reduce((n, r) => n + r.cost, 0);
+    const cost = rows.filter((r) => (units[r.route] ?? '') === unit).reduce((n, r) => n + r.cost, 0);
     // The counts once, on the first line; each unit's cost on its own.
     return ['TOTAL', '', '', ...(i === 0 ? ['requests', 's2xx', 's3xx', 's4xx', 's5xx', 'other', 'limited', 'bytesIn', 'bytesOut'].map((c) => sum(c as (typeof COUNTS)[number])) : Array(9).fill('')), String(Math.round(cost * 1e6) / 1e6), unit];
   });
 }
 
-function print(rows: readonly UsageRow[], names: ReadonlyMap<string, string>, values: { json?: unknown; csv?: unknown }, since: string, io: Io): number {
+function print(rows: readonly UsageRow[], names: ReadonlyMap<string, string>, units: Units, values: { json?: unknown; csv?: unknown }, since: string, io: Io): number {
   if (values.json === true) {
-    line(io.stdout, JSON.stringify(rows.map((r) => view(r, names))));
+    line(io.stdout, JSON.stringify(rows.map((r) => view(r, names, units))));
     return EXIT_OK;
   }
   const header = ['day', 'key', 'route', 'requests', '2xx', '3xx', '4xx', '5xx', 'other', 'limited', 'bytesIn', 'bytesOut', 'cost', 'costUnit'];
-  const cells = rows.map((r) => [r.day, names.get(r.keyId) ?? r.keyId, r.route, r.requests, r.s2xx, r.s3xx, r.s4xx, r.s5xx, r.other, r.limited, r.bytesIn, r.bytesOut, r.cost, UNITS[r.route] ?? ''].map(String));
-  if (cells.length > 0) cells.push(...totals(rows));
+  const cells = rows.map((r) => [r.day, names.get(r.keyId) ?? r.keyId, r.route, r.requests, r.s2xx, r.s3xx, r.s4xx, r.s5xx, r.other, r.limited, r.bytesIn, r.bytesOut, r.cost, units[r.route] ?? ''].map(String));
+  if (cells.length > 0) cells.push(...totals(rows, units));
   if (values.csv === true) {
     for (const row of [header, ...cells]) line(io.stdout, row.map((c) => (/[",\n]/.test(c) ? `"${c.replace(/"/g, '""')}"` : c)).join(','));
     return EXIT_OK;

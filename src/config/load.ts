@@ -7,7 +7,8 @@ import { ConfigError, Options, type Env, type ReadFile } from './options.ts';
 import { secret, serverTls, upstreamCa } from './secrets.ts';
 import { unknownVariables, type UnknownVariable } from './unknown.ts';
 import { routes } from './upstreams.ts';
-import { UPSTREAMS, type Route, type UpstreamSpec } from '../request/routes.ts';
+import { costRoutes, type Route, type UpstreamSpec } from '../request/routes.ts';
+import type { StoreOptions } from '../keys/open.ts';
 import { parseDuration } from './units.ts';
 
 export { ConfigError, effectiveEnv, parseEnvFile, type Env, type ReadFile } from './options.ts';
@@ -74,6 +75,8 @@ export interface Config {
   readonly unknownVariables: readonly UnknownVariable[];
   /** Names of the routes whose credential is configured, for the start-up line. */
   readonly enabledRoutes: readonly string[];
+  /** The routes whose upstream reports a cost: the ones a key's budget may name (routes.ts). */
+  readonly costRoutes: readonly string[];
 }
 
 const LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -163,9 +166,9 @@ function staleness(o: Options): number {
 /**
  * The configuration in `env` (KEYWARD_CONFIG_FILE already laid over it:
  * effectiveEnv), checked and frozen; throws ConfigError with every problem.
- * `providers` is the provider table (routes.ts), given only to try another.
+ * `providers` is the provider table (routes.ts), passed in by the entry point.
  */
-export function loadConfig(env: Env, readFile: ReadFile, cwd: string, providers: readonly UpstreamSpec[] = UPSTREAMS): Config {
+export function loadConfig(env: Env, readFile: ReadFile, cwd: string, providers: readonly UpstreamSpec[]): Config {
   const { o, config, routeList } = read(env, readFile, cwd, providers);
   // Names read with this environment, and with none: options read only in
   // some cases (the admin host when the port is not `off`) are names all the same.
@@ -173,7 +176,7 @@ export function loadConfig(env: Env, readFile: ReadFile, cwd: string, providers:
   const unknown = unknownVariables(env, known);
   if (env.KEYWARD_STRICT_ENV === '1') for (const u of unknown) o.problem(unknownMessage(u));
   if (o.problems.length > 0) throw new ConfigError(o.problems);
-  return freezeDeep({ ...config, routes: routeList, unknownVariables: unknown, enabledRoutes: routeList.filter((r) => r.credential !== null).map((r) => r.name) });
+  return freezeDeep({ ...config, routes: routeList, unknownVariables: unknown, enabledRoutes: routeList.filter((r) => r.credential !== null).map((r) => r.name), costRoutes: costRoutes(providers) });
 }
 
 /**
@@ -181,15 +184,15 @@ export function loadConfig(env: Env, readFile: ReadFile, cwd: string, providers:
  * the other options' problems are serve's business, not a reason for a
  * command that manages keys to refuse.
  */
-export function storeConfig(env: Env, cwd: string, readFile: ReadFile): { databaseUrl: string | null; databaseTimeoutMs: number; keysFile: string } {
+export function storeConfig(env: Env, cwd: string, readFile: ReadFile, providers: readonly UpstreamSpec[]): StoreOptions & { readonly databaseTimeoutMs: number } {
   const only: Record<string, string | undefined> = {};
   for (const [k, v] of Object.entries(env)) if (!k.startsWith('KEYWARD_') || k.startsWith('KEYWARD_DATABASE_') || k === 'KEYWARD_KEYS_FILE') only[k] = v;
-  const { databaseUrl, databaseTimeoutMs, keysFile } = loadConfig(only, readFile, cwd);
-  return { databaseUrl, databaseTimeoutMs, keysFile };
+  const { databaseUrl, databaseTimeoutMs, keysFile, costRoutes } = loadConfig(only, readFile, cwd, providers);
+  return { databaseUrl, databaseTimeoutMs, keysFile, costRoutes };
 }
 
 /** Every KEYWARD_* name the configuration reads. */
-export function knownVariables(providers: readonly UpstreamSpec[] = UPSTREAMS): string[] {
+export function knownVariables(providers: readonly UpstreamSpec[]): string[] {
   return [...baseline(providers), 'KEYWARD_KEYS_FILE'].filter((n) => n.startsWith('KEYWARD_'));
 }
 
@@ -249,6 +252,7 @@ function read(env: Env, readFile: ReadFile, cwd: string, providers: readonly Ups
     routes: [],
     unknownVariables: [],
     enabledRoutes: [],
+    costRoutes: [],
   };
   return { o, config, routeList: [...routes(o, readFile, providers)] };
 }

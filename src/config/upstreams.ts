@@ -2,7 +2,7 @@
 // table in routes.ts resolved against the options (its URL, its secrets,
 // whether its SDK's own credential place is accepted).
 import { METHOD_OVERRIDE_HEADERS, requestStripSet } from '../request/headers.ts';
-import { UPSTREAMS, type Route, type UpstreamSpec } from '../request/routes.ts';
+import type { Route, UpstreamSpec } from '../request/routes.ts';
 import type { Options, ReadFile } from './options.ts';
 import { secret } from './secrets.ts';
 
@@ -70,7 +70,7 @@ function nativeRoutes(o: Options, specs: readonly UpstreamSpec[]): ReadonlySet<s
 }
 
 /** Every provider's route; a route whose URL is wrong is left out (its problem is recorded). */
-export function routes(o: Options, readFile: ReadFile, specs: readonly UpstreamSpec[] = UPSTREAMS): Route[] {
+export function routes(o: Options, readFile: ReadFile, specs: readonly UpstreamSpec[]): Route[] {
   const native = nativeRoutes(o, specs);
   return specs.map((spec, i) => route(o, spec, i, readFile, native)).filter((r): r is Route => r !== null);
 }

@@ -10,7 +10,7 @@ import { FileKeyStore } from '../keys/file-store.ts';
 import { createKey } from '../keys/manage.ts';
 import { createLogger } from '../observe/log.ts';
 import { createGateway } from '../process/server.ts';
-import { providerEnv, UPSTREAMS, type Example, type UpstreamSpec } from '../request/routes.ts';
+import { providerEnv, type Example, type UpstreamSpec } from '../request/routes.ts';
 import { startStandins } from './standins.ts';
 
 /** One curl command line for `example` on `route` (what the demo prints and its test runs). */
@@ -28,7 +28,7 @@ function curlLine(base: string, route: string, example: Example, auth: string | 
 /** The demo budget, in the route's unit: less than one call of its example costs. */
 const BUDGET = 10;
 
-export async function runDemo(io: Io, specs: readonly UpstreamSpec[] = UPSTREAMS): Promise<number> {
+export async function runDemo(io: Io, specs: readonly UpstreamSpec[]): Promise<number> {
   const tag = randomBytes(12).toString('hex');
   const secrets = Object.fromEntries(specs.map((spec) => [spec.name, spec.sampleSecrets(`demo${tag}`)]));
   const standins = await startStandins(secrets, specs);
@@ -41,7 +41,7 @@ export async function runDemo(io: Io, specs: readonly UpstreamSpec[] = UPSTREAMS
     ...Object.assign({}, ...specs.map((spec) => providerEnv(spec, standins.urls[spec.name] as string, secrets[spec.name] as readonly string[]))),
   };
   const config = loadConfig(env, (p) => readFileSync(p, 'utf8'), io.cwd, specs);
-  const store = new FileKeyStore(config.keysFile);
+  const store = new FileKeyStore(config.keysFile, config.costRoutes);
   const { token } = await createKey(store, 'demo');
   // A second key with a small budget on the first route that reports a cost, so a refusal can be tried.
   const costly = specs.find((spec) => spec.cost !== null && spec.demo.examples.some((e) => e.method === 'POST' && e.output !== undefined && e.stream !== true));

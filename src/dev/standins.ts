@@ -6,7 +6,7 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { UPSTREAMS, type UpstreamSpec } from '../request/routes.ts';
+import type { UpstreamSpec } from '../request/routes.ts';
 
 export interface Standins {
   /** Route name → the stand-in's base URL. */
@@ -151,7 +151,7 @@ function serve(handler: Handler): Promise<http.Server> {
 }
 
 /** One stand-in per provider, each expecting the secrets given for it (route name → one per `secretEnvs` entry). */
-export async function startStandins(secrets: Readonly<Record<string, readonly string[]>>, specs: readonly UpstreamSpec[] = UPSTREAMS): Promise<Standins> {
+export async function startStandins(secrets: Readonly<Record<string, readonly string[]>>, specs: readonly UpstreamSpec[]): Promise<Standins> {
   const servers = await Promise.all(specs.map((spec) => serve(standin(spec, secrets[spec.name] ?? []))));
   const urls: Record<string, string> = {};
   specs.forEach((spec, i) => (urls[spec.name] = `http://127.0.0.1:${((servers[i] as http.Server).address() as AddressInfo).port}`));

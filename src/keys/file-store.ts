@@ -38,7 +38,7 @@ export class KeysFileCorrupt extends KeysFileError {
  * The records returned are the parsed objects themselves (checked, not
  * copied), so a large file is held in memory once.
  */
-export function parseKeysFile(text: string): KeyRecord[] {
+export function parseKeysFile(text: string, costRoutes: readonly string[]): KeyRecord[] {
   let doc: unknown;
   try {
     doc = JSON.parse(text);
@@ -53,7 +53,7 @@ export function parseKeysFile(text: string): KeyRecord[] {
   const keys = (doc as { keys?: unknown }).keys;
   if (!Array.isArray(keys)) throw new KeysFileCorrupt('expected "keys" to be an array');
   for (let i = 0; i < keys.length; i++) {
-    const problem = recordProblem(keys[i]);
+    const problem = recordProblem(keys[i], costRoutes);
     // The message is built only on failure: nothing per key is allocated on the way.
     if (problem !== null) throw new KeysFileCorrupt(`keys[${i}]${problem}`);
   }
@@ -94,9 +94,12 @@ async function signature(path: string): Promise<string> {
 
 export class FileKeyStore implements KeyStore {
   readonly location: string;
+  /** The routes a key's budget may name (routes.ts), for the record check. */
+  readonly #costRoutes: readonly string[];
 
-  constructor(path: string) {
+  constructor(path: string, costRoutes: readonly string[]) {
     this.location = path;
+    this.#costRoutes = costRoutes;
   }
 
   get title(): string {
@@ -116,7 +119,7 @@ export class FileKeyStore implements KeyStore {
       }
       throw err;
     }
-    return parseKeysFile(text);
+    return parseKeysFile(text, this.#costRoutes);
   }
 
   watch(onChange: (records: readonly KeyRecord[]) => void, onError: (err: Error) => void): () => void {

@@ -4,6 +4,14 @@ import { FileKeyStore } from './file-store.ts';
 import { PgKeyStore } from './pg-store.ts';
 import type { KeyStore } from './store.ts';
 
-export function openKeyStore(options: { readonly databaseUrl: string | null; readonly databaseTimeoutMs?: number; readonly keysFile: string }): KeyStore {
-  return options.databaseUrl !== null ? new PgKeyStore(options.databaseUrl, options.databaseTimeoutMs) : new FileKeyStore(options.keysFile);
+/** What picks and opens the key store; `costRoutes`: the routes a key's budget may name (routes.ts). */
+export interface StoreOptions {
+  readonly databaseUrl: string | null;
+  readonly databaseTimeoutMs?: number;
+  readonly keysFile: string;
+  readonly costRoutes: readonly string[];
+}
+
+export function openKeyStore(options: StoreOptions): KeyStore {
+  return options.databaseUrl !== null ? new PgKeyStore(options.databaseUrl, options.costRoutes, options.databaseTimeoutMs) : new FileKeyStore(options.keysFile, options.costRoutes);
 }

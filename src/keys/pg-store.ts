@@ -61,8 +61,12 @@ export class PgKeyStore implements KeyStore {
   #sql: postgres.Sql;
   #migrated: Promise<Migration> | null = null;
 
-  constructor(url: string, timeoutMs = DATABASE_TIMEOUT_MS) {
+  /** The routes a key's budget may name (routes.ts), for the record check. */
+  readonly costRoutes: readonly string[];
+
+  constructor(url: string, costRoutes: readonly string[], timeoutMs = DATABASE_TIMEOUT_MS) {
     this.location = describeDatabase(url);
+    this.costRoutes = costRoutes;
     this.#url = url;
     this.timeoutMs = timeoutMs;
     this.#sql = this.#connect();
@@ -137,7 +141,7 @@ export class PgKeyStore implements KeyStore {
   /** The valid keys: a row that fails the record check is left out here too (the watch reports it). */
   async load(): Promise<readonly KeyRecord[]> {
     await this.migrate();
-    return validRecords((await this.within((sql) => allRows(sql), this.timeoutMs * FULL_READ_FACTOR)).map(toRecord)).valid;
+    return validRecords((await this.within((sql) => allRows(sql), this.timeoutMs * FULL_READ_FACTOR)).map(toRecord), this.costRoutes).valid;
   }
 
   watch(
@@ -150,6 +154,7 @@ export class PgKeyStore implements KeyStore {
     return watchTable(
       {
         sql: () => this.#sql,
+        costRoutes: this.costRoutes,
         migrate: () => this.migrate(),
         within: (work, full) => this.within(work, full ? this.timeoutMs * FULL_READ_FACTOR : this.timeoutMs),
         snapshot: (read, full) => this.within((sql) => sql.begin('isolation level repeatable read read only', read) as Promise<Awaited<ReturnType<typeof read>>>, full ? this.timeoutMs * FULL_READ_FACTOR : this.timeoutMs),

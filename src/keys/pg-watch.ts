@@ -30,6 +30,8 @@ export function reconnectDelayMs(retries: number): number {
 const RECONNECT_MAX_MS = 1_000;
 
 export interface Db {
+  /** The routes a key's budget may name (routes.ts), for the record check. */
+  readonly costRoutes: readonly string[];
   /** The pool in use; a new one after a query passed its deadline. */
   sql(): postgres.Sql;
   migrate(): Promise<unknown>;
@@ -102,7 +104,7 @@ export function watchTable(db: Db, { onChange, onError, onStatus, onInvalid, onW
       const rec = toRecord(row);
       const h = BigInt(row.h);
       next.sum += h;
-      const problem = recordProblem(rec);
+      const problem = recordProblem(rec, db.costRoutes);
       if (problem !== null) next.invalid.set(row.id, { problem, h });
       else {
         next.hashes[next.records.length] = h;
@@ -146,7 +148,7 @@ export function watchTable(db: Db, { onChange, onError, onStatus, onInvalid, onW
       nextInvalid.delete(id);
       const h = e.row === undefined ? 0n : BigInt(e.row.h);
       nextSum += h;
-      const problem = rec === null ? null : recordProblem(rec);
+      const problem = rec === null ? null : recordProblem(rec, db.costRoutes);
       if (rec !== null && problem === null) {
         const to = at ?? next.length;
         if (at === undefined) {

@@ -19,9 +19,9 @@ const ISO_INSTANT = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2
  * What is wrong with `k` as a stored key, as the tail of a message
  * (`.digest must be …`), or null when it is a valid record. Shapes only: this
  * runs on every reload of a million keys. Unique ids are enforced where keys
- * are written, not here.
+ * are written, not here. `costRoutes`: the routes a budget may name (routes.ts).
  */
-export function recordProblem(k: unknown): string | null {
+export function recordProblem(k: unknown, costRoutes: readonly string[]): string | null {
   if (typeof k !== 'object' || k === null) return ' is not an object';
   const r = k as Record<string, unknown>;
   if (!isString(r.id) || r.id.length === 0) return '.id must be a non-empty string';
@@ -31,7 +31,7 @@ export function recordProblem(k: unknown): string | null {
   if (r.expires !== null && !isDate(r.expires)) return '.expires must be a date or null';
   if (r.revoked !== null && !isDate(r.revoked)) return '.revoked must be a date or null';
   if (r.routes !== undefined && r.routes !== null && !(Array.isArray(r.routes) && r.routes.every(isString))) return '.routes must be a list of route names or null';
-  const limits = limitsProblem(r.limits);
+  const limits = limitsProblem(r.limits, costRoutes);
   if (limits !== null) return limits;
   if (r.previous !== undefined) {
     if (!Array.isArray(r.previous)) return '.previous must be a list';
@@ -46,11 +46,11 @@ export function recordProblem(k: unknown): string | null {
 }
 
 /** `records` split into the valid ones and the problems of the others, by id (or position when the id is unusable). */
-export function validRecords(records: readonly unknown[]): { valid: KeyRecord[]; invalid: Map<string, string> } {
+export function validRecords(records: readonly unknown[], costRoutes: readonly string[]): { valid: KeyRecord[]; invalid: Map<string, string> } {
   const valid: KeyRecord[] = [];
   const invalid = new Map<string, string>();
   for (let i = 0; i < records.length; i++) {
-    const problem = recordProblem(records[i]);
+    const problem = recordProblem(records[i], costRoutes);
     if (problem === null) valid.push(records[i] as KeyRecord);
     else {
       const id = (records[i] as { id?: unknown } | null)?.id;

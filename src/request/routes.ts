@@ -140,6 +140,11 @@ export const UPSTREAMS: readonly UpstreamSpec[] = [
   },
 ];
 
+/** The routes whose upstream reports a cost: the only ones a key's budget can hold to. */
+export function costRoutes(specs: readonly UpstreamSpec[]): readonly string[] {
+  return specs.filter((u) => u.cost !== null).map((u) => u.name);
+}
+
 /** The options that point `spec`'s route at `url` with `secrets` (one per `secretEnvs` entry). */
 export function providerEnv(spec: UpstreamSpec, url: string, secrets: readonly string[]): Record<string, string> {
   const env: Record<string, string> = { [spec.urlEnv]: url };
@@ -150,7 +155,7 @@ export function providerEnv(spec: UpstreamSpec, url: string, secrets: readonly s
 /** A route as the request path uses it: the spec resolved against the configuration. */
 export interface Route {
   readonly name: string;
-  /** Position in UPSTREAMS: the route's slot in per-route counters (metrics.ts). */
+  /** Position in the provider table: the route's slot in per-route counters (metrics.ts). */
   readonly index: number;
   readonly prefix: string;
   readonly methods: ReadonlySet<string>;

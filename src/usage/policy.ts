@@ -1,7 +1,6 @@
 // A key's limits (docs/limits.md): as stored on the key record, as written
 // on the command line, and parsed once into the numbers admission reads.
 // Pure.
-import { UPSTREAMS } from '../request/routes.ts';
 
 /** Limits as stored on a key record (keys file, PostgreSQL): readable strings, parsed when the key set is built. */
 export interface Limits {
@@ -41,16 +40,15 @@ const PER_PERIOD = /^(\d{1,12}(?:\.\d{1,6})?)\/(day|month)$/;
 const SECONDS: Readonly<Record<string, number>> = { s: 1, m: 60, h: 3_600 };
 
 const FIELDS = new Set(['rate', 'burst', 'concurrency', 'quota', 'budgets', 'alerts']);
-/** Routes whose upstream reports a cost: the only ones a budget can hold to. */
-const COSTLY = new Set(UPSTREAMS.filter((u) => u.cost !== null).map((u) => u.name));
 
 /**
  * What is wrong with `limits` as stored, as a message tail (`.limits.rate
  * must be …`), or null. A field it does not know (`Quota`, `concurency`) or a
  * budget on a route that reports no cost (`SEO`, `scraper`) is a problem,
  * not something to skip: a typo in SQL must never silently lift a limit.
+ * `costRoutes`: the routes whose upstream reports a cost (routes.ts).
  */
-export function limitsProblem(limits: unknown): string | null {
+export function limitsProblem(limits: unknown, costRoutes: readonly string[]): string | null {
   if (limits === undefined || limits === null) return null;
   if (typeof limits !== 'object' || Array.isArray(limits)) return '.limits must be an object';
   const l = limits as Record<string, unknown>;
@@ -64,7 +62,7 @@ export function limitsProblem(limits: unknown): string | null {
   if (l.budgets !== undefined) {
     if (typeof l.budgets !== 'object' || l.budgets === null || Array.isArray(l.budgets)) return '.limits.budgets must be an object of route → AMOUNT/day|month';
     for (const [route, v] of Object.entries(l.budgets)) {
-      if (!COSTLY.has(route)) return `.limits.budgets.${route}: budgets apply to routes that report a cost (${[...COSTLY].join(', ')})`;
+      if (!costRoutes.includes(route)) return `.limits.budgets.${route}: budgets apply to routes that report a cost (${costRoutes.join(', ')})`;
       if (!(typeof v === 'string' && PER_PERIOD.test(v))) return '.limits.budgets values must be AMOUNT/day or AMOUNT/month';
     }
   }

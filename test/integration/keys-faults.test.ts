@@ -12,6 +12,7 @@ import { parseKeysFile, serialiseKeysFile } from '../../src/keys/file-store.ts';
 import type { KeyRecord } from '../../src/keys/keyset.ts';
 import { BIN, childEnv, collect, runCli } from '../support/cli.ts';
 import { deadline } from '../support/deadline.ts';
+import { costRoutes, UPSTREAMS } from '../../src/request/routes.ts';
 
 function bigKeySet(n: number): KeyRecord[] {
   return Array.from({ length: n }, (_, i) => ({
@@ -38,7 +39,7 @@ test('a keys CLI killed at any moment leaves the old or the new file, whole; the
       await new Promise((r) => setTimeout(r, 40 * i));
       child.kill('SIGKILL');
       await deadline(done, 10_000, 'killed writer gone');
-      const now = parseKeysFile(readFileSync(file, 'utf8')); // whole, or this throws
+      const now = parseKeysFile(readFileSync(file, 'utf8'), costRoutes(UPSTREAMS)); // whole, or this throws
       assert.deepEqual(now.slice(0, expected.length).map((r) => r.id), expected.map((r) => r.id), 'no earlier key lost');
       if (now.length === expected.length) outcomes.old++;
       else {
@@ -53,7 +54,7 @@ test('a keys CLI killed at any moment leaves the old or the new file, whole; the
     assert.equal(after.code, 0, after.stderr);
     // Every write that reached the disk is still there, after every later kill: the file holds the
     // starting keys, one per writer that got through, and the survivor.
-    assert.equal(parseKeysFile(readFileSync(file, 'utf8')).length, 50_000 + outcomes.new + 1);
+    assert.equal(parseKeysFile(readFileSync(file, 'utf8'), costRoutes(UPSTREAMS)).length, 50_000 + outcomes.new + 1);
     console.log(`killed writers: ${outcomes.old} left the old file, ${outcomes.new} the new one`);
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -74,7 +75,7 @@ test('a corrupt keys file is not written over unless --force, which keeps the ba
     const forced = await runCli(['keys', 'create', '--name', 'fresh', '--force'], { KEYWARD_KEYS_FILE: file });
     assert.equal(forced.code, 0, forced.stderr);
     assert.match(forced.stderr, /the unreadable keys file was moved to .*keys\.json\.corrupt-/);
-    assert.deepEqual(parseKeysFile(readFileSync(file, 'utf8')).map((r) => r.name), ['fresh']);
+    assert.deepEqual(parseKeysFile(readFileSync(file, 'utf8'), costRoutes(UPSTREAMS)).map((r) => r.name), ['fresh']);
     const aside = readdirSync(dir).find((f) => f.startsWith('keys.json.corrupt-')) as string;
     assert.equal(readFileSync(join(dir, aside), 'utf8'), '{"version":1,"keys":[{"id":');
   } finally {

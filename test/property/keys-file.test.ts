@@ -6,6 +6,7 @@ import { test } from 'node:test';
 import fc from 'fast-check';
 import { KeysFileCorrupt, parseKeysFile, serialiseKeysFile } from '../../src/keys/file-store.ts';
 import type { KeyRecord } from '../../src/keys/keyset.ts';
+import { costRoutes, UPSTREAMS } from '../../src/request/routes.ts';
 
 const hex = fc.stringMatching(/^[0-9a-f]{64}$/);
 const date = fc.date({ min: new Date('2020-01-01'), max: new Date('2040-01-01'), noInvalidDate: true }).map((d) => d.toISOString());
@@ -23,7 +24,7 @@ const record: fc.Arbitrary<KeyRecord> = fc.record({
 test('a written keys file reads back exactly', () => {
   fc.assert(
     fc.property(fc.array(record, { maxLength: 20 }), (records) => {
-      assert.deepEqual(parseKeysFile(serialiseKeysFile(records)), JSON.parse(JSON.stringify(records)));
+      assert.deepEqual(parseKeysFile(serialiseKeysFile(records), costRoutes(UPSTREAMS)), JSON.parse(JSON.stringify(records)));
     }),
   );
 });
@@ -36,7 +37,7 @@ test('a truncated or altered keys file is refused with KeysFileCorrupt, never lo
       for (const bad of [text.slice(0, cut), text.slice(0, cut) + junk + text.slice(cut + 1)]) {
         let parsed: KeyRecord[] | null = null;
         try {
-          parsed = parseKeysFile(bad);
+          parsed = parseKeysFile(bad, costRoutes(UPSTREAMS));
         } catch (err) {
           assert.ok(err instanceof KeysFileCorrupt, String(err));
           continue;
@@ -54,7 +55,7 @@ test('any JSON value is either a valid keys document or refused with KeysFileCor
   fc.assert(
     fc.property(fc.jsonValue(), (value) => {
       try {
-        parseKeysFile(JSON.stringify(value));
+        parseKeysFile(JSON.stringify(value), costRoutes(UPSTREAMS));
       } catch (err) {
         assert.ok(err instanceof KeysFileCorrupt, String(err));
       }

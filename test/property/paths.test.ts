@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
 import { loadConfig } from '../../src/config/load.ts';
-import { hasDotSegment, hasForbiddenEscape, matchRoute, routeTable } from '../../src/request/routes.ts';
+import { hasDotSegment, hasForbiddenEscape, matchRoute, routeTable, UPSTREAMS } from '../../src/request/routes.ts';
 import { raw } from '../support/client.ts';
 import { startGateway } from '../support/gateway.ts';
 import { startUpstream } from '../support/upstream.ts';
@@ -36,7 +36,7 @@ test('hasDotSegment agrees with an independent decoder on every generated path',
 });
 
 test('no path holding a dot-segment in any encoding is routed', () => {
-  const config = loadConfig({ KEYWARD_SPEECH_KEY: 'k' }, () => '', '/');
+  const config = loadConfig({ KEYWARD_SPEECH_KEY: 'k' }, () => '', '/', UPSTREAMS);
   const table = routeTable(config.routes);
   fc.assert(
     fc.property(pathOf(fc.array(plain, { maxLength: 3 })), dotty, pathOf(fc.array(plain, { maxLength: 3 })), (before, dot, after) => {

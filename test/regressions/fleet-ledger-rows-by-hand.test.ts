@@ -9,11 +9,12 @@ import { test } from 'node:test';
 import { PgKeyStore } from '../../src/keys/pg-store.ts';
 import { recordProblem } from '../../src/keys/record.ts';
 import { startDatabase } from '../support/postgres.ts';
+import { costRoutes, UPSTREAMS } from '../../src/request/routes.ts';
 
 const record = (limits: unknown): Record<string, unknown> => ({ id: 'key_x', name: 'x', digest: `sha256:${'a'.repeat(64)}`, created: '2026-01-01T00:00:00.000Z', expires: null, revoked: null, limits });
 
 test('limit fields the record check does not know fail it, so a typo never lifts a limit', () => {
-  assert.equal(recordProblem(record({ quota: '5/day', budgets: { seo: '1/day', speech: '100/month' } })), null);
+  assert.equal(recordProblem(record({ quota: '5/day', budgets: { seo: '1/day', speech: '100/month' } }), costRoutes(UPSTREAMS)), null);
   const cases: Array<[unknown, RegExp]> = [
     [{ Quota: '5/day' }, /\.limits\.Quota is not a limit/],
     [{ concurency: 2 }, /\.limits\.concurency is not a limit|\.limits\.concurency/],
@@ -21,13 +22,13 @@ test('limit fields the record check does not know fail it, so a typo never lifts
     [{ budgets: { scraper: '1/day' } }, /\.limits\.budgets\.scraper/],
     [{ quota: '5/day', extra: true }, /\.limits\.extra is not a limit/],
   ];
-  for (const [limits, problem] of cases) assert.match(recordProblem(record(limits)) ?? 'accepted', problem, JSON.stringify(limits));
-  assert.match(recordProblem(record({ concurency: 2 })) ?? '', /is not a limit/);
+  for (const [limits, problem] of cases) assert.match(recordProblem(record(limits), costRoutes(UPSTREAMS)) ?? 'accepted', problem, JSON.stringify(limits));
+  assert.match(recordProblem(record({ concurency: 2 }), costRoutes(UPSTREAMS)) ?? '', /is not a limit/);
 });
 
 test('heartbeat rows dated ahead of the database clock are not counted as live gateways', { timeout: 60_000 }, async () => {
   const db = await startDatabase();
-  const store = new PgKeyStore(db.url);
+  const store = new PgKeyStore(db.url, costRoutes(UPSTREAMS));
   try {
     const usage = store.usage();
     assert.equal(await usage.heartbeat('g1'), 1);

@@ -23,6 +23,7 @@ import { eventually } from '../support/deadline.ts';
 import { startFleetGateway, statusOf, type FleetGateway } from '../support/fleet.ts';
 import { startDatabase, type TestDatabase } from '../support/postgres.ts';
 import { startUpstream, type MockUpstream } from '../support/upstream.ts';
+import { costRoutes, UPSTREAMS } from '../../src/request/routes.ts';
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
@@ -35,8 +36,8 @@ interface InProcess {
 /** A gateway in this process on the test database, with its own clock. */
 async function inProcess(db: TestDatabase, up: MockUpstream, dir: string, clock?: Clock): Promise<InProcess> {
   const env = { KEYWARD_DATABASE_URL: db.url, KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: 'off', KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p', KEYWARD_USAGE_FLUSH: '200ms' };
-  const config = loadConfig(env, (p) => readFileSync(p, 'utf8'), dir);
-  const store = new PgKeyStore(db.url);
+  const config = loadConfig(env, (p) => readFileSync(p, 'utf8'), dir, UPSTREAMS);
+  const store = new PgKeyStore(db.url, costRoutes(UPSTREAMS));
   const sink = new Writable({ write: (_c, _e, cb) => cb() });
   const gateway = await createGateway(config, store, createLogger('info', sink).logger, clock === undefined ? {} : { clock });
   const address = await gateway.listen();
@@ -65,7 +66,7 @@ test('three gateways, a 30/day quota, 60 overlapping requests spread over them: 
   const dir = mkdtempSync(join(tmpdir(), 'keyward-leases-'));
   const gateways: InProcess[] = [];
   try {
-    const admin = new PgKeyStore(db.url);
+    const admin = new PgKeyStore(db.url, costRoutes(UPSTREAMS));
     const { token } = await createKey(admin, 'q', { limits: { quota: '30/day' } });
     for (let i = 0; i < 3; i++) gateways.push(await inProcess(db, up, dir));
     await eventually(async () => (await Promise.all(gateways.map((g) => g.gateway.keyCount()))).every((n) => n === 1), 5_000, 'key loaded');
@@ -94,7 +95,7 @@ test('a gateway whose clock is past UTC midnight reads the period from the datab
   const dir = mkdtempSync(join(tmpdir(), 'keyward-clock-'));
   const gateways: InProcess[] = [];
   try {
-    const admin = new PgKeyStore(db.url);
+    const admin = new PgKeyStore(db.url, costRoutes(UPSTREAMS));
     const { token } = await createKey(admin, 'd', { limits: { quota: '10/day' } });
     const now = Date.now();
     const pastMidnight = Date.UTC(new Date(now).getUTCFullYear(), new Date(now).getUTCMonth(), new Date(now).getUTCDate() + 1, 0, 1) - now;

@@ -7,6 +7,7 @@ import { PgKeyStore } from '../../src/keys/pg-store.ts';
 import { generateToken, tokenDigest as hexDigest } from '../../src/keys/token.ts';
 import { eventually } from '../support/deadline.ts';
 import { startDatabase, type TestDatabase } from '../support/postgres.ts';
+import { costRoutes, UPSTREAMS } from '../../src/request/routes.ts';
 
 const tokenDigest = (token: string): string => `sha256:${hexDigest(token)}`;
 
@@ -20,7 +21,7 @@ async function insertBySql(db: TestDatabase, name: string, previous: unknown = [
 
 test('a key set the gateway could not put in force leaves the store down and is applied again; the version never moves past it', { timeout: 60_000 }, async () => {
   const db = await startDatabase();
-  const store = new PgKeyStore(db.url);
+  const store = new PgKeyStore(db.url, costRoutes(UPSTREAMS));
   await store.migrate();
   const seen: number[] = [];
   const statuses: boolean[] = [];

@@ -30,6 +30,7 @@ import { Ledger } from '../../src/usage/ledger.ts';
 import { MemoryUsageStore } from '../../src/usage/memory-store.ts';
 import { raw, request } from '../support/client.ts';
 import { startUpstream } from '../support/upstream.ts';
+import { costRoutes, UPSTREAMS } from '../../src/request/routes.ts';
 
 test('a key set that vanishes after its first read in a request neither crashes the process nor serves a refusal it should not', async () => {
   const up = await startUpstream();
@@ -38,8 +39,8 @@ test('a key set that vanishes after its first read in a request neither crashes 
   const onCrash = (err: Error): void => void crashes.push(err);
   process.on('uncaughtException', onCrash);
   try {
-    const config = loadConfig({ KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'login-value', KEYWARD_SEO_PASSWORD: 'password-value' }, (p) => readFileSync(p, 'utf8'), dir);
-    const store = new FileKeyStore(config.keysFile);
+    const config = loadConfig({ KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'login-value', KEYWARD_SEO_PASSWORD: 'password-value' }, (p) => readFileSync(p, 'utf8'), dir, UPSTREAMS);
+    const store = new FileKeyStore(config.keysFile, costRoutes(UPSTREAMS));
     const { token } = await createKey(store, 'v');
     const set = new KeySet(await store.load());
     const metrics = new Metrics({ routes: config.routes.map((r) => r.name) });

@@ -92,7 +92,7 @@ export async function startGateway(options: GatewayOptions = {}): Promise<TestGa
     ...options.env,
   };
   const config = loadConfig(env, (p) => readFileSync(p, 'utf8'), dir, providers);
-  const store = new FileKeyStore(config.keysFile);
+  const store = new FileKeyStore(config.keysFile, config.costRoutes);
   const { token, record } = await createKey(store, options.keyName ?? 'tester', options.limits === undefined ? {} : { limits: options.limits });
   let text = '';
   const sink = new Writable({

@@ -11,7 +11,7 @@ import { Exchange, type GatewayRequest } from '../../src/request/exchange.ts';
 import { createLogger } from '../../src/observe/log.ts';
 import { Metrics } from '../../src/observe/metrics.ts';
 import { failureLabel, upstream } from '../../src/request/outcome.ts';
-import { UPSTREAMS, type Route } from '../../src/request/routes.ts';
+import { type Route, UPSTREAMS } from '../../src/request/routes.ts';
 import { parseProm } from '../support/prom.ts';
 
 function setup(): { lines: () => Array<Record<string, unknown>>; complete: ReturnType<typeof createCompletion>; metrics: Metrics } {
@@ -32,7 +32,7 @@ function exchange(url: string, method = 'GET'): Exchange {
   return new Exchange('r1', req, url);
 }
 
-const config = loadConfig({ KEYWARD_SPEECH_KEY: 'speech-secret-value' }, () => '', '/');
+const config = loadConfig({ KEYWARD_SPEECH_KEY: 'speech-secret-value' }, () => '', '/', UPSTREAMS);
 const speech = config.routes.find((r) => r.name === 'speech') as Route;
 
 test('the first recorded cause is the one logged: a later consequence never overwrites it', () => {

@@ -3,13 +3,14 @@ import { test } from 'node:test';
 import { ConfigError, effectiveEnv, keysFilePath, loadConfig, parseEnvFile } from '../../src/config/load.ts';
 import { ERRORS, UPSTREAM_ANSWERS, upstreamReason } from '../../src/request/errors.ts';
 import { parseDuration, parseSize } from '../../src/config/units.ts';
+import { UPSTREAMS } from '../../src/request/routes.ts';
 
 const noFiles = (p: string): string => {
   throw Object.assign(new Error(`ENOENT ${p}`), { code: 'ENOENT' });
 };
 
 test('defaults: loopback:8080, ./keys.json, info, all routes present but disabled without secrets', () => {
-  const c = loadConfig({}, noFiles, '/srv/app');
+  const c = loadConfig({}, noFiles, '/srv/app', UPSTREAMS);
   assert.equal(c.host, '127.0.0.1');
   assert.equal(c.port, 8080);
   assert.equal(c.keysFile, '/srv/app/keys.json');
@@ -37,6 +38,7 @@ test('credentials are built per route; a base URL path becomes the upstream pref
     },
     noFiles,
     '/',
+    UPSTREAMS,
   );
   const [scraper, seo, speech] = c.routes;
   assert.deepEqual(scraper?.credential, ['authorization', 'Bearer st']);
@@ -53,7 +55,7 @@ test('secrets come from NAME, NAME_FILE or the systemd credentials directory', (
     if (p in files) return files[p] as string;
     throw Object.assign(new Error('nope'), { code: 'ENOENT' });
   };
-  const c = loadConfig({ KEYWARD_SPEECH_KEY_FILE: '/run/secret/speech', CREDENTIALS_DIRECTORY: '/creds' }, read, '/');
+  const c = loadConfig({ KEYWARD_SPEECH_KEY_FILE: '/run/secret/speech', CREDENTIALS_DIRECTORY: '/creds' }, read, '/', UPSTREAMS);
   assert.deepEqual(c.routes[2]?.credential, ['xi-api-key', 'from-file']);
   assert.deepEqual(c.routes[0]?.credential, ['authorization', 'Bearer from-creds']);
   assert.equal(c.routes[1]?.credential, null);
@@ -79,6 +81,7 @@ test('every problem is reported at once, each with its option name, and no secre
       },
       noFiles,
       '/',
+      UPSTREAMS,
     );
   } catch (e) {
     err = e;
@@ -105,13 +108,13 @@ test('every problem is reported at once, each with its option name, and no secre
 });
 
 test('an unreadable secret file is a problem; a missing systemd credential is not', () => {
-  assert.throws(() => loadConfig({ KEYWARD_SPEECH_KEY_FILE: '/missing' }, noFiles, '/'), /KEYWARD_SPEECH_KEY_FILE: cannot read \/missing \(ENOENT\)/);
+  assert.throws(() => loadConfig({ KEYWARD_SPEECH_KEY_FILE: '/missing' }, noFiles, '/', UPSTREAMS), /KEYWARD_SPEECH_KEY_FILE: cannot read \/missing \(ENOENT\)/);
   const eacces = (): string => {
     throw Object.assign(new Error('denied'), { code: 'EACCES' });
   };
-  assert.throws(() => loadConfig({ CREDENTIALS_DIRECTORY: '/c' }, eacces, '/'), /systemd credential \(EACCES\)/);
-  assert.equal(loadConfig({ CREDENTIALS_DIRECTORY: '/c' }, noFiles, '/').enabledRoutes.length, 0);
-  assert.equal(loadConfig({ KEYWARD_SPEECH_KEY: '\n' }, noFiles, '/').enabledRoutes.length, 0);
+  assert.throws(() => loadConfig({ CREDENTIALS_DIRECTORY: '/c' }, eacces, '/', UPSTREAMS), /systemd credential \(EACCES\)/);
+  assert.equal(loadConfig({ CREDENTIALS_DIRECTORY: '/c' }, noFiles, '/', UPSTREAMS).enabledRoutes.length, 0);
+  assert.equal(loadConfig({ KEYWARD_SPEECH_KEY: '\n' }, noFiles, '/', UPSTREAMS).enabledRoutes.length, 0);
 });
 
 test('keys file location follows KEYWARD_KEYS_FILE, then STATE_DIRECTORY', () => {
@@ -147,7 +150,7 @@ test('upstream failures map to 502 or 504 by cause, never by guess', () => {
 });
 
 test('options added for hardening and operations: defaults with units, every problem reported with its name', () => {
-  const c = loadConfig({}, noFiles, '/srv/app');
+  const c = loadConfig({}, noFiles, '/srv/app', UPSTREAMS);
   assert.equal(c.idleTimeoutMs, 300_000);
   assert.equal(c.maxHeaderBytes, 16 * 1024);
   assert.equal(c.maxConnections, 10_000);
@@ -155,7 +158,7 @@ test('options added for hardening and operations: defaults with units, every pro
   assert.equal(c.tls, null);
   assert.deepEqual(c.admin, { host: '127.0.0.1', port: 9097 });
   assert.ok(c.routes.every((r) => r.native === null));
-  const set = loadConfig({ KEYWARD_IDLE_TIMEOUT: '90s', KEYWARD_MAX_HEADER_SIZE: '32KiB', KEYWARD_MAX_CONNECTIONS: '500', KEYWARD_ADMIN_PORT: 'off', KEYWARD_NATIVE_AUTH: 'speech, seo' }, noFiles, '/');
+  const set = loadConfig({ KEYWARD_IDLE_TIMEOUT: '90s', KEYWARD_MAX_HEADER_SIZE: '32KiB', KEYWARD_MAX_CONNECTIONS: '500', KEYWARD_ADMIN_PORT: 'off', KEYWARD_NATIVE_AUTH: 'speech, seo' }, noFiles, '/', UPSTREAMS);
   assert.equal(set.idleTimeoutMs, 90_000);
   assert.equal(set.maxHeaderBytes, 32 * 1024);
   assert.equal(set.maxConnections, 500);
@@ -166,6 +169,7 @@ test('options added for hardening and operations: defaults with units, every pro
       { KEYWARD_IDLE_TIMEOUT: '5', KEYWARD_MAX_HEADER_SIZE: '10B', KEYWARD_MAX_CONNECTIONS: 'many', KEYWARD_ADMIN_PORT: '70000', KEYWARD_NATIVE_AUTH: 'video', KEYWARD_UPSTREAM_CA_FILE: '/nope', KEYWARD_TLS_KEY_FILE: '/k' },
       noFiles,
       '/',
+      UPSTREAMS,
     );
     assert.fail('should have thrown');
   } catch (err) {

@@ -9,10 +9,11 @@ import { sep } from 'node:path';
 import { test } from 'node:test';
 import { knownVariables } from '../../src/config/load.ts';
 import { ELSEWHERE } from '../../src/config/unknown.ts';
-import { HELP } from '../../src/cli/args.ts';
+import { helpTexts } from '../../src/cli/args.ts';
 import { ERRORS } from '../../src/request/errors.ts';
 import { MIGRATIONS } from '../../src/keys/pg-schema.ts';
 import { alertCounter, Metrics, newRegistry } from '../../src/observe/metrics.ts';
+import { UPSTREAMS } from '../../src/request/routes.ts';
 
 const read = (path: string): string => readFileSync(new URL(`../../${path}`, import.meta.url), 'utf8');
 
@@ -21,7 +22,7 @@ test("docs/configuration.md's option table lists every option the configuration 
   // A row's first cell names one option or several (`KEYWARD_SEO_LOGIN`, `KEYWARD_SEO_PASSWORD`).
   const firstCells = [...readme.matchAll(/^\| (`KEYWARD_[^|]*) \|/gm)].map((m) => m[1] as string);
   const rows = new Set(firstCells.flatMap((cell) => [...cell.matchAll(/`(KEYWARD_[A-Z0-9_]+)`/g)].map((m) => m[1] as string)));
-  const known = new Set(knownVariables());
+  const known = new Set(knownVariables(UPSTREAMS));
   // A secret's `_FILE` twin is covered by the table's rule for secrets (`KEYWARD_<NAME>_FILE`).
   assert.match(read('docs/configuration.md'), /`NAME_FILE`|`KEYWARD_<NAME>_FILE`/);
   const missing = [...known].filter((k) => !rows.has(k) && !(k.endsWith('_FILE') && rows.has(k.slice(0, -5))));
@@ -62,7 +63,7 @@ test('docs/fleet.md lists each migration, numbered as the schema applies them', 
 
 test("docs/cli.md names every flag the commands' help texts name, and no other", () => {
   const flags = (text: string): Set<string> => new Set([...text.matchAll(/(?<![\w-])--([a-z][a-z-]*)/g)].map((m) => m[1] as string));
-  const help = flags(Object.values(HELP).join('\n'));
+  const help = flags(Object.values(helpTexts(UPSTREAMS)).join('\n'));
   const docs = flags(read('docs/cli.md'));
   assert.ok(help.has('alert-at') && help.size > 10);
   assert.deepEqual([...help].filter((f) => !docs.has(f)), [], 'in a help text, not in docs/cli.md');

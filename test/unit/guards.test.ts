@@ -8,8 +8,9 @@ import { GUARDS, runGuards, type GuardInput } from '../../src/request/guards.ts'
 import type { KeyRecord } from '../../src/keys/keyset.ts';
 import { generateToken } from '../../src/keys/token.ts';
 import type { Route } from '../../src/request/routes.ts';
+import { UPSTREAMS } from '../../src/request/routes.ts';
 
-const config = loadConfig({ KEYWARD_SCRAPER_TOKEN: 'scraper-secret', KEYWARD_SEO_URL: 'http://127.0.0.1:1' }, () => '', '/');
+const config = loadConfig({ KEYWARD_SCRAPER_TOKEN: 'scraper-secret', KEYWARD_SEO_URL: 'http://127.0.0.1:1' }, () => '', '/', UPSTREAMS);
 const route = (name: string): Route => config.routes.find((r) => r.name === name) as Route;
 const key: KeyRecord = { id: 'key_1', name: 'k', digest: `sha256:${'0'.repeat(64)}`, created: '2026-01-01T00:00:00Z', expires: null, revoked: null, routes: ['scraper'] };
 

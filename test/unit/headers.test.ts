@@ -3,8 +3,9 @@ import { test } from 'node:test';
 import { loadConfig } from '../../src/config/load.ts';
 import { downstreamResponseHeaders, upstreamRequestHeaders } from '../../src/request/headers.ts';
 import { generateToken } from '../../src/keys/token.ts';
+import { UPSTREAMS } from '../../src/request/routes.ts';
 
-const config = loadConfig({ KEYWARD_SPEECH_KEY: 'SPEECHKEY', KEYWARD_SCRAPER_TOKEN: 'SCRAPERKEY' }, () => '', '/');
+const config = loadConfig({ KEYWARD_SPEECH_KEY: 'SPEECHKEY', KEYWARD_SCRAPER_TOKEN: 'SCRAPERKEY' }, () => '', '/', UPSTREAMS);
 const speech = config.routes.find((r) => r.name === 'speech')!;
 const scraper = config.routes.find((r) => r.name === 'scraper')!;
 const TOKEN = generateToken();

@@ -4,6 +4,7 @@ import { parseKeysFile, serialiseKeysFile } from '../../src/keys/file-store.ts';
 import { bearerToken } from '../../src/request/auth.ts';
 import { KeySet, type KeyRecord } from '../../src/keys/keyset.ts';
 import { generateToken, isWellFormed, TOKEN_LENGTH, tokenDigest } from '../../src/keys/token.ts';
+import { costRoutes, UPSTREAMS } from '../../src/request/routes.ts';
 
 test('generated tokens have the documented shape and a valid checksum', () => {
   const seen = new Set<string>();
@@ -70,8 +71,8 @@ test('KeySet finds active keys and refuses revoked, expired, unknown and malform
 
 test('keys file round-trips and rejects malformed documents with a reason', () => {
   const r = record(generateToken());
-  assert.deepEqual(parseKeysFile(serialiseKeysFile([r])), [r]);
-  assert.deepEqual(parseKeysFile(serialiseKeysFile([])), []);
+  assert.deepEqual(parseKeysFile(serialiseKeysFile([r]), costRoutes(UPSTREAMS)), [r]);
+  assert.deepEqual(parseKeysFile(serialiseKeysFile([]), costRoutes(UPSTREAMS)), []);
   const bad: Array<[string, RegExp]> = [
     ['{', /not valid JSON/],
     ['[]', /version/],
@@ -84,7 +85,7 @@ test('keys file round-trips and rejects malformed documents with a reason', () =
     [JSON.stringify({ version: 1, keys: [{ ...r, expires: 'x' }] }), /expires/],
     [JSON.stringify({ version: 1, keys: [{ ...r, revoked: 5 }] }), /revoked/],
   ];
-  for (const [text, reason] of bad) assert.throws(() => parseKeysFile(text), reason, text);
+  for (const [text, reason] of bad) assert.throws(() => parseKeysFile(text, costRoutes(UPSTREAMS)), reason, text);
 });
 
 test('a keys file with a repeated id loads, but is never written back', async () => {
@@ -97,7 +98,7 @@ test('a keys file with a repeated id loads, but is never written back', async ()
     const r = record(generateToken());
     const path = join(dir, 'keys.json');
     writeFileSync(path, serialiseKeysFile([r, { ...r, name: 'twin' }]));
-    const store = new FileKeyStore(path);
+    const store = new FileKeyStore(path, costRoutes(UPSTREAMS));
     assert.equal((await store.load()).length, 2);
     await assert.rejects(store.update((records) => ({ records, result: null })), /appears twice/);
   } finally {

@@ -3,11 +3,12 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { loadConfig } from '../../src/config/load.ts';
 import { restartOnlyChanges } from '../../src/process/runtime.ts';
+import { UPSTREAMS } from '../../src/request/routes.ts';
 
 const read = (): string => {
   throw Object.assign(new Error('no file'), { code: 'ENOENT' });
 };
-const config = (env: Record<string, string>) => loadConfig(env, read, '/srv');
+const config = (env: Record<string, string>) => loadConfig(env, read, '/srv', UPSTREAMS);
 
 test('a reload names every restart-only option that changed by its KEYWARD_ name, the database URL included', () => {
   const before = config({});

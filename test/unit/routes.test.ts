@@ -2,9 +2,9 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { loadConfig } from '../../src/config/load.ts';
 import { ERRORS } from '../../src/request/errors.ts';
-import { hasDotSegment, matchRoute, routeTable } from '../../src/request/routes.ts';
+import { hasDotSegment, matchRoute, routeTable, UPSTREAMS } from '../../src/request/routes.ts';
 
-const config = loadConfig({ KEYWARD_SPEECH_KEY: 'k', KEYWARD_SCRAPER_TOKEN: 't' }, () => '', '/');
+const config = loadConfig({ KEYWARD_SPEECH_KEY: 'k', KEYWARD_SCRAPER_TOKEN: 't' }, () => '', '/', UPSTREAMS);
 const table = routeTable(config.routes);
 
 test('matchRoute splits prefix, path and raw query', () => {

@@ -15,6 +15,7 @@ import { limitsProblem, policyOf } from '../../src/usage/policy.ts';
 import { usagePage } from '../../src/usage/report.ts';
 import { signature, Webhook } from '../../src/usage/webhook.ts';
 import { eventually } from '../support/deadline.ts';
+import { costRoutes, UPSTREAMS } from '../../src/request/routes.ts';
 
 const use = (requests: number, cost: Record<string, number>) => ({ requests: () => requests, cost: (_k: string, route: string) => cost[route] ?? 0 });
 const key = { id: 'key_1', name: 'k' };
@@ -41,14 +42,14 @@ test('crossed: every threshold at or below the share used, in order, for the quo
 });
 
 test('the stored alerts field: whole percentages 1 to 100, at most ten', () => {
-  assert.equal(limitsProblem({ quota: '1/day', alerts: [80, 100] }), null);
-  for (const bad of [[0], [101], [50.5], ['80'], 'all', Array(11).fill(5)]) assert.match(limitsProblem({ alerts: bad }) ?? '', /\.limits\.alerts must be/, JSON.stringify(bad));
+  assert.equal(limitsProblem({ quota: '1/day', alerts: [80, 100] }, costRoutes(UPSTREAMS)), null);
+  for (const bad of [[0], [101], [50.5], ['80'], 'all', Array(11).fill(5)]) assert.match(limitsProblem({ alerts: bad }, costRoutes(UPSTREAMS)) ?? '', /\.limits\.alerts must be/, JSON.stringify(bad));
 });
 
 test('--alert-at: percentages with or without %, none, and every bad value reported', () => {
-  assert.deepEqual(limitChanges({ 'alert-at': '100%,80%, 80' }, 'help', false), { alerts: [80, 100] });
-  assert.deepEqual(limitChanges({ 'alert-at': 'none' }, 'help', false), { alerts: [] });
-  for (const bad of ['0%', '101%', '80%,', 'half', '1,2,3,4,5,6,7,8,9,10,11']) assert.throws(() => limitChanges({ 'alert-at': bad }, 'help', true), UsageError, bad);
+  assert.deepEqual(limitChanges({ 'alert-at': '100%,80%, 80' }, costRoutes(UPSTREAMS), 'help', false), { alerts: [80, 100] });
+  assert.deepEqual(limitChanges({ 'alert-at': 'none' }, costRoutes(UPSTREAMS), 'help', false), { alerts: [] });
+  for (const bad of ['0%', '101%', '80%,', 'half', '1,2,3,4,5,6,7,8,9,10,11']) assert.throws(() => limitChanges({ 'alert-at': bad }, costRoutes(UPSTREAMS), 'help', true), UsageError, bad);
   const limits = applyLimits({ quota: '5/day' }, { alerts: [50] });
   assert.deepEqual(limits, { quota: '5/day', alerts: [50] });
   assert.equal(describeLimits(limits), 'quota 5/day, alerts at 50%');

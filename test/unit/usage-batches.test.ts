@@ -17,6 +17,7 @@ import { MemoryUsageStore } from '../../src/usage/memory-store.ts';
 import { spoolPrefix } from '../../src/usage/spool.ts';
 import { SqliteUsageStore } from '../../src/usage/sqlite-store.ts';
 import { startDatabase } from '../support/postgres.ts';
+import { costRoutes, UPSTREAMS } from '../../src/request/routes.ts';
 
 const total = (rows: readonly UsageRow[]): number => rows.reduce((n, r) => n + r.requests, 0);
 const row = (keyId: string, requests: number): UsageRow => ({ keyId, route: 'seo', day: '2026-11-24', requests, s2xx: requests, s3xx: 0, s4xx: 0, s5xx: 0, other: 0, limited: 0, bytesIn: 0, bytesOut: 0, cost: 0 });
@@ -112,7 +113,7 @@ test('a damaged spool file is left where it is and named; the others are written
 test('PostgreSQL and SQLite apply a batch once: again, or an older one after a newer, changes nothing', { timeout: 60_000 }, async () => {
   const db = await startDatabase();
   const dir = mkdtempSync(join(tmpdir(), 'keyward-batches-'));
-  const pg = new PgKeyStore(db.url);
+  const pg = new PgKeyStore(db.url, costRoutes(UPSTREAMS));
   try {
     for (const store of [pg.usage(), new SqliteUsageStore(join(dir, 'u.sqlite'))]) {
       await store.add([row('key_a', 2)], { gateway: 'g1', seq: 1 });
@@ -175,14 +176,14 @@ test('PostgreSQL instants as a record: infinity never expires, -infinity and BC 
   const base: Row = { id: 'k', name: 'n', digest: `sha256:${'0'.repeat(64)}`, created: s(Date.parse('2026-01-01T00:00:00Z')), expires: null, revoked: null, routes: null, previous: [], limits: null, version: '1', h: '0' };
   const at = (over: Partial<Row>): ReturnType<typeof toRecord> => toRecord({ ...base, ...over });
   assert.equal(at({ expires: Infinity }).expires, null);
-  assert.equal(recordProblem(at({ expires: Infinity })), null);
+  assert.equal(recordProblem(at({ expires: Infinity }), costRoutes(UPSTREAMS)), null);
   assert.equal(at({ expires: -Infinity }).expires, '1970-01-01T00:00:00.000Z');
   assert.equal(at({ revoked: -Infinity }).revoked, '1970-01-01T00:00:00.000Z');
   assert.equal(at({ expires: s(Date.UTC(-43, 2, 15)) }).expires, '1970-01-01T00:00:00.000Z', '44 BC: long past, in a form PostgreSQL reads back');
-  assert.match(recordProblem(at({ revoked: Infinity })) ?? '', /revoked must be a date/);
-  assert.match(recordProblem(at({ expires: s(8.64e15 + 86_400_000) })) ?? '', /expires must be a date/);
-  assert.match(recordProblem(at({ created: Infinity })) ?? '', /created must be a date/);
-  assert.match(recordProblem(at({ created: s(Date.UTC(-43, 2, 15)) })) ?? '', /created must be a date/);
+  assert.match(recordProblem(at({ revoked: Infinity }), costRoutes(UPSTREAMS)) ?? '', /revoked must be a date/);
+  assert.match(recordProblem(at({ expires: s(8.64e15 + 86_400_000) }), costRoutes(UPSTREAMS)) ?? '', /expires must be a date/);
+  assert.match(recordProblem(at({ created: Infinity }), costRoutes(UPSTREAMS)) ?? '', /created must be a date/);
+  assert.match(recordProblem(at({ created: s(Date.UTC(-43, 2, 15)) }), costRoutes(UPSTREAMS)) ?? '', /created must be a date/);
   // 1764000058.123 is 1764000058.12299990654… as a double: read through microseconds, never 122.
   assert.equal(at({ created: 1764000058.123 }).created, '2025-11-24T16:00:58.123Z');
   assert.equal(at({ created: 1764000058.123999 }).created, '2025-11-24T16:00:58.123Z', 'microseconds cut to milliseconds');

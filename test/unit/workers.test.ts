@@ -3,6 +3,7 @@ import { PassThrough, Writable } from 'node:stream';
 import { test } from 'node:test';
 import { loadConfig } from '../../src/config/load.ts';
 import { relayLines } from '../../src/process/workers.ts';
+import { UPSTREAMS } from '../../src/request/routes.ts';
 
 test('relayLines passes only whole lines, holding a partial tail until its newline', () => {
   const source = new PassThrough();
@@ -32,10 +33,10 @@ test('KEYWARD_WORKERS: a whole number or auto, default 1', () => {
   const read = (): string => {
     throw Object.assign(new Error('x'), { code: 'ENOENT' });
   };
-  assert.equal(loadConfig({}, read, '/').workers, 1);
-  assert.equal(loadConfig({ KEYWARD_WORKERS: '3' }, read, '/').workers, 3);
-  assert.ok(loadConfig({ KEYWARD_WORKERS: 'auto' }, read, '/').workers >= 1);
+  assert.equal(loadConfig({}, read, '/', UPSTREAMS).workers, 1);
+  assert.equal(loadConfig({ KEYWARD_WORKERS: '3' }, read, '/', UPSTREAMS).workers, 3);
+  assert.ok(loadConfig({ KEYWARD_WORKERS: 'auto' }, read, '/', UPSTREAMS).workers >= 1);
   for (const bad of ['0', '-1', 'two', '1.5', '1000']) {
-    assert.throws(() => loadConfig({ KEYWARD_WORKERS: bad }, read, '/'), /KEYWARD_WORKERS must be/, bad);
+    assert.throws(() => loadConfig({ KEYWARD_WORKERS: bad }, read, '/', UPSTREAMS), /KEYWARD_WORKERS must be/, bad);
   }
 });
