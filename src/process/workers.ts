@@ -97,6 +97,11 @@ export function answerReadiness(readiness: () => Readiness): void {
 export function runPrimary(count: number, args: readonly string[], io: PrimaryIo, env: Record<string, string> = {}): Primary {
   cluster.setupPrimary({ args: [...args], stdio: ['ignore', 'pipe', 'inherit', 'ipc'] });
   const started = new Map<Worker, number>();
+  // Workers that got as far as listening: one that exits before that cannot
+  // start at all (port taken, a store it cannot open), however long its
+  // start took on a busy machine.
+  const listened = new WeakSet<Worker>();
+  cluster.on('listening', (w) => listened.add(w));
   let stopping = false;
   let exitCode = 0;
   let asked = 0;
@@ -144,7 +149,7 @@ export function runPrimary(count: number, args: readonly string[], io: PrimaryIo
       started.delete(worker);
       if (!stopping) {
         io.stderr.write(`keyward: worker ${worker.process.pid} exited (${signal ?? code})\n`);
-        if (code === EXIT_USAGE || lived < QUICK_DEATH_MS) {
+        if (code === EXIT_USAGE || !listened.has(worker) || lived < QUICK_DEATH_MS) {
           // A configuration error, or a worker that cannot even start: every
           // replacement would fail the same way, so stop instead of looping.
           exitCode = code === EXIT_USAGE ? EXIT_USAGE : EXIT_FAILURE;
