@@ -81,9 +81,30 @@ export class Exchange {
   get upstreamFailed(): boolean {
     return this.failure?.by === 'upstream';
   }
+
+  /**
+   * The response of an exchange that is forwarded: only HTTP requests are,
+   * never an upgrade or CONNECT (which Node hands over as a bare socket).
+   */
+  get response(): ServerResponse {
+    if (this.res === null) throw new Error('an exchange without a response (an upgrade) reached forwarding');
+    return this.res;
+  }
 }
 
 /** The server's request class (`http.createServer({ IncomingMessage })`): a slot for the exchange. */
 export class GatewayRequest extends IncomingMessage {
   exchange: Exchange | null = null;
+}
+
+/**
+ * The exchange of a request the pipeline has taken in. Listeners that read
+ * it (the response's close, a chunked body's data, http-proxy-3's events)
+ * are attached only after it is set; a request without one is a bug, and
+ * says so rather than reading fields of null.
+ */
+export function exchangeOf(req: IncomingMessage): Exchange {
+  const ex = req instanceof GatewayRequest ? req.exchange : null;
+  if (ex === null) throw new Error('a request listener ran before the pipeline took the request in');
+  return ex;
 }

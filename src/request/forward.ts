@@ -28,13 +28,12 @@ import type { Duplex } from 'node:stream';
 import { ProxyServer } from 'http-proxy-3';
 import { maskHeaders, type SecretForm, type Secrets } from './egress.ts';
 import { ERRORS, UPSTREAM_ANSWERS, upstreamReason } from './errors.ts';
-import type { Exchange, GatewayRequest } from './exchange.ts';
+import { exchangeOf, type Exchange, type GatewayRequest } from './exchange.ts';
 import { downstreamResponseHeaders } from './headers.ts';
 import { upstream, type UpstreamReason } from './outcome.ts';
 import { readCost } from '../usage/cost.ts';
 import { type DecodeLimits, decodersFor, relayCompressed, relayPlain } from './relay.ts';
 
-const NO_DECODERS = decodersFor(undefined) as NonNullable<ReturnType<typeof decodersFor>>;
 import { answer } from './reply.ts';
 import type { Route } from './routes.ts';
 import type { Expiry } from './timers.ts';
@@ -57,7 +56,7 @@ function markedError(code: string, message: string): ErrorWithCode {
 
 /** The shared sweep found a timeout for this exchange (timers.ts); act on it. */
 export function expire(ex: Exchange, what: Expiry): void {
-  const res = ex.res as ServerResponse;
+  const res = ex.response;
   switch (what) {
     case 'answer':
     case 'upload-stalled':
@@ -84,7 +83,7 @@ export function expire(ex: Exchange, what: Expiry): void {
 }
 
 function onProxyReq(proxyReq: http.ClientRequest, req: http.IncomingMessage, res: ServerResponse): void {
-  const ex = (req as GatewayRequest).exchange as Exchange;
+  const ex = exchangeOf(req);
   ex.proxyReq = proxyReq;
   if (ex.settled || ex.closed) {
     proxyReq.destroy();
@@ -114,7 +113,7 @@ function upstreamFailed(ex: Exchange, res: ServerResponse, reason: UpstreamReaso
 const bodiless = (status: number, method: string | undefined): boolean => status === 204 || status === 304 || method === 'HEAD';
 
 function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, res: ServerResponse, secrets: Secrets, limits: DecodeLimits): void {
-  const ex = (req as GatewayRequest).exchange as Exchange;
+  const ex = exchangeOf(req);
   ex.ttfbMs = performance.now() - ex.forwardStart;
   if (ex.settled || ex.closed || res.headersSent) {
     proxyRes.destroy();
@@ -126,7 +125,7 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
     unexpectedSwitch(ex, res);
     return;
   }
-  const decoders = secrets.empty ? NO_DECODERS : decodersFor(proxyRes.headers['content-encoding']);
+  const decoders = decodersFor(secrets.empty ? undefined : proxyRes.headers['content-encoding']);
   // A transfer coding other than chunked (`gzip, chunked`) is left on the
   // body by Node's parser and labelled nowhere a client would decode it
   // from: bytes the filter cannot read (RFC 9112 §6.1).
@@ -220,7 +219,7 @@ function retriable(err: ErrorWithCode, ex: Exchange): boolean {
 }
 
 function onError(err: ErrorWithCode, req: http.IncomingMessage, res: ServerResponse | Socket, retry: (ex: Exchange) => void): void {
-  const ex = (req as GatewayRequest).exchange as Exchange;
+  const ex = exchangeOf(req);
   // A fully read request is auto-destroyed, so `req.destroyed` says nothing
   // about the client; its socket does.
   if (ex.settled || ex.closed || req.socket.destroyed) {
@@ -285,7 +284,7 @@ export class Forwarder {
       this.#dropIdle();
       ex.retried = true;
       ex.proxyReq = null;
-      this.forward(ex.req, ex.res as ServerResponse, ex);
+      this.forward(ex.req, ex.response, ex);
     };
     this.#onError = (err, req, res) => onError(err, req, res, retry);
     // Every call passes its own callback, so this never fires; it is here so

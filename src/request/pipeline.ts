@@ -10,7 +10,7 @@ import { presentedToken } from './auth.ts';
 import type { Complete } from './completion.ts';
 import { ERRORS, limitRefusal, type GatewayError } from './errors.ts';
 import { answer, isClosing, writeRawError } from './reply.ts';
-import { Exchange, type GatewayRequest } from './exchange.ts';
+import { Exchange, exchangeOf, type GatewayRequest } from './exchange.ts';
 import { runGuards } from './guards.ts';
 import { upstreamRequestHeaders } from './headers.ts';
 import type { LastUse } from '../keys/last-use.ts';
@@ -117,8 +117,8 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
   }
 
   function onResponseClose(this: ServerResponse): void {
-    const req = this.req as GatewayRequest;
-    const ex = req.exchange as Exchange;
+    const req = this.req;
+    const ex = exchangeOf(req);
     ex.closed = true;
     if (ex.forwardStart > 0) deps.sweeper.untrack(ex);
     // The client left (or the answer is complete) with its upload unfinished:
@@ -152,7 +152,7 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
 
   // Counts chunked bodies (whose size is not known up front) and enforces the limit on them.
   function countChunk(this: GatewayRequest, chunk: Buffer): void {
-    const ex = this.exchange as Exchange;
+    const ex = exchangeOf(this);
     if (ex.settled) return;
     ex.bytesIn += chunk.length;
     if (ex.bytesIn <= deps.runtime().config.maxBodyBytes) return;
