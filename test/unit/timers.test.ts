@@ -2,7 +2,9 @@
 // exchange has reached at a given time, from its activity alone.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { Exchange, type GatewayRequest } from '../../src/request/exchange.ts';
+import { IncomingMessage } from 'node:http';
+import { Socket } from 'node:net';
+import { Exchange, exchangeOf, GatewayRequest } from '../../src/request/exchange.ts';
 import { due } from '../../src/request/timers.ts';
 
 const limits = { idleTimeoutMs: 1_000, upstreamTimeoutMs: 5_000 };
@@ -48,4 +50,17 @@ test('once the response began, only idleness in both directions counts', () => {
   assert.equal(due(ex, 999, limits), null);
   assert.equal(due(ex, 1_998, limits), null);
   assert.equal(due(ex, 1_999, limits), 'response-idle');
+});
+
+test('a listener that reads an exchange never taken in, or the response of an upgrade, fails loudly instead of reading null', () => {
+  const socket = new Socket();
+  const plain = new IncomingMessage(socket);
+  assert.throws(() => exchangeOf(plain), /before the pipeline took the request in/);
+  const taken = new GatewayRequest(socket);
+  assert.throws(() => exchangeOf(taken), /before the pipeline took the request in/);
+  const ex = new Exchange('id', taken, '/seo/x');
+  taken.exchange = ex;
+  assert.equal(exchangeOf(taken), ex);
+  assert.throws(() => ex.response, /without a response/);
+  socket.destroy();
 });
