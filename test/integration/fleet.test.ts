@@ -1,6 +1,6 @@
 // Many gateways, one PostgreSQL (docs/fleet.md), against a real server.
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -10,7 +10,7 @@ import { MIGRATIONS } from '../../src/keys/pg-schema.ts';
 import { request } from '../support/client.ts';
 import { deadline, eventually } from '../support/deadline.ts';
 import { runCli, startCli } from '../support/cli.ts';
-import { withFleet } from '../support/fleet.ts';
+import { manyKeys, withFleet } from '../support/fleet.ts';
 import { startDatabase } from '../support/postgres.ts';
 import { startUpstream } from '../support/upstream.ts';
 
@@ -190,31 +190,14 @@ test('a gateway started while the database is down answers 503 keystore_unavaila
   }
 });
 
-test('1,000,000 keys: load time and memory of a gateway, and one revocation reaching it', { timeout: 240_000 }, async () => {
+// A scale check of the whole path (SQL rows → the gateway's set → one
+// revocation); the figures at a million keys are a benchmark
+// (`npm run bench:many-keys`, bench/README.md), not a bound asserted here.
+test('100,000 keys: a gateway loads them, serves a new one, and one revocation reaches it', { timeout: 240_000 }, async () => {
   await withFleet(async (f) => {
-    assert.equal((await runCli(['db', 'migrate'], f.env)).code, 0);
-    await f.db.admin`
-      insert into keyward_keys (id, name, digest, created, version)
-      select 'key_' || lpad(to_hex(i), 12, '0'), 'client-' || i, 'sha256:' || encode(sha256(i::text::bytea), 'hex'), now(), nextval('keyward_keys_version')
-      from generate_series(1, 999999) as i`;
-    const key = await f.key('needle');
-    // A million keys load in about 5 s idle; a loaded machine gets room.
-    const gw = await f.gateway({ KEYWARD_ADMIN_PORT: 'off' }, 120_000);
-    const line = JSON.parse(gw.output().split('\n').find((l) => l.includes('keyward listening')) as string) as { port: number; keys: number; keysLoadMs: number };
-    assert.equal(line.keys, 1_000_000);
-    assert.equal(await status(gw.base, key.token), 200);
-    const rssMb = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${gw.pid}/status`, 'utf8'))?.[1]) / 1024;
-    const cliStart = performance.now();
-    const revoked = await runCli(['keys', 'revoke', 'needle'], f.env, undefined, 120_000);
-    const cliMs = performance.now() - cliStart;
-    assert.equal(revoked.code, 0, revoked.stderr);
-    const at = performance.now();
-    await eventually(async () => (await status(gw.base, key.token)) === 401, 20_000, 'revocation with a million keys');
-    const took = performance.now() - at;
-    console.log(`1,000,000 keys from PostgreSQL: loaded in ${line.keysLoadMs} ms, gateway RSS ${rssMb.toFixed(0)} MB, one revocation took effect ${took.toFixed(0)} ms after the CLI exited (the CLI took ${cliMs.toFixed(0)} ms)`);
-    // Slow (a loaded machine): what the gateway said meanwhile, to tell a full reload from a slow increment.
-    if (took > 2_000) console.log(gw.output().split('\n').filter((l) => /"level":(40|50)|reload|keystore/.test(l)).slice(-10).join('\n'));
-    assert.ok(took < 20_000, `took ${took} ms`);
+    const r = await manyKeys(f, 100_000, 60_000);
+    assert.equal(r.keys, 100_000);
+    console.log(`100,000 keys from PostgreSQL: loaded in ${r.loadMs} ms, gateway RSS ${r.rssMb.toFixed(0)} MB, one revocation took effect ${r.revokeMs.toFixed(0)} ms after the CLI exited (the CLI took ${r.cliMs.toFixed(0)} ms)${r.note === '' ? '' : `\n${r.note}`}`);
   });
 });
 

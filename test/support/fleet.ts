@@ -3,6 +3,7 @@
 // stopped by SIGTERM with a deadline, its output kept for asserts; and the
 // fixture that starts the database, the upstream and the gateways of one
 // test and stops them all (withFleet).
+import { readFileSync } from 'node:fs';
 import { runCli, startCli } from './cli.ts';
 import { startDatabase, type TestDatabase } from './postgres.ts';
 import { startUpstream, type Handler, type MockUpstream } from './upstream.ts';
@@ -100,4 +101,46 @@ export async function withFleet(run: (fleet: Fleet) => Promise<void>, options: {
     await up.close();
     await db.close();
   }
+}
+
+/** What a gateway holding many keys showed (manyKeys). */
+export interface ManyKeys {
+  readonly keys: number;
+  readonly loadMs: number;
+  readonly rssMb: number;
+  /** From the CLI's exit to the revoked token's first 401. */
+  readonly revokeMs: number;
+  readonly cliMs: number;
+  /** What the gateway logged about its key store meanwhile, when the revocation was slow. */
+  readonly note: string;
+}
+
+/**
+ * `count` keys in the fleet's table (one made by the CLI, the rest by SQL),
+ * a gateway that loads them, and one revocation through the CLI: how long
+ * the load took, the gateway's memory, and when the revocation was in force.
+ * The suite runs it at 100,000 keys; `npm run bench:many-keys` at a million.
+ */
+export async function manyKeys(f: Fleet, count: number, revocationMs: number): Promise<ManyKeys> {
+  const migrated = await runCli(['db', 'migrate'], f.env);
+  if (migrated.code !== 0) throw new Error(`db migrate: ${migrated.stderr}`);
+  await f.db.admin`
+    insert into keyward_keys (id, name, digest, created, version)
+    select 'key_' || lpad(to_hex(i), 12, '0'), 'client-' || i, 'sha256:' || encode(sha256(i::text::bytea), 'hex'), now(), nextval('keyward_keys_version')
+    from generate_series(1, ${count - 1}) as i`;
+  const key = await f.key('needle');
+  const gw = await f.gateway({ KEYWARD_ADMIN_PORT: 'off' }, 120_000);
+  const line = JSON.parse(gw.output().split('\n').find((l) => l.includes('keyward listening')) as string) as { keys: number; keysLoadMs: number };
+  if ((await statusOf(gw.base, key.token)) !== 200) throw new Error('the new key is not served');
+  const rssMb = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${gw.pid}/status`, 'utf8'))?.[1]) / 1024;
+  const cliStart = performance.now();
+  const revoked = await runCli(['keys', 'revoke', 'needle'], f.env, undefined, 120_000);
+  const cliMs = performance.now() - cliStart;
+  if (revoked.code !== 0) throw new Error(`keys revoke: ${revoked.stderr}`);
+  const at = performance.now();
+  await eventually(async () => (await statusOf(gw.base, key.token)) === 401, revocationMs, `revocation with ${count} keys`);
+  const revokeMs = performance.now() - at;
+  // Slow (a loaded machine): what the gateway said meanwhile, to tell a full reload from a slow increment.
+  const note = revokeMs > 2_000 ? gw.output().split('\n').filter((l) => /"level":(40|50)|reload|keystore/.test(l)).slice(-10).join('\n') : '';
+  return { keys: line.keys, loadMs: line.keysLoadMs, rssMb, revokeMs, cliMs, note };
 }
