@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Io } from '../cli/args.ts';
 import { loadConfig } from '../config/load.ts';
-import { FileKeyStore } from '../keys/file-store.ts';
+import { openKeyStore } from '../keys/open.ts';
 import { createKey } from '../keys/manage.ts';
 import { createLogger } from '../observe/log.ts';
 import { createGateway } from '../process/server.ts';
@@ -41,7 +41,7 @@ export async function runDemo(io: Io, specs: readonly UpstreamSpec[]): Promise<n
     ...Object.assign({}, ...specs.map((spec) => providerEnv(spec, standins.urls[spec.name] as string, secrets[spec.name] as readonly string[]))),
   };
   const config = loadConfig(env, (p) => readFileSync(p, 'utf8'), io.cwd, specs);
-  const store = new FileKeyStore(config.keysFile, config.costRoutes);
+  const store = openKeyStore(config);
   const { token } = await createKey(store, 'demo');
   // A second key with a small budget on the first route that reports a cost, so a refusal can be tried.
   const costly = specs.find((spec) => spec.cost !== null && spec.demo.examples.some((e) => e.method === 'POST' && e.output !== undefined && e.stream !== true));

@@ -19,7 +19,8 @@ import { Metrics } from '../observe/metrics.ts';
 import { createPipeline } from '../request/pipeline.ts';
 import { serveEvents } from './events.ts';
 import { startUsage, type UsageOptions } from './usage-part.ts';
-import { buildRuntime, idleReason, restartOnlyChanges } from './runtime.ts';
+import { buildRuntime, idleReason, restartOnlyChanges, type Runtime } from './runtime.ts';
+import type { Ledger } from '../usage/ledger.ts';
 import { Sweeper } from '../request/timers.ts';
 import { keyStatus } from '../usage/key-status.ts';
 import { renderPage } from '../usage/page.ts';
@@ -129,102 +130,138 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
   const gateway: Gateway = {
     server,
     metrics,
-    listen: () =>
-      new Promise((resolve, reject) => {
-        const onError = (err: NodeJS.ErrnoException): void => reject(listenFd === null ? bindError(err, 'KEYWARD_PORT', config.host, config.port) : err);
-        server.once('error', onError);
-        const onListening = (): void => {
-          server.off('error', onError);
-          const address = server.address() as AddressInfo;
-          logger.info(
-            {
-              address: address.address,
-              port: address.port,
-              tls: config.tls !== null,
-              socketActivated: listenFd !== null,
-              routes: config.enabledRoutes,
-              disabledRoutes: config.routes.filter((r) => r.credential === null).map((r) => r.name),
-              nativeAuth: config.routes.filter((r) => r.native !== null).map((r) => r.name),
-              keys: keys.loaded?.size ?? 0,
-              keysLoadMs: keys.loadMs,
-              keyStore: store.location,
-            },
-            'keyward listening',
-          );
-          const idle = idleReason(config, keys.loaded?.size ?? 0);
-          if (idle !== null && keys.loaded !== null) logger.warn({ reason: idle }, 'nothing to serve yet; /readyz answers 503 until there is');
-          // Typos in option names: a route switched off or a limit not set, said at once (an error with KEYWARD_STRICT_ENV=1).
-          for (const u of config.unknownVariables) logger.warn({ variable: u.name, suggestion: u.suggestion }, unknownMessage(u));
-          if (!config.egressFilter) logger.warn('egress filter off (KEYWARD_EGRESS_FILTER=off): an upstream that echoes its secret reaches the client');
-          const { tooShort } = secretForms(config.routes);
-          if (config.egressFilter && tooShort.length > 0) logger.warn({ secrets: tooShort }, 'secrets shorter than 8 characters are not filtered from responses');
-          resolve(address);
-        };
-        if (listenFd !== null) server.listen({ fd: listenFd }, onListening);
-        else server.listen(config.port, config.host, onListening);
-      }),
+    listen: () => listen(server, config, listenFd, (address) => announce(config, keys, store, listenFd, logger, address)),
     shutdown: () => {
-      closing ??= new Promise<void>((resolve) => {
-        // Everything below ends by this time, whatever the stores do (docs/operations.md, "Stopping").
-        const endBy = Date.now() + runtime.config.drainTimeoutMs;
-        draining = true;
-        keys.stop();
-        void ledger.leave();
-        logger.info({ drainTimeoutMs: runtime.config.drainTimeoutMs }, 'draining');
-        // Connections become idle as their last response ends; close them as they do.
-        const sweep = setInterval(() => server.closeIdleConnections(), 100);
-        const deadline = setTimeout(() => {
-          logger.warn('drain deadline reached; closing remaining connections');
-          server.closeAllConnections();
-        }, runtime.config.drainTimeoutMs);
-        server.close(() => {
-          clearInterval(sweep);
-          clearTimeout(deadline);
-          sweeper.stop();
-          for (const f of runtime.forwarders.values()) f.close();
-          // Requests may have taken the whole drain: the ledger still gets a moment to write or keep its counts.
-          const left = Math.max(FINAL_WRITE_MS, endBy - Date.now());
-          // Leases give back what they did not use, so the others may admit it at once.
-          spend?.stop();
-          void Promise.all([within(lastUse.stop(), left), within(leases?.stop().catch(() => undefined) ?? Promise.resolve(), left), ledger.stop(left)]).finally(async () => {
-            await within(store.close?.().catch(() => undefined) ?? Promise.resolve(), FINAL_WRITE_MS);
-            logger.info('stopped');
-            resolve();
-          });
-        });
-        server.closeIdleConnections();
-      });
+      draining = true;
+      closing ??= drain({ server, runtime: () => runtime, keys, ledger, leases, spend, lastUse, sweeper, store, logger });
       return closing;
     },
     reloadKeys: () => keys.reload(),
     reconfigure: (next: Config) => {
       const previous = runtime;
-      const ignored = restartOnlyChanges(previous.config, next);
-      if (ignored.length > 0) logger.warn({ options: ignored }, 'these options change only on restart; the rest of the new configuration applies');
       runtime = buildRuntime(next);
-      // Requests in flight keep the forwarder they started with; its sockets close as they finish.
-      for (const f of previous.forwarders.values()) f.retire();
-      server.headersTimeout = next.headersTimeoutMs;
-      server.keepAliveTimeout = next.keepAliveTimeoutMs;
-      server.maxConnections = next.maxConnections;
-      if (next.tls !== null && server instanceof https.Server) server.setSecureContext({ cert: next.tls.cert, key: next.tls.key });
-      logger.level = next.logLevel;
-      sweeper.reschedule();
-      logger.info({ routes: next.enabledRoutes, disabledRoutes: next.routes.filter((r) => r.credential === null).map((r) => r.name) }, 'configuration reloaded');
+      applyToServer(server, previous, next, sweeper, logger);
     },
-    readiness: () => {
-      const set = keys.loaded;
-      if (draining) return { ready: false, draining, keys: set?.size ?? null, reason: 'draining' };
-      if (set === null) return { ready: false, draining, keys: null, reason: 'no key set loaded' };
-      if (keys.current() === null) return { ready: false, draining, keys: set.size, stale: true, reason: 'key store unreachable for longer than KEYWARD_KEYS_MAX_STALENESS' };
-      const stale = keys.up ? {} : { stale: true };
-      // Up, but nothing it could forward: a load balancer should not send traffic here yet.
-      const idle = idleReason(runtime.config, set.size);
-      if (idle !== null) return { ready: false, draining, keys: set.size, ...stale, reason: idle };
-      return { ready: true, draining, keys: set.size, ...stale };
-    },
+    readiness: () => readinessOf(keys, draining, runtime.config),
     keyCount: () => keys.loaded?.size ?? 0,
     usagePage: usagePage(usageStore, () => keys.loaded?.records ?? [], config.routes.map((r) => r.name), units, renderPage),
   };
   return gateway;
+}
+
+/** Bind (or take systemd's socket); `onListening` runs once bound, before the promise resolves. */
+function listen(server: http.Server, config: Config, listenFd: number | null, onListening: (address: AddressInfo) => void): Promise<AddressInfo> {
+  return new Promise((resolve, reject) => {
+    const onError = (err: NodeJS.ErrnoException): void => reject(listenFd === null ? bindError(err, 'KEYWARD_PORT', config.host, config.port) : err);
+    server.once('error', onError);
+    const done = (): void => {
+      server.off('error', onError);
+      const address = server.address() as AddressInfo;
+      onListening(address);
+      resolve(address);
+    };
+    if (listenFd !== null) server.listen({ fd: listenFd }, done);
+    else server.listen(config.port, config.host, done);
+  });
+}
+
+/** The start-up line, and a warning for each thing an operator would want to know at once. */
+function announce(config: Config, keys: KeyHolder, store: KeyStore, listenFd: number | null, logger: Logger, address: AddressInfo): void {
+  logger.info(
+    {
+      address: address.address,
+      port: address.port,
+      tls: config.tls !== null,
+      socketActivated: listenFd !== null,
+      routes: config.enabledRoutes,
+      disabledRoutes: config.routes.filter((r) => r.credential === null).map((r) => r.name),
+      nativeAuth: config.routes.filter((r) => r.native !== null).map((r) => r.name),
+      keys: keys.loaded?.size ?? 0,
+      keysLoadMs: keys.loadMs,
+      keyStore: store.location,
+    },
+    'keyward listening',
+  );
+  const idle = idleReason(config, keys.loaded?.size ?? 0);
+  if (idle !== null && keys.loaded !== null) logger.warn({ reason: idle }, 'nothing to serve yet; /readyz answers 503 until there is');
+  // Typos in option names: a route switched off or a limit not set, said at once (an error with KEYWARD_STRICT_ENV=1).
+  for (const u of config.unknownVariables) logger.warn({ variable: u.name, suggestion: u.suggestion }, unknownMessage(u));
+  if (!config.egressFilter) logger.warn('egress filter off (KEYWARD_EGRESS_FILTER=off): an upstream that echoes its secret reaches the client');
+  const { tooShort } = secretForms(config.routes);
+  if (config.egressFilter && tooShort.length > 0) logger.warn({ secrets: tooShort }, 'secrets shorter than 8 characters are not filtered from responses');
+}
+
+/** What a drain stops, in order. */
+interface DrainParts {
+  readonly server: http.Server;
+  readonly runtime: () => Runtime;
+  readonly keys: KeyHolder;
+  readonly ledger: Ledger;
+  readonly leases: { stop(): Promise<unknown> } | null;
+  readonly spend: { stop(): void } | null;
+  readonly lastUse: LastUse;
+  readonly sweeper: Sweeper;
+  readonly store: KeyStore;
+  readonly logger: Logger;
+}
+
+/** Stop accepting, let requests in flight finish up to the drain deadline, then close the stores; never longer (docs/operations.md, "Signals"). */
+function drain({ server, runtime, keys, ledger, leases, spend, lastUse, sweeper, store, logger }: DrainParts): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const { drainTimeoutMs } = runtime().config;
+    const endBy = Date.now() + drainTimeoutMs;
+    keys.stop();
+    void ledger.leave();
+    logger.info({ drainTimeoutMs }, 'draining');
+    // Connections become idle as their last response ends; close them as they do.
+    const sweep = setInterval(() => server.closeIdleConnections(), 100);
+    const deadline = setTimeout(() => {
+      logger.warn('drain deadline reached; closing remaining connections');
+      server.closeAllConnections();
+    }, drainTimeoutMs);
+    server.close(() => {
+      clearInterval(sweep);
+      clearTimeout(deadline);
+      sweeper.stop();
+      for (const f of runtime().forwarders.values()) f.close();
+      // Requests may have taken the whole drain: the ledger still gets a moment to write or keep its counts.
+      const left = Math.max(FINAL_WRITE_MS, endBy - Date.now());
+      // Leases give back what they did not use, so the others may admit it at once.
+      spend?.stop();
+      void Promise.all([within(lastUse.stop(), left), within(leases?.stop().catch(() => undefined) ?? Promise.resolve(), left), ledger.stop(left)]).finally(async () => {
+        await within(store.close?.().catch(() => undefined) ?? Promise.resolve(), FINAL_WRITE_MS);
+        logger.info('stopped');
+        resolve();
+      });
+    });
+    server.closeIdleConnections();
+  });
+}
+
+/** A reload's effect on the server itself (the runtime is already swapped): timeouts, limits, the certificate, the log level. */
+function applyToServer(server: http.Server, previous: Runtime, next: Config, sweeper: Sweeper, logger: Logger): void {
+  const ignored = restartOnlyChanges(previous.config, next);
+  if (ignored.length > 0) logger.warn({ options: ignored }, 'these options change only on restart; the rest of the new configuration applies');
+  // Requests in flight keep the forwarder they started with; its sockets close as they finish.
+  for (const f of previous.forwarders.values()) f.retire();
+  server.headersTimeout = next.headersTimeoutMs;
+  server.keepAliveTimeout = next.keepAliveTimeoutMs;
+  server.maxConnections = next.maxConnections;
+  if (next.tls !== null && server instanceof https.Server) server.setSecureContext({ cert: next.tls.cert, key: next.tls.key });
+  logger.level = next.logLevel;
+  sweeper.reschedule();
+  logger.info({ routes: next.enabledRoutes, disabledRoutes: next.routes.filter((r) => r.credential === null).map((r) => r.name) }, 'configuration reloaded');
+}
+
+/** Ready when a key set serves and there is something to forward; otherwise why not. */
+function readinessOf(keys: KeyHolder, draining: boolean, config: Config): Readiness {
+  const set = keys.loaded;
+  if (draining) return { ready: false, draining, keys: set?.size ?? null, reason: 'draining' };
+  if (set === null) return { ready: false, draining, keys: null, reason: 'no key set loaded' };
+  if (keys.current() === null) return { ready: false, draining, keys: set.size, stale: true, reason: 'key store unreachable for longer than KEYWARD_KEYS_MAX_STALENESS' };
+  const stale = keys.up ? {} : { stale: true };
+  // Up, but nothing it could forward: a load balancer should not send traffic here yet.
+  const idle = idleReason(config, set.size);
+  if (idle !== null) return { ready: false, draining, keys: set.size, ...stale, reason: idle };
+  return { ready: true, draining, keys: set.size, ...stale };
 }
