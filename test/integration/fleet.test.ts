@@ -74,17 +74,21 @@ test('the keys CLI works the same against PostgreSQL; import is idempotent, expo
   }
 });
 
-test('three gateways on one database: a revocation through the CLI is refused by all three within a second (worst of 20)', { timeout: 180_000 }, async () => {
+test('three gateways on one database: a revocation through the CLI is refused by all three within a second (worst of 20)', { timeout: 300_000 }, async () => {
   await withFleet(async (f) => {
     assert.equal((await runCli(['db', 'migrate'], f.env)).code, 0);
     const bases = (await Promise.all([0, 1, 2].map(() => f.gateway()))).map((g) => g.base);
+    // The 20 keys in one statement (what the CLI writes: id, name, digest, created): the
+    // revocations are what is measured, and a CLI run each for creating them doubled the
+    // test's time on a loaded machine without adding to what it shows.
+    const keys = Array.from({ length: 20 }, (_, i) => ({ id: `key_revoke${String(i).padStart(6, '0')}`, name: `k${i}`, token: generateToken() }));
+    await f.db.admin`insert into keyward_keys ${f.db.admin(keys.map((k) => ({ id: k.id, name: k.name, digest: `sha256:${tokenDigest(k.token)}`, created: new Date() })))}`;
+    await eventually(async () => (await Promise.all(keys.flatMap((k) => bases.map((b) => status(b, k.token))))).every((s) => s === 200), 10_000, 'the keys on every gateway');
     const worst: number[] = [];
     const cli: number[] = [];
-    for (let i = 0; i < 20; i++) {
-      const key = await f.key(`k${i}`);
-      await eventually(async () => (await Promise.all(bases.map((b) => status(b, key.token)))).every((s) => s === 200), 2_000, 'new key everywhere');
+    for (const key of keys) {
       const commandStart = performance.now();
-      const revoked = await runCli(['keys', 'revoke', `k${i}`], f.env);
+      const revoked = await runCli(['keys', 'revoke', key.name], f.env);
       assert.equal(revoked.code, 0);
       const at = performance.now();
       cli.push(at - commandStart);
