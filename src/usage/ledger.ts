@@ -44,6 +44,10 @@ export interface FleetView {
   readonly leases?: LeaseStore;
 }
 
+/** How long, and how often, a final write that failed is tried again before its counts are kept on disk, ms. */
+const STOP_RETRY_MS = 2_000;
+const STOP_RETRY_EVERY_MS = 25;
+
 /** Where a drain keeps unwritten usage (spool.ts), and what is said about it. */
 export interface Spool {
   readonly prefix: string;
@@ -292,8 +296,15 @@ export class Ledger implements PeriodUse {
     };
     await bounded(this.leave());
     await bounded(this.flush());
-    // A write still failing at shutdown: one more try, then it is kept.
-    if (this.#unwritten() && this.#flushing === null) await bounded(this.flush());
+    // A write still failing at shutdown is tried again for a moment, then
+    // kept. The moment matters with workers: they drain together, and
+    // SQLite refuses a second writer at once (no busy wait, sqlite-store.ts),
+    // so one worker's final write meets the other's lock.
+    const retryUntil = Math.min(end, Date.now() + STOP_RETRY_MS);
+    while (this.#unwritten() && this.#flushing === null && Date.now() < retryUntil) {
+      await new Promise((resolve) => setTimeout(resolve, STOP_RETRY_EVERY_MS));
+      await bounded(this.flush());
+    }
     this.#keep();
     await bounded(this.#store.close().catch(() => undefined));
   }
