@@ -36,9 +36,19 @@ function chart(report: Report, routes: readonly string[], field: 'requests' | 'c
       );
     }
   });
+  // Day labels under the bars, a week apart and ending today; HTML rather than
+  // SVG text, which the stretched viewBox would distort. The last is pinned to
+  // the right edge so it never sticks out of a phone's screen.
+  const n = report.days.length;
+  const ticks: string[] = [];
+  for (let i = n - 1; i >= 0; i -= 7) {
+    const at = i === n - 1 ? 'right:0' : `left:${(((i + 0.5) / n) * 100).toFixed(2)}%`;
+    ticks.unshift(`<span class="${i === n - 1 ? 'tick end' : 'tick'}" style="${at}" data-day="${report.days[i]}">${(report.days[i] as string).slice(5)}</span>`);
+  }
   const legend = routes.map((r) => `<span class="key"><i style="background:${colour(r)}"></i>${esc(r)}</span>`).join(' ');
   return `<figure id="${id}"><figcaption>${esc(title)} · max ${num(max)} a day</figcaption>
 <svg viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(title)}" preserveAspectRatio="none"><line x1="0" y1="${H}" x2="${W}" y2="${H}" stroke="#999"/>${bars.join('')}</svg>
+<div class="axis" aria-hidden="true">${ticks.join('')}</div>
 <p class="legend">${legend} · ${report.days[0]} to ${report.days[report.days.length - 1]}</p></figure>`;
 }
 
@@ -90,6 +100,7 @@ h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.6em}
 figure{margin:0 0 1em}svg{width:100%;height:160px;background:#fafafa;border:1px solid #ddd}
 table{border-collapse:collapse;width:100%;font-size:.9em;display:block;overflow-x:auto}
 th,td{padding:3px 8px;border-bottom:1px solid #eee;text-align:right;white-space:nowrap}th:first-child,td:first-child{text-align:left}
+.axis{position:relative;height:1.3em;font-size:.75em;color:#555}.tick{position:absolute;transform:translateX(-50%);white-space:nowrap}.tick.end{transform:none}
 .key i{display:inline-block;width:10px;height:10px;margin-right:4px}.legend{font-size:.85em;color:#555}
 tr.past td{color:#b91c1c;font-weight:600}tr.near td{color:#b45309}
 form{display:flex;flex-wrap:wrap;gap:8px;align-items:end}label{display:flex;flex-direction:column;font-size:.85em}

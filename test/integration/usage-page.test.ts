@@ -76,6 +76,21 @@ test('the usage page in headless Chromium: the chart shows the ledger, a filter 
     assert.equal(await bar('speech', dayAgo(6), 'cost', '#cost-speech'), 607);
     // One bar a day and route: seo every day, speech every third day (today's holds bob's and alice's).
     assert.equal(await page.locator('#requests-chart rect.bar').count(), 30 + 10);
+    // The day axis: a label a week apart ending today, each under its own day's bar, none outside the chart.
+    const ticks = (await page.evaluate(`(() => {
+      const chart = document.querySelector('#requests-chart svg').getBoundingClientRect();
+      const bar = (day) => { const b = document.querySelector('#requests-chart rect.bar[data-route="seo"][data-day="' + day + '"]').getBoundingClientRect(); return { left: b.left, right: b.right }; };
+      return [...document.querySelectorAll('#requests-chart .tick')].map((t) => { const r = t.getBoundingClientRect(); return { day: t.dataset.day, text: t.textContent, left: r.left, right: r.right, bar: bar(t.dataset.day), chart: { left: chart.left, right: chart.right } }; });
+    })()`)) as Array<{ day: string; text: string; left: number; right: number; bar: { left: number; right: number }; chart: { left: number; right: number } }>;
+    assert.deepEqual(ticks.map((t) => t.day), [28, 21, 14, 7, 0].map(dayAgo));
+    for (const t of ticks) {
+      assert.equal(t.text, t.day.slice(5));
+      assert.ok(t.left >= t.chart.left - 0.5 && t.right <= t.chart.right + 0.5, `the ${t.day} label lies inside the chart`);
+      // Centred under its bar, or (today's) ending at the chart's right edge, over today's bar.
+      const middle = (t.left + t.right) / 2;
+      if (t.day === dayAgo(0)) assert.ok(t.right > t.bar.left, "today's label reaches today's bar");
+      else assert.ok(Math.abs(middle - (t.bar.left + t.bar.right) / 2) < 2, `the ${t.day} label is centred under its bar`);
+    }
     // Today's top keys and the keys near a limit.
     const topText = await page.locator('h2:has-text("top keys") + table').innerText();
     // Today: alice 10 + 4, the gateway's own key 9, bob 1.
