@@ -77,6 +77,15 @@ export function crossed(key: { id: string; name: string }, policy: Policy, use: 
 
 /** Flush intervals a fleet's key is checked for after its last request here. */
 const AFTER_LAST = 4;
+/**
+ * When the store could not be read or a firing not recorded, the key is
+ * checked again this long after: a SQLite ledger fails at once while another
+ * process holds its write lock (a worker's flush), and a key at 100 % may
+ * never make another request that would bring it back.
+ */
+const RETRY_MS = 250;
+/** Retries back off to this (a store that stays down is not asked for every key four times a second). */
+const RETRY_MAX_MS = 30_000;
 
 export class Alerts {
   readonly #store: AlertStore;
@@ -88,10 +97,12 @@ export class Alerts {
   readonly #seen = new Set<string>();
   /** Keys to check, and until when (a fleet's keep being checked for a few flushes after their last request). */
   readonly #dirty = new Map<string, { key: { id: string; name: string }; policy: Policy; until: number }>();
-  #scheduled: NodeJS.Immediate | NodeJS.Timeout | null = null;
+  #scheduled: { cancel(): void } | null = null;
   /** 0: check as soon as the event loop is free; else every `everyMs` (a fleet's, whose totals come from the store). */
   readonly #everyMs: number;
   #checking: Promise<void> = Promise.resolve();
+  /** Checks in a row that met a store failure. */
+  #failures = 0;
   #stopped = false;
 
   constructor(options: {
@@ -121,23 +132,26 @@ export class Alerts {
     this.#schedule();
   }
 
-  #schedule(): void {
+  /** The next check: as soon as the event loop is free, or after `afterMs` (a fleet's interval, a retry). */
+  #schedule(afterMs = this.#everyMs): void {
     if (this.#stopped || this.#scheduled !== null || this.#dirty.size === 0) return;
     const run = (): void => {
       this.#scheduled = null;
       this.#checking = this.#checking.then(() => this.#check()).catch(() => undefined);
     };
-    this.#scheduled = this.#everyMs === 0 ? setImmediate(run) : setTimeout(run, this.#everyMs);
-    this.#scheduled.unref();
+    if (afterMs === 0) {
+      const i = setImmediate(run).unref();
+      this.#scheduled = { cancel: () => clearImmediate(i) };
+    } else {
+      const t = setTimeout(run, afterMs).unref();
+      this.#scheduled = { cancel: () => clearTimeout(t) };
+    }
   }
 
   stop(): void {
     this.#stopped = true;
-    const s = this.#scheduled;
+    this.#scheduled?.cancel();
     this.#scheduled = null;
-    if (s === null) return;
-    if (this.#everyMs === 0) clearImmediate(s as NodeJS.Immediate);
-    else clearTimeout(s as NodeJS.Timeout);
   }
 
   async #check(): Promise<void> {
@@ -145,6 +159,11 @@ export class Alerts {
     this.#dirty.clear();
     const again = (d: (typeof dirty)[number]): void => {
       if (d.until > this.#now() && !this.#dirty.has(d.key.id)) this.#dirty.set(d.key.id, d);
+    };
+    let failed = false;
+    const retry = (d: (typeof dirty)[number]): void => {
+      failed = true;
+      if (!this.#dirty.has(d.key.id)) this.#dirty.set(d.key.id, d);
     };
     for (const d of dirty) {
       const { key, policy } = d;
@@ -154,7 +173,8 @@ export class Alerts {
       try {
         use = await this.#use(key.id, now);
       } catch {
-        // The store is unreachable: checked again at the key's next request.
+        // The store could not be read: checked again shortly.
+        retry(d);
         continue;
       }
       for (const alert of crossed(key, policy, use, now, this.#unitOf)) {
@@ -166,14 +186,16 @@ export class Alerts {
         try {
           mine = await this.#store.claimAlert({ id: alert.id, keyId: key.id, body, at: now });
         } catch {
-          // Not recorded: asked again at the key's next request.
+          // Not recorded (the store locked or unreachable): asked again shortly.
           this.#seen.delete(alert.id);
+          retry(d);
           continue;
         }
         if (mine) this.#fire(alert, body);
       }
     }
-    this.#schedule();
+    this.#failures = failed ? this.#failures + 1 : 0;
+    this.#schedule(failed ? Math.max(this.#everyMs, Math.min(RETRY_MAX_MS, RETRY_MS * 2 ** (this.#failures - 1))) : this.#everyMs);
   }
 }
 

@@ -53,6 +53,13 @@ export function createSpend(o: SpendOptions): Spend {
   const fresh = fleet ? new StoreView(o.store, o.ledger, 0) : null;
   const alertStore: AlertStore = o.store.alerts ?? new MemoryAlertStore();
   const metric = alertCounter(o.registry);
+  let stopped = false;
+  let resendTimer: NodeJS.Timeout | null = null;
+  /** Marks a firing delivered; a store that fails is asked again (else the next start would send it twice). */
+  const delivered = (id: string, attempt = 0): void =>
+    void alertStore.alertDelivered(id).catch(() => {
+      if (!stopped && attempt < 5) setTimeout(() => delivered(id, attempt + 1), 500 * 2 ** attempt).unref();
+    });
   const webhook =
     o.config.alertWebhook === null
       ? null
@@ -60,7 +67,7 @@ export function createSpend(o: SpendOptions): Spend {
           url: o.config.alertWebhook,
           secret: o.config.alertWebhookSecret,
           retryMs: o.config.alertWebhookRetryMs,
-          onDelivered: (id) => void alertStore.alertDelivered(id).catch(() => undefined),
+          onDelivered: (id) => delivered(id),
           onFailed: (id, reason, attempt, gaveUp) =>
             o.logger[gaveUp ? 'error' : 'warn']({ alert: id, reason, attempt }, gaveUp ? 'alert webhook: not delivered within KEYWARD_ALERT_WEBHOOK_RETRY; given up' : 'alert webhook: not delivered; retrying'),
         });
@@ -95,11 +102,24 @@ export function createSpend(o: SpendOptions): Spend {
     webhook,
     start: async () => {
       if (webhook === null) return;
-      const found = await alertStore.undeliveredAlerts(o.ledger.id, Date.now() - o.config.alertWebhookRetryMs, 60_000).catch(() => []);
-      for (const a of found) webhook.send(a.id, a.body, a.at);
-      if (found.length > 0) o.logger.info({ alerts: found.length }, 'alerts not delivered before the last stop; sending them');
+      // A store that fails (a SQLite ledger another process is writing, a
+      // database not reachable yet) is asked again, 1 s doubling to 30 s.
+      const resend = async (attempt: number): Promise<void> => {
+        let found;
+        try {
+          found = await alertStore.undeliveredAlerts(o.ledger.id, Date.now() - o.config.alertWebhookRetryMs, 60_000);
+        } catch {
+          if (!stopped) resendTimer = setTimeout(() => void resend(attempt + 1), Math.min(30_000, 1_000 * 2 ** attempt)).unref();
+          return;
+        }
+        for (const a of found) webhook.send(a.id, a.body, a.at);
+        if (found.length > 0) o.logger.info({ alerts: found.length }, 'alerts not delivered before the last stop; sending them');
+      };
+      await resend(0);
     },
     stop: () => {
+      stopped = true;
+      if (resendTimer !== null) clearTimeout(resendTimer);
       alerts.stop();
       webhook?.stop();
     },

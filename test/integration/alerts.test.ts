@@ -5,8 +5,6 @@
 import assert from 'node:assert/strict';
 import { createHmac } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -16,44 +14,13 @@ import { runCli } from '../support/cli.ts';
 import { deadline, eventually } from '../support/deadline.ts';
 import { startFleetGateway, statusOf } from '../support/fleet.ts';
 import { startGateway } from '../support/gateway.ts';
+import { startReceiver, type Received } from '../support/receiver.ts';
 import { startDatabase } from '../support/postgres.ts';
 import { parseProm } from '../support/prom.ts';
 import { startUpstream } from '../support/upstream.ts';
 import { freePort } from '../../src/process/listen.ts';
 
 const SECRET = 'alert-signing-secret';
-
-interface Received {
-  readonly body: string;
-  readonly signature: string | undefined;
-  readonly json: { event: string; key: { id: string; name: string }; limit: { kind: string; value: number; threshold: number; unit: string; period: string }; used: number; at: string; id: string };
-}
-
-/** A webhook receiver on 127.0.0.1 (on `port` when given): records every POST; `hang` leaves requests unanswered. */
-async function startReceiver(port = 0, hang = false): Promise<{ url: string; got: Received[]; close(): Promise<void> }> {
-  const got: Received[] = [];
-  const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const body = Buffer.concat(chunks).toString();
-      got.push({ body, signature: req.headers['x-keyward-signature'] as string | undefined, json: JSON.parse(body) as Received['json'] });
-      if (hang) return;
-      res.writeHead(204);
-      res.end();
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks/keyward`,
-    got,
-    close: () =>
-      new Promise((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
 
 const signed = (r: Received): boolean => r.signature === `sha256=${createHmac('sha256', SECRET).update(r.body).digest('hex')}`;
 const auth = (token: string): Record<string, string> => ({ authorization: `Bearer ${token}` });

@@ -1,0 +1,51 @@
+// An alert whose firing could not be recorded was dropped until the key's
+// next request. The SQLite ledger fails at once while another process holds
+// its write lock (with KEYWARD_WORKERS, a worker's flush every interval), so
+// a key driven to 100 % of its quota, whose further requests are refused and
+// never counted, lost its `limit_reached` alert for good (CI met it as a
+// two-worker alert that never fired). A check that meets a store failure is
+// now made again, 250 ms doubling; docs/limits.md, "Alerts".
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { request } from '../support/client.ts';
+import { deadline, eventually } from '../support/deadline.ts';
+import { startGateway } from '../support/gateway.ts';
+import { startReceiver } from '../support/receiver.ts';
+import { startUpstream } from '../support/upstream.ts';
+import { SqliteUsageStore } from '../../src/usage/sqlite-store.ts';
+
+test('alerts crossed while another process holds the ledger write lock fire once the lock is gone', { timeout: 60_000 }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'keyward-alert-locked-'));
+  const path = join(dir, 'usage.sqlite');
+  const up = await startUpstream();
+  const receiver = await startReceiver();
+  // The store exists first, with its tables, as a running gateway's would.
+  await new SqliteUsageStore(path).close();
+  const gw = await startGateway({ seo: up.url, usageStore: new SqliteUsageStore(path), limits: { quota: '10/day' }, env: { KEYWARD_ALERT_WEBHOOK: receiver.url } });
+  const holder = spawn(process.execPath, ['-e', `const { DatabaseSync } = require('node:sqlite'); const db = new DatabaseSync(${JSON.stringify(path)}); db.exec('begin immediate'); console.log('locked'); process.stdin.on('data', () => { db.exec('commit'); db.close(); process.exit(0); });`], { stdio: ['pipe', 'pipe', 'inherit'] });
+  try {
+    await deadline(new Promise<void>((resolve) => holder.stdout.on('data', (d: Buffer) => d.toString().includes('locked') && resolve())), 10_000, 'lock held');
+    // The whole quota while the lock is held; the rest is refused and counts for nothing.
+    for (let i = 0; i < 10; i++) assert.equal((await request(`${gw.url}/seo/v3/x`, { headers: { authorization: `Bearer ${gw.token}` } })).status, 200);
+    assert.equal((await request(`${gw.url}/seo/v3/x`, { headers: { authorization: `Bearer ${gw.token}` } })).status, 429);
+    await sleep(500); // several checks meet the lock
+    assert.equal(receiver.got.length, 0, 'nothing fires while it cannot be recorded');
+    holder.stdin.write('release\n');
+    await deadline(new Promise((r) => holder.on('exit', r)), 10_000, 'lock released');
+    await eventually(() => receiver.got.length >= 2, 15_000, 'both alerts once the lock is gone');
+    await sleep(300);
+    assert.deepEqual(receiver.got.map((r) => [r.json.event, r.json.limit.threshold]), [['threshold_crossed', 80], ['limit_reached', 100]]);
+    assert.equal(gw.logs().filter((l) => l.msg?.toString().startsWith('limit alert')).length, 2);
+  } finally {
+    holder.kill();
+    await gw.close();
+    await receiver.close();
+    await up.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
