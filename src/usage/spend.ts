@@ -54,12 +54,24 @@ export function createSpend(o: SpendOptions): Spend {
   const alertStore: AlertStore = o.store.alerts ?? new MemoryAlertStore();
   const metric = alertCounter(o.registry);
   let stopped = false;
-  let resendTimer: NodeJS.Timeout | null = null;
-  /** Marks a firing delivered; a store that fails is asked again (else the next start would send it twice). */
-  const delivered = (id: string, attempt = 0): void =>
-    void alertStore.alertDelivered(id).catch(() => {
-      if (!stopped && attempt < 5) setTimeout(() => delivered(id, attempt + 1), 500 * 2 ** attempt).unref();
+  const waiting = new Set<NodeJS.Timeout>();
+  /**
+   * Runs `work` against the store until it succeeds, never after a stop: a
+   * store that fails (a SQLite ledger another process is writing, a database
+   * not reachable yet) is asked again `firstMs` later, doubling to 30 s, at
+   * most `tries` times in all.
+   */
+  const retried = (work: () => Promise<void>, firstMs: number, tries: number, attempt = 0): Promise<void> =>
+    work().catch(() => {
+      if (stopped || attempt + 1 >= tries) return;
+      const t = setTimeout(() => {
+        waiting.delete(t);
+        void retried(work, firstMs, tries, attempt + 1);
+      }, Math.min(30_000, firstMs * 2 ** attempt)).unref();
+      waiting.add(t);
     });
+  /** Marks a firing delivered; a store that fails is asked again (else the next start would send it twice). */
+  const delivered = (id: string): void => void retried(() => alertStore.alertDelivered(id), 500, 6);
   const webhook =
     o.config.alertWebhook === null
       ? null
@@ -102,24 +114,20 @@ export function createSpend(o: SpendOptions): Spend {
     webhook,
     start: async () => {
       if (webhook === null) return;
-      // A store that fails (a SQLite ledger another process is writing, a
-      // database not reachable yet) is asked again, 1 s doubling to 30 s.
-      const resend = async (attempt: number): Promise<void> => {
-        let found;
-        try {
-          found = await alertStore.undeliveredAlerts(o.ledger.id, Date.now() - o.config.alertWebhookRetryMs, 60_000);
-        } catch {
-          if (!stopped) resendTimer = setTimeout(() => void resend(attempt + 1), Math.min(30_000, 1_000 * 2 ** attempt)).unref();
-          return;
-        }
-        for (const a of found) webhook.send(a.id, a.body, a.at);
-        if (found.length > 0) o.logger.info({ alerts: found.length }, 'alerts not delivered before the last stop; sending them');
-      };
-      await resend(0);
+      await retried(
+        async () => {
+          const found = await alertStore.undeliveredAlerts(o.ledger.id, Date.now() - o.config.alertWebhookRetryMs, 60_000);
+          for (const a of found) webhook.send(a.id, a.body, a.at);
+          if (found.length > 0) o.logger.info({ alerts: found.length }, 'alerts not delivered before the last stop; sending them');
+        },
+        1_000,
+        Infinity,
+      );
     },
     stop: () => {
       stopped = true;
-      if (resendTimer !== null) clearTimeout(resendTimer);
+      for (const t of waiting) clearTimeout(t);
+      waiting.clear();
       alerts.stop();
       webhook?.stop();
     },
