@@ -25,6 +25,10 @@ declare module 'autocannon' {
     duration?: number;
     pipelining?: number;
   }
-  function autocannon(options: Options): Promise<Result>;
+  /** The running load: a promise of its result, and an emitter of each response (with its latency in milliseconds, a float). */
+  interface Instance extends PromiseLike<Result> {
+    on(event: 'response', listener: (client: unknown, status: number, bytes: number, ms: number) => void): Instance;
+  }
+  function autocannon(options: Options): Instance;
   export default autocannon;
 }

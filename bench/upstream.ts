@@ -5,6 +5,7 @@ import { randomBytes } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { UPSTREAMS } from '../src/request/routes.ts';
+import { dataset } from './dataset.ts';
 
 const env = process.env;
 const secrets = JSON.parse(env.BENCH_SECRETS ?? '{}') as Record<string, string[]>;
@@ -25,6 +26,8 @@ const READ_BODY = Buffer.from(
   JSON.stringify({ version: '0.1', status_code: 20000, status_message: 'Ok.', tasks: [{ id: 't', status_code: 20000, result: [{ login: 'bench', money: { balance: 42.5 } }] }] }),
 );
 const AUDIO = randomBytes(10 * 1024 * 1024);
+/** A scraper dataset download: 10 MiB of JSON text, the scraper's common large answer. */
+const DATASET = dataset(10 * 1024 * 1024);
 const SLOW_CHUNK = randomBytes(4096);
 const SLOW_CHUNKS = 16; // 64 KiB
 const SLOW_MS = Number(env.BENCH_SLOW_MS ?? 5000);
@@ -36,6 +39,11 @@ function send(res: http.ServerResponse, status: number, type: string, body: Buff
 
 const server = http.createServer({ keepAliveTimeout: 120_000, headersTimeout: 130_000, requestTimeout: 0 }, (req, res) => {
   const url = req.url ?? '';
+  if (url === '/v2/acts/x/run-sync-get-dataset-items' && req.method === 'POST') {
+    if (!credentialed(req, 'scraper')) return send(res, 401, 'text/plain', Buffer.from('bad credential'));
+    req.resume();
+    return req.on('end', () => send(res, 200, 'application/json; charset=utf-8', DATASET));
+  }
   if (url.startsWith('/v2/acts/') && req.method === 'POST') {
     if (!credentialed(req, 'scraper')) return send(res, 401, 'text/plain', Buffer.from('bad credential'));
     req.resume();

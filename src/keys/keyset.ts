@@ -1,7 +1,7 @@
 // The in-memory key set the request path reads. Built whole from a list of
 // records and swapped whole, so a lookup never sees a half-applied change.
 import type { Limits } from '../usage/policy.ts';
-import { isWellFormed, tokenDigestBytes } from './token.ts';
+import { tokenDigestBytes } from './token.ts';
 
 /** A digest that still opens the key until `until` (the grace period of `keys rotate`). */
 export interface PreviousDigest {
@@ -175,12 +175,13 @@ export class KeySet {
 
   /**
    * The key a token opens, or null for a token that names no key (or a
-   * rotated-out one past its grace). Malformed tokens are refused before
-   * hashing; the probe is one hash-table lookup whatever the number of keys,
-   * keyed by a digest, so its timing says nothing about stored tokens.
+   * rotated-out one past its grace). The caller refuses malformed tokens
+   * first (isWellFormed, without hashing); one that reaches here opens
+   * nothing all the same, since its digest is in no table. The probe is one
+   * hash-table lookup whatever the number of keys, keyed by a digest, so its
+   * timing says nothing about stored tokens.
    */
   lookup(token: string, now: number): Lookup | null {
-    if (!isWellFormed(token)) return null;
     const digest = tokenDigestBytes(token);
     const t = this.#table;
     let slot = digest.readUInt32LE(0) & t.mask;

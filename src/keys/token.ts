@@ -23,8 +23,15 @@ function base62(value: bigint, width: number): string {
   return out.padStart(width, '0');
 }
 
+/** The CRC-32 of the body in base62, six digits: in plain numbers (a CRC-32 fits a double), on every request's path. */
 function checksum(body: string): string {
-  return base62(BigInt(crc32(body)), CHECK_LENGTH);
+  let v = crc32(body);
+  let out = '';
+  for (let i = 0; i < CHECK_LENGTH; i++) {
+    out = (ALPHABET[v % 62] as string) + out;
+    v = Math.floor(v / 62);
+  }
+  return out;
 }
 
 export function generateToken(): string {

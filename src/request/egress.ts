@@ -5,7 +5,7 @@
 // is replaced by as many `*` as it has bytes, so Content-Length and framing
 // stay right. Pure: no I/O here; relay.ts drives it as the body streams.
 import type { Route } from './routes.ts';
-import { base64Middles, MAX_UNIT, prefixTail, searchRun, spellingsOf, spellingTables } from './spellings.ts';
+import { base64Middles, MAX_UNIT, prefixTail, searchRun, spellingsOf, spellingTables, windowSlot } from './spellings.ts';
 
 /** Shorter values are not filtered (they would mask ordinary text); the start-up log names them. */
 const MIN_SECRET_LENGTH = 8;
@@ -29,10 +29,18 @@ export class Secrets {
   readonly forms: readonly SecretForm[];
   /** 1 for every byte that occurs in some spelling of some secret. */
   readonly alphabet: Uint8Array;
-  /** 1 for every pair of adjacent bytes in some spelling, indexed by `first | second << 8`. */
-  readonly pairs: Uint8Array;
-  /** The shortest secret's length less one: every spelling of one holds a pair starting at a multiple of it (less one). */
+  /** A bit for every folded 4-byte window some spelling can hold (spellings.ts, windowSlot). */
+  readonly windows: Uint32Array;
+  /** The shortest secret's length less three: every spelling of one holds a whole window starting at a multiple of it. */
   readonly stride: number;
+  /**
+   * Windows in the table, four bytes apart, that any spelling holds around
+   * the sampled one, at least: (shortest − 4) / 4, rounded down. A sampled
+   * window whose neighbours fall short of it is no part of a secret.
+   */
+  readonly run: number;
+  /** The shortest secret's length. */
+  readonly shortest: number;
   /** The longest secret's length. */
   readonly longest: number;
   /** 1 for every byte that can begin a spelling of some secret (NUL too: UTF-16 big-endian). */
@@ -42,14 +50,17 @@ export class Secrets {
     this.forms = forms;
     const tables = spellingTables(forms.map((f) => f.folded));
     this.alphabet = tables.alphabet;
-    this.pairs = tables.pairs;
+    this.windows = tables.windows;
     let shortest = Infinity;
     let longest = 0;
     for (const f of forms) {
       shortest = Math.min(shortest, f.folded.length);
       longest = Math.max(longest, f.folded.length);
     }
-    this.stride = Number.isFinite(shortest) ? Math.max(1, shortest - 1) : 1;
+    // Secrets are at least MIN_SECRET_LENGTH long; a shorter one (a test's) only makes the scan read every window.
+    this.shortest = Number.isFinite(shortest) ? shortest : 0;
+    this.stride = Math.max(1, this.shortest - 3);
+    this.run = Math.max(1, Math.floor((this.shortest - 4) / 4));
     this.longest = longest;
     this.starts = new Uint8Array(256);
     this.starts[0] = 1;
@@ -114,6 +125,23 @@ export function maskHeaders(secrets: Secrets, raw: string[]): SecretForm[] | nul
     at += n + 1;
   }
   return scan.found;
+}
+
+/** The 4-byte window at `p`, folded: in the table, or holding a NUL (a NUL may sit anywhere in a UTF-16 spelling). */
+function candidate(view: DataView, p: number, windows: Uint32Array): boolean {
+  const raw = view.getInt32(p, true);
+  // Some byte is zero (the classic test: a borrow into the top bit of a byte that was 0).
+  if (((raw - 0x01010101) & ~raw & 0x80808080) !== 0) return true;
+  const slot = windowSlot(raw | 0x20202020);
+  return ((windows[slot >>> 5] as number) & (1 << (slot & 31))) !== 0;
+}
+
+/** At least `run` candidate windows in a row, four bytes apart, through the one at `p` (within 0…last). */
+function confirmed(view: DataView, p: number, last: number, windows: Uint32Array, run: number): boolean {
+  let n = 1;
+  for (let q = p - 4; q >= 0 && n < run && candidate(view, q, windows); q -= 4) n++;
+  for (let q = p + 4; q <= last && n < run && candidate(view, q, windows); q += 4) n++;
+  return n >= run;
 }
 
 /** One occurrence: [first byte, past its last byte, which form]; longest forms come first within a run. */
@@ -188,31 +216,50 @@ export class BodyScan {
    * Every match in `buf`, found on the bytes as they came (two secrets
    * that overlap are both masked whole), or null.
    *
-   * Every spelling of a secret is at least as long as the secret and longer
-   * than `stride`, so an occurrence holds the two bytes at p, p+1 for some p
-   * in stride-1, 2·stride-1, …: only those pairs are looked up (in a table
-   * of the pairs some spelling can hold), and only around a pair that does
-   * occur is the run of alphabet bytes decoded and searched. In binary data
-   * (audio) few pairs are candidates and fewer runs are long enough, so a
-   * 10 MiB stream costs a table lookup per `stride` bytes rather than a full
-   * search per secret (bench/README.md, egress filter).
+   * Every spelling of a secret is at least as long as the secret, so an
+   * occurrence holds a whole 4-byte window starting at some multiple of
+   * `stride` (the shortest secret less three): only those windows are read,
+   * case-folded (each byte OR 0x20), and looked up in a table of the windows
+   * any spelling can hold (spellings.ts). A window that is there, or that
+   * holds a NUL (UTF-16), is confirmed by its neighbours four bytes apart,
+   * of which an occurrence holds at least `run` in a row; only then is the
+   * run of alphabet bytes around it decoded and searched, by the reader of
+   * every spelling (searchRun). Text and binary alike cost one table read
+   * every `stride` bytes (bench/README.md, egress filter).
    */
   matches(buf: Buffer): Match[] | null {
-    const { alphabet: A, pairs: P, stride: t } = this.#secrets;
-    const n = buf.length - 1;
-    // Pairs read two bytes at a time (little-endian: first | second << 8).
+    const s = this.#secrets;
+    const last = buf.length - 4;
+    if (last < 0 || buf.length < s.shortest) return s.shortest < 4 && buf.length > 0 ? this.#search(buf, 0, buf.length, null) : null;
+    // Chunks arrive as Buffers of several hidden classes (read from a socket,
+    // concatenated, sliced); read through views of one class each, or the
+    // loop below is deoptimised again and again ("wrong map") and runs in the
+    // interpreter, five times slower.
+    const bytes = new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
     const view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
+    const { alphabet: A, windows: W, stride, run } = s;
     let ranges: Match[] | null = null;
     let searched = 0;
-    for (let p = t - 1; p < n; p += t) {
-      if (P[view.getUint16(p, true)] === 0 || p < searched) continue;
-      // A pair from some spelling: search the run of alphabet bytes around it.
+    for (let p = 0; p <= last; p += stride) {
+      // The loop of the whole filter. A window with a byte no spelling holds is
+      // no part of one: its first and last bytes, in a 256-byte table that
+      // stays in the first-level cache, turn away most of binary data (which
+      // evicts a larger table between chunks) before the window's own lookup.
+      if (((A[bytes[p] as number] as number) & (A[bytes[p + 3] as number] as number)) === 0) continue;
+      // The window, folded, and one bit of the table (or a NUL in it).
+      const raw = view.getInt32(p, true);
+      if (((raw - 0x01010101) & ~raw & 0x80808080) === 0) {
+        const slot = windowSlot(raw | 0x20202020);
+        if (((W[slot >>> 5] as number) & (1 << (slot & 31))) === 0) continue;
+      }
+      if (p < searched || (run > 1 && !confirmed(view, p, last, W, run))) continue;
+      // Decode and search the run of alphabet bytes around it.
       let a = p;
-      while (a > 0 && A[buf[a - 1] as number] === 1) a--;
-      let b = p + 2;
-      while (b <= n && A[buf[b] as number] === 1) b++;
+      while (a > 0 && A[bytes[a - 1] as number] === 1) a--;
+      let b = p;
+      while (b < bytes.length && A[bytes[b] as number] === 1) b++;
       searched = b;
-      if (b - a <= t) continue;
+      if (b - a < s.shortest) continue;
       ranges = this.#search(buf, a, b, ranges);
     }
     return ranges;

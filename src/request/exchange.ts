@@ -32,6 +32,8 @@ export class Exchange {
   /** Sweeper state: bytes moved on both connections at the last sweep, and when that last changed. */
   activity = 0;
   lastActive = 0;
+  /** Its place in the sweeper's list while it is watched; -1 when not (timers.ts). */
+  sweepSlot = -1;
   /** When the request was found fully sent upstream (the answer timeout runs from here); 0 before. */
   answerSince = 0;
   /** Why the request did not end as the upstream's whole answer; set once (outcome.ts). */

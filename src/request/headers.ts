@@ -56,6 +56,11 @@ export function requestStripSet(extra: readonly string[], credentialHeader: stri
 /** Header names listed in a Connection header value (RFC 9110 §7.6.1), lower-cased. */
 function connectionNamed(value: string | string[] | undefined): Set<string> | null {
   if (value === undefined) return null;
+  // The common values name no header: nothing to split.
+  if (typeof value === 'string' && (value.length === 10 || value.length === 5)) {
+    const v = value.toLowerCase();
+    if (v === 'keep-alive' || v === 'close') return null;
+  }
   const text = Array.isArray(value) ? value.join(',') : value;
   let named: Set<string> | null = null;
   for (const part of text.split(',')) {

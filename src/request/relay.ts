@@ -14,7 +14,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import zlib from 'node:zlib';
 import type { Transform } from 'node:stream';
 import { BodyScan, type SecretForm, type Secrets } from './egress.ts';
-import type { Exchange } from './exchange.ts';
+import { exchangeOf, type Exchange } from './exchange.ts';
 import { upstream } from './outcome.ts';
 import { bodyCost, type TopLevelField } from '../usage/cost.ts';
 import { ZstdFrames } from './zstd-frames.ts';
@@ -80,13 +80,29 @@ function costRead(ex: Exchange, cost: TopLevelField): void {
 /** The upstream's declared body length, or -1 (none, or not a plain number). */
 function contentLength(res: IncomingMessage): number {
   const v = res.headers['content-length'];
-  return v !== undefined && /^\d{1,15}$/.test(v) ? Number(v) : -1;
+  if (v === undefined || v.length === 0 || v.length > 15) return -1;
+  for (let i = 0; i < v.length; i++) {
+    const c = v.charCodeAt(i);
+    if (c < 0x30 || c > 0x39) return -1;
+  }
+  return Number(v);
+}
+
+/** The relay of a response, kept on the upstream response so its listeners are shared functions, not closures made per response. */
+const RELAY = Symbol('keyward.relay');
+type Relayed = IncomingMessage & { [RELAY]?: PlainRelay };
+
+/** The client took what was written: the upstream may send more. */
+function resumeUpstream(this: ServerResponse): void {
+  const up = exchangeOf(this.req).upstreamResponse;
+  if (up !== null && up.isPaused()) up.resume();
 }
 
 function send(proxyRes: IncomingMessage, res: ServerResponse, out: Buffer): void {
   if (out.length > 0 && !res.write(out)) {
     proxyRes.pause();
-    res.once('drain', () => proxyRes.resume());
+    // One listener per response, added the first time the client falls behind.
+    if (res.listenerCount('drain') === 0) res.on('drain', resumeUpstream);
   }
 }
 
@@ -113,47 +129,96 @@ function sniff(start: Buffer): Decoders | null {
 const SNIFF_BYTES = 4;
 
 /**
- * Relay a body that is not labelled compressed, masking secrets as it
- * streams (no secrets: filter off). One that is compressed all the same
- * (sniff) goes to relayCompressed from its first bytes.
+ * A body that is not labelled compressed, relayed as it streams: each chunk
+ * goes out as it came (the same Buffer, when it holds no secret and does not
+ * end in a possible start of one), with backpressure (pause on a full client
+ * buffer, resume on drain), its bytes counted and its cost read on the way.
+ * With the filter on, the first bytes are sniffed: one that is compressed
+ * after all (sniff) goes to relayCompressed from its first bytes.
  */
-export function relayPlain(proxyRes: IncomingMessage, res: ServerResponse, ex: Exchange, secrets: Secrets, limits: DecodeLimits, onSecret: OnSecret, cost: TopLevelField | null): void {
-  const whole = contentLength(proxyRes);
-  const scan = secrets.empty ? null : new BodyScan(secrets);
-  /** The first bytes, until the sniff has enough to say (filter on only). */
-  let start: Buffer | null = scan === null ? null : Buffer.alloc(0);
-  const relay = (chunk: Buffer): void => {
-    ex.bytesOut += chunk.length;
-    // Watched on its way, never held: the cost reader only reads.
-    cost?.push(chunk);
-    const out = scan === null ? chunk : scan.push(chunk);
-    if (out.length === whole) {
-      res.end(out);
+class PlainRelay {
+  readonly #up: IncomingMessage;
+  readonly #res: ServerResponse;
+  readonly #ex: Exchange;
+  readonly #secrets: Secrets;
+  readonly #limits: DecodeLimits;
+  readonly #onSecret: OnSecret;
+  readonly #cost: TopLevelField | null;
+  readonly #scan: BodyScan | null;
+  /** The whole body's length when declared: a body that arrives as one chunk goes out with the head in one end(). */
+  readonly #whole: number;
+  /** The first bytes, until the sniff has enough to say (filter on only); null once it said. */
+  #start: Buffer | null;
+
+  constructor(up: IncomingMessage, res: ServerResponse, ex: Exchange, secrets: Secrets, limits: DecodeLimits, onSecret: OnSecret, cost: TopLevelField | null) {
+    this.#up = up;
+    this.#res = res;
+    this.#ex = ex;
+    this.#secrets = secrets;
+    this.#limits = limits;
+    this.#onSecret = onSecret;
+    this.#cost = cost;
+    this.#whole = contentLength(up);
+    this.#scan = secrets.empty ? null : new BodyScan(secrets);
+    this.#start = this.#scan === null ? null : EMPTY;
+  }
+
+  data(chunk: Buffer): void {
+    if (this.#start === null) return this.#relay(chunk);
+    const start = this.#start.length === 0 ? chunk : Buffer.concat([this.#start, chunk]);
+    if (start.length < SNIFF_BYTES) {
+      this.#start = start;
       return;
     }
-    send(proxyRes, res, out);
-  };
-  const onData = (chunk: Buffer): void => {
-    if (start === null) return relay(chunk);
-    start = start.length === 0 ? chunk : Buffer.concat([start, chunk]);
-    if (start.length < SNIFF_BYTES) return;
-    const first = start;
-    start = null;
-    const compressed = sniff(first);
-    if (compressed === null) return relay(first);
-    proxyRes.removeListener('data', onData);
-    proxyRes.removeListener('end', onEnd);
-    relayCompressed(proxyRes, res, ex, secrets, compressed, limits, onSecret, cost, () => true, () => undefined, first);
-  };
-  const onEnd = (): void => {
-    if (start !== null && start.length > 0) relay(start);
-    if (cost !== null) costRead(ex, cost);
-    const rest = scan?.end() ?? null;
-    if (scan !== null && scan.found !== null) onSecret(ex, scan.found, false);
-    if (!res.writableEnded) res.end(rest ?? undefined);
-  };
-  proxyRes.on('data', onData);
-  proxyRes.on('end', onEnd);
+    this.#start = null;
+    const compressed = sniff(start);
+    if (compressed === null) return this.#relay(start);
+    const up = this.#up as Relayed;
+    up.removeListener('data', onPlainData);
+    up.removeListener('end', onPlainEnd);
+    up[RELAY] = undefined;
+    relayCompressed(up, this.#res, this.#ex, this.#secrets, compressed, this.#limits, this.#onSecret, this.#cost, () => true, () => undefined, start);
+  }
+
+  #relay(chunk: Buffer): void {
+    this.#ex.bytesOut += chunk.length;
+    // Watched on its way, never held: the cost reader only reads.
+    this.#cost?.push(chunk);
+    const out = this.#scan === null ? chunk : this.#scan.push(chunk);
+    if (out.length === this.#whole) this.#res.end(out);
+    else send(this.#up, this.#res, out);
+  }
+
+  end(): void {
+    const start = this.#start;
+    if (start !== null && start.length > 0) {
+      this.#start = null;
+      this.#relay(start);
+    }
+    if (this.#cost !== null) costRead(this.#ex, this.#cost);
+    const scan = this.#scan;
+    const rest = scan === null ? null : scan.end();
+    if (scan !== null && scan.found !== null) this.#onSecret(this.#ex, scan.found, false);
+    if (!this.#res.writableEnded) this.#res.end(rest ?? undefined);
+  }
+}
+
+const EMPTY = Buffer.alloc(0);
+
+function onPlainData(this: Relayed, chunk: Buffer): void {
+  this[RELAY]?.data(chunk);
+}
+
+function onPlainEnd(this: Relayed): void {
+  this[RELAY]?.end();
+}
+
+/** Relay a body that is not labelled compressed, masking secrets as it streams (no secrets: filter off). */
+export function relayPlain(proxyRes: IncomingMessage, res: ServerResponse, ex: Exchange, secrets: Secrets, limits: DecodeLimits, onSecret: OnSecret, cost: TopLevelField | null): void {
+  const up = proxyRes as Relayed;
+  up[RELAY] = new PlainRelay(proxyRes, res, ex, secrets, limits, onSecret, cost);
+  up.on('data', onPlainData);
+  up.on('end', onPlainEnd);
 }
 
 /** What one response may make the gateway decode (docs/security.md, "Work an upstream can force"). */

@@ -8,8 +8,6 @@
 // each secret case-folded, so every mix of these spellings, in either hex
 // case, is one comparison. Pure: no I/O.
 
-const HEX_DIGITS = '0123456789abcdefABCDEF';
-
 /** HTML's named references for the punctuation a secret or its base64 can hold. */
 const NAMED: Readonly<Record<string, string>> = {
   sol: '/',
@@ -274,60 +272,103 @@ export function spellingsOf(c: string): string[] {
   return out;
 }
 
-/** Bytes inside escapes of any length (leading zeros, hex case): their adjacent pairs. */
-function escapeInnerPairs(add: (a: number, b: number) => void): void {
-  const hex = [...HEX_DIGITS].map((h) => h.charCodeAt(0));
-  const digits = hex.slice(0, 10);
-  for (const a of hex) for (const b of hex) add(a, b);
-  for (const introducer of [0x25, 0x78, 0x58]) for (const h of hex) add(introducer, h); // %H xH XH
-  for (const d of digits) add(0x23, d); // #D
-  for (const h of hex) add(h, 0x3b); // H;
-  add(0x5c, 0x75); // \u
-  add(0x5c, 0x78); // \x
-  add(0x75, 0x30); // u0
-  add(0x26, 0x23); // &#
-  add(0x23, 0x78); // #x
-  add(0x23, 0x58); // #X
-}
+/** The most digits escapeAt reads in a numeric HTML entity (`&#00000097;`). */
+const ENTITY_DIGITS = 8;
 
 /**
- * The scan's tables for a set of (lower-case) secrets: every byte that can
- * occur in a spelling of one, and every pair of adjacent bytes that can, at
- * `first | second << 8`. A NUL may follow or precede any character (UTF-16).
+ * Every byte string escapeAt (or a literal byte) reads back as the
+ * lower-case character `c`, case-folded the way the window table folds
+ * (each byte OR 0x20): the literal, `%XX`, `\u00XX`, `\xXX`, `\/`, the
+ * decimal and hex HTML entities with every count of leading zeros escapeAt
+ * accepts, and the named ones. Exhaustive where spellingsOf is
+ * representative: the window table must hold every window of every mix.
  */
-export function spellingTables(secrets: readonly string[]): { readonly alphabet: Uint8Array; readonly pairs: Uint8Array } {
+export function everySpellingOf(c: string): string[] {
+  const out = new Set<string>([c]);
+  // A letter's escapes read back as it in either case (`&#65;` is `A`, which folds to `a`).
+  for (const code of c >= 'a' && c <= 'z' ? [c.charCodeAt(0), c.toUpperCase().charCodeAt(0)] : [c.charCodeAt(0)]) {
+    const hex = code.toString(16).padStart(2, '0');
+    const dec = String(code);
+    out.add(`%${hex}`).add(`\\u00${hex}`).add(`\\x${hex}`);
+    for (let d = dec.length; d <= ENTITY_DIGITS; d++) out.add(`&#${dec.padStart(d, '0')};`);
+    for (let d = hex.length; d <= ENTITY_DIGITS; d++) out.add(`&#x${hex.padStart(d, '0')};`);
+  }
+  if (c === '/') out.add('\\/');
+  for (const [name, ch] of Object.entries(NAMED)) if (ch === c) out.add(`&${name};`);
+  return [...out].map(foldText);
+}
+
+/** Each byte OR 0x20, as the scan folds a window (letters to lower case; some punctuation moves too, in both places alike). */
+const foldText = (t: string): string => String.fromCharCode(...[...t].map((ch) => ch.charCodeAt(0) | 0x20));
+
+/** log2 of the window table's size in bits: 1 Mbit (128 KiB), a few per cent full for the real secrets' windows. */
+export const WINDOW_BITS = 20;
+/** A folded 4-byte window (little-endian) to its place in the window table. */
+export const windowSlot = (w: number): number => Math.imul(w, 0x9e3779b1) >>> (32 - WINDOW_BITS);
+
+/**
+ * The scan's tables for a set of (lower-case) secrets (egress.ts):
+ * - `alphabet`: 1 for every byte that can occur in a spelling of one (NUL
+ *   too: UTF-16, either byte order);
+ * - `windows`: a bit for every 4-byte window, folded, that can occur inside
+ *   a spelling of one in any mix of spellings, hashed (windowSlot). A window
+ *   with a NUL in it is not in the table: the scan treats every such window
+ *   as a candidate, which covers UTF-16 (a NUL beside every byte) without
+ *   every NUL pattern filling the table.
+ */
+export function spellingTables(secrets: readonly string[]): { readonly alphabet: Uint8Array; readonly windows: Uint32Array } {
   const alphabet = new Uint8Array(256);
-  const pairs = new Uint8Array(65536);
-  const add = (a: number, b: number): void => {
-    pairs[a | (b << 8)] = 1;
-  };
+  alphabet[0] = 1;
+  const windows = new Uint32Array(1 << (WINDOW_BITS - 5));
   const cache = new Map<string, string[]>();
   const of = (c: string): string[] => {
     let s = cache.get(c);
-    if (s === undefined) cache.set(c, (s = spellingsOf(c)));
+    if (s === undefined) cache.set(c, (s = everySpellingOf(c)));
     return s;
   };
-  escapeInnerPairs(add);
-  alphabet[0] = 1;
   for (const secret of secrets) {
+    for (const ch of secret) {
+      for (const u of [...spellingsOf(ch), ...of(ch)]) {
+        for (let k = 0; k < u.length; k++) {
+          const b = u.charCodeAt(k);
+          alphabet[b] = 1;
+          // The folded table has lost letter case; the alphabet must not.
+          if (b >= 0x61 && b <= 0x7a) alphabet[b & ~0x20] = 1;
+        }
+      }
+    }
+    // The `n`-byte strings a spelling of secret[j…] can begin with (the window's part after the first spelling).
+    const heads = new Map<number, Set<string>>();
+    const headsOf = (j: number, n: number): Set<string> => {
+      const key = j * 4 + n;
+      let set = heads.get(key);
+      if (set !== undefined) return set;
+      set = new Set();
+      if (n === 0) set.add('');
+      else if (j < secret.length) {
+        for (const u of of(secret[j] as string)) {
+          if (u.length >= n) set.add(u.slice(0, n));
+          else for (const rest of headsOf(j + 1, n - u.length)) set.add(u + rest);
+        }
+      }
+      heads.set(key, set);
+      return set;
+    };
     for (let i = 0; i < secret.length; i++) {
       for (const u of of(secret[i] as string)) {
-        for (let k = 0; k < u.length; k++) {
-          alphabet[u.charCodeAt(k)] = 1;
-          if (k + 1 < u.length) add(u.charCodeAt(k), u.charCodeAt(k + 1));
+        for (let o = 0; o < u.length; o++) {
+          const start = u.slice(o, o + 4);
+          for (const rest of headsOf(i + 1, 4 - start.length)) {
+            const w = start + rest;
+            const word = ((w.charCodeAt(0) & 0xff) | ((w.charCodeAt(1) & 0xff) << 8) | ((w.charCodeAt(2) & 0xff) << 16) | ((w.charCodeAt(3) & 0xff) << 24)) >>> 0;
+            const slot = windowSlot(word);
+            windows[slot >>> 5] = (windows[slot >>> 5] as number) | (1 << (slot & 31));
+          }
         }
-        const last = u.charCodeAt(u.length - 1);
-        if (i + 1 < secret.length) for (const v of of(secret[i + 1] as string)) add(last, v.charCodeAt(0));
       }
     }
   }
-  // UTF-16: a NUL beside every byte of every spelling.
-  for (let b = 1; b < 256; b++) {
-    if (alphabet[b] === 0) continue;
-    add(b, 0);
-    add(0, b);
-  }
-  return { alphabet, pairs };
+  return { alphabet, windows };
 }
 
 /**
