@@ -112,6 +112,13 @@ export function secretForms(routes: readonly Route[]): { readonly forms: readonl
  */
 export function maskHeaders(secrets: Secrets, raw: string[]): SecretForm[] | null {
   if (secrets.empty) return null;
+  // A name or value is scanned on its own first, as text, allocating
+  // nothing: most are shorter than any secret, and the rest (a date, a
+  // content type) hold no window a spelling could. Only a response where
+  // one does is read in full, below.
+  let suspect = false;
+  for (let i = 0; i < raw.length && !suspect; i++) suspect = textSuspect(secrets, raw[i] as string);
+  if (!suspect) return null;
   const joined = Buffer.from(raw.join('\n'), 'latin1');
   const scan = new BodyScan(secrets);
   const ranges = scan.matches(joined);
@@ -125,6 +132,32 @@ export function maskHeaders(secrets: Secrets, raw: string[]): SecretForm[] | nul
     at += n + 1;
   }
   return scan.found;
+}
+
+/**
+ * Whether `text` (read as Latin-1, as a header is written) could hold a
+ * spelling of a secret: the body scan's sampled windows and their
+ * confirmation, on the string itself.
+ */
+function textSuspect(secrets: Secrets, text: string): boolean {
+  const last = text.length - 4;
+  if (text.length < secrets.shortest || last < 0) return false;
+  const { windows: W, stride, run, alphabet: A } = secrets;
+  const word = (p: number): number =>
+    (text.charCodeAt(p) & 0xff) | ((text.charCodeAt(p + 1) & 0xff) << 8) | ((text.charCodeAt(p + 2) & 0xff) << 16) | ((text.charCodeAt(p + 3) & 0xff) << 24);
+  const hit = (raw: number): boolean => {
+    if (((raw - 0x01010101) & ~raw & 0x80808080) !== 0) return true;
+    const slot = windowSlot(raw | 0x20202020);
+    return ((W[slot >>> 5] as number) & (1 << (slot & 31))) !== 0;
+  };
+  for (let p = 0; p <= last; p += stride) {
+    if (((A[text.charCodeAt(p) & 0xff] as number) & (A[text.charCodeAt(p + 3) & 0xff] as number)) === 0 || !hit(word(p))) continue;
+    let n = 1;
+    for (let q = p - 4; q >= 0 && n < run && hit(word(q)); q -= 4) n++;
+    for (let q = p + 4; q <= last && n < run && hit(word(q)); q += 4) n++;
+    if (n >= run) return true;
+  }
+  return false;
 }
 
 /** The 4-byte window at `p`, folded: in the table, or holding a NUL (a NUL may sit anywhere in a UTF-16 spelling). */
@@ -185,6 +218,27 @@ export class BodyScan {
   }
 
   /**
+   * What push returns, written to `write` in one or two parts: a chunk that
+   * arrives while a possible start of a secret is held is split after the
+   * longest spelling a secret can have, so only that first part is copied
+   * behind the held bytes. Whole, a 64 KiB chunk was copied (and a new 64
+   * KiB of memory outside the heap allocated, which brings collections
+   * forward) for every chunk that followed a held tail: one in five of a
+   * JSON body's.
+   */
+  pushTo(chunk: Buffer, write: (out: Buffer) => void): void {
+    let rest = chunk;
+    const seam = this.#secrets.longest * MAX_UNIT;
+    if (this.#held !== null && rest.length > 2 * seam) {
+      const first = this.push(rest.subarray(0, seam));
+      if (first.length > 0) write(first);
+      rest = rest.subarray(seam);
+    }
+    const out = this.push(rest);
+    if (out.length > 0) write(out);
+  }
+
+  /**
    * Mask in `out` the matches that start before `cut` (the longest form
    * first, so one inside another is masked, not reported), and note their
    * forms. A match starting in the held tail is found again with the next
@@ -237,32 +291,46 @@ export class BodyScan {
     // interpreter, five times slower.
     const bytes = new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
     const view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
-    const { alphabet: A, windows: W, stride, run } = s;
-    let ranges: Match[] | null = null;
-    let searched = 0;
+    const A = s.alphabet;
+    const W = s.windows;
+    const stride = s.stride;
+    this.#ranges = null;
+    this.#searched = 0;
+    // The loop of the whole filter, kept to the few operations every sampled
+    // window pays (the rare candidate is handled out of line, in #candidate:
+    // with it inline the loop compiled to code a third slower). A window with
+    // a byte no spelling holds is no part of one: its first and last bytes,
+    // in a 256-byte table, turn most of binary data away; then the window,
+    // folded, and one bit of the window table (or a NUL in it).
     for (let p = 0; p <= last; p += stride) {
-      // The loop of the whole filter. A window with a byte no spelling holds is
-      // no part of one: its first and last bytes, in a 256-byte table that
-      // stays in the first-level cache, turn away most of binary data (which
-      // evicts a larger table between chunks) before the window's own lookup.
       if (((A[bytes[p] as number] as number) & (A[bytes[p + 3] as number] as number)) === 0) continue;
-      // The window, folded, and one bit of the table (or a NUL in it).
       const raw = view.getInt32(p, true);
       if (((raw - 0x01010101) & ~raw & 0x80808080) === 0) {
         const slot = windowSlot(raw | 0x20202020);
         if (((W[slot >>> 5] as number) & (1 << (slot & 31))) === 0) continue;
       }
-      if (p < searched || (run > 1 && !confirmed(view, p, last, W, run))) continue;
-      // Decode and search the run of alphabet bytes around it.
-      let a = p;
-      while (a > 0 && A[bytes[a - 1] as number] === 1) a--;
-      let b = p;
-      while (b < bytes.length && A[bytes[b] as number] === 1) b++;
-      searched = b;
-      if (b - a < s.shortest) continue;
-      ranges = this.#search(buf, a, b, ranges);
+      this.#candidate(buf, bytes, view, p, last);
     }
+    const ranges = this.#ranges;
+    this.#ranges = null;
     return ranges;
+  }
+
+  /** Matches found so far by the running `matches`, and where its searches have reached. */
+  #ranges: Match[] | null = null;
+  #searched = 0;
+
+  /** A sampled window that a spelling could hold: confirmed by its neighbours, then the run of alphabet bytes around it decoded and searched. */
+  #candidate(buf: Buffer, bytes: Uint8Array, view: DataView, p: number, last: number): void {
+    const s = this.#secrets;
+    if (p < this.#searched || (s.run > 1 && !confirmed(view, p, last, s.windows, s.run))) return;
+    const A = s.alphabet;
+    let a = p;
+    while (a > 0 && A[bytes[a - 1] as number] === 1) a--;
+    let b = p;
+    while (b < bytes.length && A[bytes[b] as number] === 1) b++;
+    this.#searched = b;
+    if (b - a >= s.shortest) this.#ranges = this.#search(buf, a, b, this.#ranges);
   }
 
   #search(buf: Buffer, a: number, b: number, ranges: Match[] | null): Match[] | null {

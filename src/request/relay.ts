@@ -184,10 +184,15 @@ class PlainRelay {
     this.#ex.bytesOut += chunk.length;
     // Watched on its way, never held: the cost reader only reads.
     this.#cost?.push(chunk);
-    const out = this.#scan === null ? chunk : this.#scan.push(chunk);
+    if (this.#scan === null) this.#write(chunk);
+    else this.#scan.pushTo(chunk, this.#write);
+  }
+
+  /** One part of the body on its way out; the whole body at once goes out with the head in one end(). */
+  readonly #write = (out: Buffer): void => {
     if (out.length === this.#whole) this.#res.end(out);
     else send(this.#up, this.#res, out);
-  }
+  };
 
   end(): void {
     const start = this.#start;

@@ -277,10 +277,10 @@ const ENTITY_DIGITS = 8;
 
 /**
  * Every byte string escapeAt (or a literal byte) reads back as the
- * lower-case character `c`, case-folded the way the window table folds
- * (each byte OR 0x20): the literal, `%XX`, `\u00XX`, `\xXX`, `\/`, the
- * decimal and hex HTML entities with every count of leading zeros escapeAt
- * accepts, and the named ones. Exhaustive where spellingsOf is
+ * lower-case character `c`: the literal, `%XX`, `\\u00XX`, `\\xXX`, `\\/`,
+ * the decimal and hex HTML entities with every count of leading zeros
+ * escapeAt accepts, and the named ones; hex digits and letters in lower case
+ * (the window table folds case away). Exhaustive where spellingsOf is
  * representative: the window table must hold every window of every mix.
  */
 export function everySpellingOf(c: string): string[] {
@@ -295,7 +295,7 @@ export function everySpellingOf(c: string): string[] {
   }
   if (c === '/') out.add('\\/');
   for (const [name, ch] of Object.entries(NAMED)) if (ch === c) out.add(`&${name};`);
-  return [...out].map(foldText);
+  return [...out];
 }
 
 /** Each byte OR 0x20, as the scan folds a window (letters to lower case; some punctuation moves too, in both places alike). */
@@ -323,12 +323,12 @@ export function spellingTables(secrets: readonly string[]): { readonly alphabet:
   const cache = new Map<string, string[]>();
   const of = (c: string): string[] => {
     let s = cache.get(c);
-    if (s === undefined) cache.set(c, (s = everySpellingOf(c)));
+    if (s === undefined) cache.set(c, (s = everySpellingOf(c).map(foldText)));
     return s;
   };
   for (const secret of secrets) {
     for (const ch of secret) {
-      for (const u of [...spellingsOf(ch), ...of(ch)]) {
+      for (const u of [...spellingsOf(ch), ...everySpellingOf(ch)]) {
         for (let k = 0; k < u.length; k++) {
           const b = u.charCodeAt(k);
           alphabet[b] = 1;
