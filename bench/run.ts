@@ -20,6 +20,7 @@ import type { KeyRecord } from '../src/keys/keyset.ts';
 import { generateToken, tokenDigest } from '../src/keys/token.ts';
 import { machine, rssBytes } from './proc.ts';
 import { SCENARIOS, type Measurement, type Options } from './scenarios.ts';
+import { between, scrape, type Cause, type Scrape } from './tail.ts';
 import { benchSecrets, direct, keyward, naive, nginx, nginxBinary, NODE_ARGS, ROOT, startUpstreamProcess, type Secrets, type System } from './systems.ts';
 
 const { values: args } = parseArgs({
@@ -194,13 +195,18 @@ async function main(): Promise<void> {
 
     // 2. Interleaved rounds.
     const results: Record<string, Record<string, Measurement[]>> = {};
+    /** keyward's event-loop tasks and collections over the small scenario's rounds. */
+    let tail: Cause[] = [];
     for (const scenario of scenarios) {
       results[scenario.name] = {};
       // A warm-up round first, not recorded: JIT, connection pools and the
       // allocator settle (a first round ran 402 µs per request where the third ran 280).
       // Scenarios on fresh processes have nothing to warm.
       const first = scenario.fresh === true ? 0 : -1;
+      let tailBefore: Scrape | null = null;
+      const watched = systems.find((x) => x.name === 'keyward');
       for (let round = first; round < rounds; round++) {
+        if (round === 0 && scenario.name === 'small' && watched?.admin !== undefined) tailBefore = await scrape(watched.admin);
         for (const [i, current] of systems.entries()) {
           if (!runs(current.name, scenario.name)) continue;
           const sys = scenario.fresh === true && current.restart !== undefined ? await current.restart() : current;
@@ -210,6 +216,7 @@ async function main(): Promise<void> {
           log(`${scenario.name.padEnd(7)} ${round < 0 ? 'warm-up' : `round ${round + 1}/${rounds}`} ${sys.name.padEnd(34)} ${progress(m)}`);
         }
       }
+      if (tailBefore !== null && watched?.admin !== undefined) tail = between(tailBefore, await scrape(watched.admin));
     }
     await stopAll();
 
@@ -250,7 +257,7 @@ async function main(): Promise<void> {
       else log(`log line measurement failed: ${out.stderr}`);
     }
 
-    report(results, keyScale, systems.map((s) => s.name), Date.now() - started, logLine);
+    report(results, keyScale, systems.map((s) => s.name), Date.now() - started, logLine, tail);
   } finally {
     await stopAll();
     for (const w of worktrees) spawnSync('git', ['worktree', 'remove', '--force', w], { cwd: ROOT, stdio: 'ignore' });
@@ -281,7 +288,7 @@ interface Target {
   readonly unit: string;
 }
 
-function report(results: Record<string, Record<string, Measurement[]>>, keyScale: Record<string, { startupMs: number; loadMs: number; rssMb: number; latency: Measurement[] }>, names: string[], elapsedMs: number, logLine: LogLine | null): void {
+function report(results: Record<string, Record<string, Measurement[]>>, keyScale: Record<string, { startupMs: number; loadMs: number; rssMb: number; latency: Measurement[] }>, names: string[], elapsedMs: number, logLine: LogLine | null, tail: Cause[]): void {
   const lines: string[] = [];
   const summaries: Record<string, Record<string, Summary>> = {};
   lines.push(
@@ -398,6 +405,19 @@ function report(results: Record<string, Record<string, Measurement[]>>, keyScale
     budget(`${manyKeys.toLocaleString('en')} keys: load time`, (ks[1]?.loadMs ?? NaN) / 1000, 3, '<=', ' s');
   }
 
+  if (tail.length > 0) {
+    const served = (results.small?.keyward ?? []).reduce((n, m) => n + m.requests, 0);
+    lines.push(
+      '## the tail: what held keyward\'s event loop (small requests)',
+      '',
+      `From keyward's own metrics (\`keyward_loop_task_seconds\`, \`nodejs_gc_duration_seconds\`) over the measured rounds (${served.toLocaleString('en')} requests); no request moves while one of these runs. p99 and max are the upper bounds of their histogram buckets.`,
+      '',
+      '| cause | runs | per 1,000 requests | total ms | p99 ms | max ms |',
+      '|---|---:|---:|---:|---:|---:|',
+      ...tail.map((c) => `| ${c.cause} | ${c.runs} | ${fmt((c.runs * 1000) / Math.max(1, served), 1)} | ${fmt(c.totalMs, 1)} | ${fmt(c.p99Ms, 2)} | ${fmt(c.maxMs, 2)} |`),
+      '',
+    );
+  }
   lines.push(
     '## against the naive peer (docs/performance.md)',
     '',

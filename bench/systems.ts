@@ -38,6 +38,8 @@ export interface System {
   stop(): Promise<void>;
   /** Start a new process with the same settings (fresh memory), returning the new system. */
   restart?(): Promise<System>;
+  /** keyward's admin listener, to read its metrics (the tail's causes). */
+  readonly admin?: string;
 }
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -135,6 +137,7 @@ function gateway(name: string, base: string, child: ChildProcess, s: Secrets, ag
 /** `root`: another built checkout of keyward (`--against`), for a same-run A/B of two builds. */
 export async function keyward(upstreamPort: number, s: Secrets, keysFile: string, name = 'keyward', extraEnv: Record<string, string> = {}, logFile?: string, root = ROOT): Promise<System & { startupMs: number }> {
   const port = await freePort();
+  const adminPort = await freePort();
   const up = `http://127.0.0.1:${upstreamPort}`;
   const started = Date.now();
   const child = startKeyward({
@@ -142,15 +145,16 @@ export async function keyward(upstreamPort: number, s: Secrets, keysFile: string
     KEYWARD_PORT: String(port),
     KEYWARD_KEYS_FILE: keysFile,
     KEYWARD_LOG_LEVEL: 'info',
-    // Defaults as users run them, metrics included; an ephemeral admin port
-    // so that several gateways can run side by side.
-    KEYWARD_ADMIN_PORT: '0',
+    // Defaults as users run them, metrics included; an admin port of its own
+    // so that several gateways can run side by side (and the bench reads its metrics).
+    KEYWARD_ADMIN_PORT: String(adminPort),
     ...Object.assign({}, ...UPSTREAMS.map((spec) => providerEnv(spec, up, s.upstream[spec.name] ?? []))),
     ...extraEnv,
   }, logFile, root);
   const base = `http://127.0.0.1:${port}`;
   await waitReady(base, 60_000, child);
-  return { ...gateway(name, base, child, s, () => keyward(upstreamPort, s, keysFile, name, extraEnv, logFile, root)), startupMs: Date.now() - started };
+  const admin = extraEnv.KEYWARD_ADMIN_PORT === 'off' ? undefined : `http://127.0.0.1:${adminPort}`;
+  return { ...gateway(name, base, child, s, () => keyward(upstreamPort, s, keysFile, name, extraEnv, logFile, root)), startupMs: Date.now() - started, ...(admin === undefined ? {} : { admin }) };
 }
 
 export async function naive(upstreamPort: number, s: Secrets): Promise<System> {

@@ -1,21 +1,30 @@
 // Hostile-upstream soak: a real gateway process (bin/keyward serve) whose
 // speech upstream answers every request either honestly or with one of the
 // bodies built to get a secret past the egress filter or to make the gateway
-// work (docs/security.md), mixed, for a bounded time. Every byte each client
-// receives is checked for every secret: as it arrived, decoded by every
-// coding whatever the labels, and with every escape undone. Reports an
-// honest client's latency before, during and after, and the gateway's RSS
-// and CPU after the traffic stops. Exits 1 on any secret at a client, CPU
-// or RSS not back to baseline within 10 s, or an upstream socket left open.
+// work (docs/security.md), mixed, for a bounded time, then each kind alone
+// for a moment. Every byte each client receives is checked for every
+// secret: as it arrived, decoded by every coding whatever the labels, and
+// with every escape undone (after the traffic, so the checks' own work
+// never slows the traffic or the honest client). An honest client, in a
+// thread of its own so that nothing here delays it, measures its latency
+// before, during and after the mix and during each kind alone; the
+// gateway's longest event-loop stall in each phase is read from its
+// metrics. Reports which hostile kinds cost the honest client most, and the
+// gateway's RSS and CPU after the traffic stops. Exits 1 on any secret at a
+// client, the honest p99 during the mix over 3× its p99 before, CPU or RSS
+// not back to baseline within 10 s, or an upstream socket left open.
 //   scripts/hostile-soak [--seconds 30] [--rate 40]
 import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import net, { type AddressInfo } from 'node:net';
+import { freePort } from '../src/process/listen.ts';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs, promisify } from 'node:util';
+import { Worker } from 'node:worker_threads';
+import http from 'node:http';
 import zlib from 'node:zlib';
 import { secretForm, Secrets, BodyScan } from '../src/request/egress.ts';
 import { providerEnv, UPSTREAMS } from '../src/request/routes.ts';
@@ -111,10 +120,12 @@ async function main(): Promise<number> {
   });
   await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
   const url = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+  const adminPort = await freePort();
   const env: Record<string, string> = {
     PATH: process.env.PATH ?? '',
     HOME: process.env.HOME ?? '',
     KEYWARD_PORT: '0',
+    KEYWARD_ADMIN_PORT: String(adminPort),
     KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
     KEYWARD_LOG_LEVEL: 'warn',
     ...Object.assign({}, ...UPSTREAMS.map((spec) => providerEnv(spec, url, secrets[spec.name] ?? []))),
@@ -155,6 +166,50 @@ async function main(): Promise<number> {
       });
       s.on('error', () => undefined);
     });
+  /**
+   * The honest client: in a thread of its own, so that what this thread
+   * does (sending the hostile mix) never delays it. It requests a gzip
+   * voice list, one after another, and keeps each latency under the phase
+   * it is told; at the end it hands back every latency and every answer.
+   */
+  const honestClient = new Worker(
+    `const { parentPort, workerData } = require('node:worker_threads');
+     const net = require('node:net');
+     let phase = 'idle', stopped = false;
+     const samples = {}, answers = [];
+     parentPort.on('message', (m) => { if (m === 'stop') stopped = true; else phase = m; });
+     const get = () => new Promise((resolve) => {
+       const start = performance.now(), out = [];
+       const s = net.connect(workerData.port, '127.0.0.1', () => s.write('GET /speech/v1/voices/gz HTTP/1.1\\r\\nhost: x\\r\\nauthorization: Bearer ' + workerData.token + '\\r\\naccept-encoding: gzip\\r\\nconnection: close\\r\\n\\r\\n'));
+       const timer = setTimeout(() => s.destroy(), 20000);
+       s.on('data', (d) => out.push(d));
+       s.on('close', () => { clearTimeout(timer); resolve({ bytes: Buffer.concat(out), ms: performance.now() - start }); });
+       s.on('error', () => undefined);
+     });
+     (async () => {
+       while (!stopped) {
+         const at = phase;
+         if (at === 'idle') { await new Promise((w) => setTimeout(w, 10)); continue; }
+         const r = await get();
+         (samples[at] ??= []).push(r.ms);
+         if (answers.length < 2000) answers.push(r.bytes);
+       }
+       parentPort.postMessage({ samples, answers });
+     })();`,
+    { eval: true, workerData: { port, token } },
+  );
+  const honestDone = new Promise<{ samples: Record<string, number[]>; answers: Uint8Array[] }>((resolve) => honestClient.once('message', resolve));
+  /** The gateway's longest event-loop stall since the last call (prom-client's histogram, reset at each scrape), ms. */
+  const stall = (): Promise<number> =>
+    new Promise((resolve) => {
+      http
+        .get(`http://127.0.0.1:${adminPort}/metrics`, (res) => {
+          let t = '';
+          res.setEncoding('utf8').on('data', (d: string) => (t += d));
+          res.on('end', () => resolve(Number(/^nodejs_eventloop_lag_max_seconds (\S+)$/m.exec(t)?.[1] ?? NaN) * 1000));
+        })
+        .on('error', () => resolve(NaN));
+    });
   /** What arrived, as it came and decoded every way a client might (whatever the labels). */
   const views = (bytes: Buffer): Buffer[] => {
     const body = bytes.subarray(bytes.indexOf('\r\n\r\n') + 4);
@@ -177,51 +232,48 @@ async function main(): Promise<number> {
   };
   let leaked: string[] = [];
   const outcomes = new Map<string, Map<string, number>>();
+  /** Answers kept for the check after the traffic (checking here would slow the traffic down). */
+  const received: Array<[string, Buffer]> = [];
   const record = (name: string, bytes: Buffer): void => {
-    if (views(bytes).some(leaks)) leaked.push(name);
+    received.push([name, bytes]);
     const status = /^HTTP\/1\.1 (\d+)/.exec(bytes.toString('latin1'))?.[1] ?? 'cut';
     const m = outcomes.get(name) ?? new Map<string, number>();
     m.set(status, (m.get(status) ?? 0) + 1);
     outcomes.set(name, m);
   };
-  const p99 = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length * 0.99)] ?? NaN;
-  /** An honest client alone for `seconds`: its latencies. */
-  const honestOnly = async (seconds: number): Promise<number[]> => {
-    const ms: number[] = [];
+  const p99 = (xs: number[] | undefined): number => [...(xs ?? [])].sort((a, b) => a - b)[Math.floor((xs ?? []).length * 0.99)] ?? NaN;
+  const stalls = new Map<string, number>();
+  /** One phase of `seconds`: the honest client told its name, and `kinds` (hostile indexes, or 'honest') sent at RATE. */
+  const phase = async (name: string, seconds: number, kinds: ReadonlyArray<number | 'honest'>): Promise<number> => {
+    await stall();
+    honestClient.postMessage(name);
+    const pending = new Set<Promise<void>>();
     const end = Date.now() + seconds * 1000;
+    let sent = 0;
     while (Date.now() < end) {
-      const r = await get('/v1/voices/gz');
-      record('honest', r.bytes);
-      ms.push(r.ms);
+      if (kinds.length > 0) {
+        const k = kinds[sent++ % kinds.length] as number | 'honest';
+        const path = k === 'honest' ? '/v1/voices' : `/v1/hostile/${k}`;
+        const label = k === 'honest' ? 'honest' : (HOSTILE[k] as (typeof HOSTILE)[number])[0];
+        const p = get(path).then((r) => record(label, r.bytes));
+        pending.add(p);
+        void p.finally(() => pending.delete(p));
+        await sleep(1000 / RATE);
+      } else await sleep(50);
     }
-    return ms;
+    honestClient.postMessage('idle');
+    await Promise.all(pending);
+    stalls.set(name, await stall());
+    return sent;
   };
   await sleep(300);
-  const before = await honestOnly(3);
+  await phase('before', 3, []);
   const idle = stat();
-  // ---- the mix ----
-  const during: number[] = [];
-  const pending = new Set<Promise<void>>();
-  const end = Date.now() + SECONDS * 1000;
-  let sent = 0;
-  const honestLoop = (async (): Promise<void> => {
-    while (Date.now() < end) {
-      const r = await get('/v1/voices/gz');
-      record('honest', r.bytes);
-      during.push(r.ms);
-    }
-  })();
-  while (Date.now() < end) {
-    const i = sent++ % (HOSTILE.length + 4);
-    const path = i < HOSTILE.length ? `/v1/hostile/${i}` : '/v1/voices';
-    const name = i < HOSTILE.length ? (HOSTILE[i] as (typeof HOSTILE)[number])[0] : 'honest';
-    const p = get(path).then((r) => record(name, r.bytes));
-    pending.add(p);
-    void p.finally(() => pending.delete(p));
-    await sleep(1000 / RATE);
-  }
-  await honestLoop;
-  await Promise.all(pending);
+  // ---- the mix, then each kind alone ----
+  const mix = [...HOSTILE.keys(), 'honest', 'honest', 'honest', 'honest'] as const;
+  const sent = await phase('during', SECONDS, mix);
+  const alone = Math.max(1, Math.min(3, SECONDS / HOSTILE.length));
+  for (const [i, [name]] of HOSTILE.entries()) await phase(name, alone, [i]);
   // ---- back to baseline ----
   const stopped = Date.now();
   let settled = -1;
@@ -237,7 +289,13 @@ async function main(): Promise<number> {
       break;
     }
   }
-  const after = await honestOnly(3);
+  await phase('after', 3, []);
+  honestClient.postMessage('stop');
+  const { samples, answers } = await honestDone;
+  await honestClient.terminate();
+  for (const a of answers) record('honest', Buffer.from(a));
+  // ---- every byte each client received, checked ----
+  for (const [name, bytes] of received) if (views(bytes).some(leaks)) leaked.push(name);
   const final = stat();
   gateway.kill('SIGTERM');
   await new Promise((r) => gateway.once('exit', r));
@@ -245,12 +303,20 @@ async function main(): Promise<number> {
   rmSync(dir, { recursive: true, force: true });
 
   leaked = [...new Set(leaked)];
-  console.log(`hostile soak: ${SECONDS} s, ${sent} requests in the mix (${HOSTILE.length} hostile kinds, ${RATE}/s) beside an honest client`);
-  for (const [name, m] of outcomes) console.log(`  ${name.padEnd(22)} ${[...m].map(([s, n]) => `${s}×${n}`).join(' ')}`);
-  console.log(`  honest client p99: before ${p99(before).toFixed(1)} ms, during ${p99(during).toFixed(1)} ms, after ${p99(after).toFixed(1)} ms`);
+  const before = p99(samples.before);
+  const during = p99(samples.during);
+  console.log(`hostile soak: ${SECONDS} s, ${sent} requests in the mix (${HOSTILE.length} hostile kinds, ${RATE}/s) beside an honest client, then each kind alone for ${alone.toFixed(1)} s`);
+  for (const [name, m] of outcomes) console.log(`  ${name.padEnd(22)} ${[...m].map(([st, n]) => `${st}×${n}`).join(' ')}`);
+  console.log(`  honest client p99: before ${before.toFixed(1)} ms, during ${during.toFixed(1)} ms (${(during / before).toFixed(1)}×), after ${p99(samples.after).toFixed(1)} ms`);
+  console.log(`  gateway's longest event-loop stall: before ${stalls.get('before')?.toFixed(1)} ms, during ${stalls.get('during')?.toFixed(1)} ms, after ${stalls.get('after')?.toFixed(1)} ms`);
+  console.log('  what each kind alone costs the honest client (p99 while only it is sent), and the longest stall, most costly first:');
+  const costs = HOSTILE.map(([name]) => ({ name, p99: p99(samples[name]), stall: stalls.get(name) ?? NaN })).sort((a, b) => b.p99 - a.p99);
+  for (const c of costs) console.log(`    ${c.name.padEnd(22)} p99 ${c.p99.toFixed(1).padStart(7)} ms (${(c.p99 / before).toFixed(1)}×)   longest stall ${c.stall.toFixed(1)} ms`);
   console.log(`  gateway: idle RSS ${idle.rssMb.toFixed(0)} MB; back to baseline (CPU < 5 %, RSS < idle + 64 MB, no upstream socket open) ${settled < 0 ? 'NOT within 10 s' : `after ${settled} s`}; final RSS ${final.rssMb.toFixed(0)} MB`);
   console.log(`  secret bytes at a client: ${leaked.length === 0 ? 'none' : leaked.join(', ')}; in the logs: ${secretInLogs ? 'YES' : 'none'}; upstream sockets open: ${sockets.size}`);
-  const ok = leaked.length === 0 && !secretInLogs && settled >= 0;
+  const tailOk = during <= 3 * before;
+  if (!tailOk) console.log(`  honest p99 during the mix is ${(during / before).toFixed(1)}× its p99 before (at most 3×)`);
+  const ok = leaked.length === 0 && !secretInLogs && settled >= 0 && tailOk;
   console.log(ok ? 'PASS' : 'FAIL');
   return ok ? 0 : 1;
 }

@@ -50,6 +50,7 @@ export async function serveCommand(args: string[], io: Io, providers: readonly U
   // Workers record for the primary's admin listener; a single process only when it has one.
   // Sized once from the configured routes: a reload keeps the same table (routes.ts), so the same counters.
   const metrics = createMetrics(config.admin !== null, config.routes.map((r) => r.name));
+  log.timed((seconds) => metrics.task('log_write', seconds));
   let gateway: Gateway;
   let admin: Admin | null = null;
   try {

@@ -9,10 +9,13 @@ export class LastUse {
   #timer: NodeJS.Timeout | null = null;
   #writing: Promise<void> = Promise.resolve();
   readonly #onError: (err: Error) => void;
+  /** Told how long the store's write held the event loop, in seconds. */
+  readonly #timed: (seconds: number) => void;
 
-  constructor(store: KeyStore, intervalMs: number, onError: (err: Error) => void) {
+  constructor(store: KeyStore, intervalMs: number, onError: (err: Error) => void, timed: (seconds: number) => void = () => undefined) {
     this.#store = store;
     this.#onError = onError;
+    this.#timed = timed;
     this.#timer = setInterval(() => void this.flush(), intervalMs);
     this.#timer.unref();
   }
@@ -26,7 +29,14 @@ export class LastUse {
     if (this.#pending.size === 0) return this.#writing;
     const batch = new Map(this.#pending);
     this.#pending.clear();
-    this.#writing = this.#writing.then(() => this.#store.recordUse(batch)).catch((err: Error) => this.#onError(err));
+    this.#writing = this.#writing
+      .then(() => {
+        const start = performance.now();
+        const written = this.#store.recordUse(batch);
+        this.#timed((performance.now() - start) / 1000);
+        return written;
+      })
+      .catch((err: Error) => this.#onError(err));
     return this.#writing;
   }
 

@@ -9,6 +9,8 @@ const BATCHED = Symbol('keyward.batched');
 
 export interface LogHandle {
   readonly logger: Logger;
+  /** Told how long each batched write held the event loop, in seconds (metrics). */
+  timed(report: (seconds: number) => void): void;
   /** Write out anything buffered (at most a couple of seconds); await before the process exits. */
   flush(): Promise<void>;
 }
@@ -25,7 +27,7 @@ export function createLogger(level: string, destination?: DestinationStream, fd:
   // none), and redaction costs several µs on every line.
   const options = { level, base: { service: 'keyward', pid: process.pid } };
   if (destination !== undefined) {
-    return { logger: pino(options, destination), flush: () => Promise.resolve() };
+    return { logger: pino(options, destination), timed: () => undefined, flush: () => Promise.resolve() };
   }
   // Lines are copied as they come into a 16 KiB buffer outside the V8 heap,
   // which goes to SonicBoom in one write once 8 KiB are gathered (and at least once a
@@ -41,13 +43,16 @@ export function createLogger(level: string, destination?: DestinationStream, fd:
   let buf = Buffer.allocUnsafe(SIZE);
   let used = 0;
   let broken = false;
+  let report: (seconds: number) => void = () => undefined;
   const hand = (out: Buffer): void => {
     if (broken) return;
+    const start = performance.now();
     try {
       dest.write(out as unknown as string);
     } catch {
       broken = true; // a destination that failed: lines are dropped, the gateway goes on
     }
+    report((performance.now() - start) / 1000);
   };
   const drain = (): void => {
     if (used === 0) return;
@@ -91,6 +96,9 @@ export function createLogger(level: string, destination?: DestinationStream, fd:
   timer.unref();
   return {
     logger,
+    timed: (r) => {
+      report = r;
+    },
     flush: () =>
       new Promise<void>((resolve) => {
         clearInterval(timer);

@@ -34,33 +34,40 @@ export function scraped(name: string, help: string, type: ScrapedMetric['type'],
   };
 }
 
+/** For work the event loop does between requests (a log write, a ledger write): 50 µs to 1 s. */
+export const TASK_BUCKETS: readonly number[] = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
+
 export class Histogram {
   readonly counts: Float64Array;
   readonly sums: Float64Array;
   readonly totals: Float64Array;
-  constructor(series: number) {
-    this.counts = new Float64Array(series * BUCKETS.length);
+  readonly #buckets: readonly number[];
+  constructor(series: number, buckets: readonly number[] = BUCKETS) {
+    this.#buckets = buckets;
+    this.counts = new Float64Array(series * buckets.length);
     this.sums = new Float64Array(series);
     this.totals = new Float64Array(series);
   }
 
   observe(series: number, seconds: number): void {
+    const buckets = this.#buckets;
     this.sums[series] = (this.sums[series] as number) + seconds;
     this.totals[series] = (this.totals[series] as number) + 1;
     let b = 0;
-    while (b < BUCKETS.length && seconds > (BUCKETS[b] as number)) b++;
-    if (b < BUCKETS.length) this.counts[series * BUCKETS.length + b] = (this.counts[series * BUCKETS.length + b] as number) + 1;
+    while (b < buckets.length && seconds > (buckets[b] as number)) b++;
+    if (b < buckets.length) this.counts[series * buckets.length + b] = (this.counts[series * buckets.length + b] as number) + 1;
   }
 
   samples(name: string, label: (series: number) => Record<string, string>): Sample[] {
+    const buckets = this.#buckets;
     const out: Sample[] = [];
     for (let s = 0; s < this.sums.length; s++) {
       if (this.totals[s] === 0) continue;
       const labels = label(s);
       let cumulative = 0;
-      for (let b = 0; b < BUCKETS.length; b++) {
-        cumulative += this.counts[s * BUCKETS.length + b] as number;
-        out.push({ metricName: `${name}_bucket`, labels: { ...labels, le: String(BUCKETS[b]) }, value: cumulative });
+      for (let b = 0; b < buckets.length; b++) {
+        cumulative += this.counts[s * buckets.length + b] as number;
+        out.push({ metricName: `${name}_bucket`, labels: { ...labels, le: String(buckets[b]) }, value: cumulative });
       }
       out.push({ metricName: `${name}_bucket`, labels: { ...labels, le: '+Inf' }, value: this.totals[s] as number });
       out.push({ metricName: `${name}_sum`, labels, value: this.sums[s] as number });

@@ -6,7 +6,7 @@
 // format, the default process and Node.js series, and the sum over
 // `KEYWARD_WORKERS` (its AggregatorRegistry, over the cluster IPC channel).
 import { AggregatorRegistry, collectDefaultMetrics, Counter, Registry } from 'prom-client';
-import { Histogram, scraped, type Sample, type ScrapedMetric } from './metrics-series.ts';
+import { Histogram, scraped, TASK_BUCKETS, type Sample, type ScrapedMetric } from './metrics-series.ts';
 
 const METHODS = ['GET', 'POST', 'PATCH', 'DELETE', 'PUT', 'HEAD', 'OPTIONS', 'OTHER'] as const;
 const METHOD_INDEX: Readonly<Record<string, number>> = Object.fromEntries(METHODS.map((m, i) => [m, i]));
@@ -16,6 +16,14 @@ const AUTH_FAILURES = ['missing', 'malformed', 'unknown', 'revoked', 'expired'] 
 export type AuthFailure = (typeof AUTH_FAILURES)[number];
 const LIMIT_REASONS = ['scope', 'rate', 'concurrency', 'quota', 'budget'] as const;
 export type LimitReason = (typeof LIMIT_REASONS)[number];
+/**
+ * Work the event loop does on its own schedule, between requests: while one
+ * runs, no request moves, so each is a possible cause of the latency tail
+ * (docs/operations.md; bench/README.md, "The tail"). Collections of the
+ * heap are prom-client's `nodejs_gc_duration_seconds`.
+ */
+const LOOP_TASKS = ['log_write', 'ledger_write', 'timer_sweep', 'last_use_write'] as const;
+export type LoopTask = (typeof LOOP_TASKS)[number];
 
 /** What the key store reports at scrape time. */
 export interface KeystoreView {
@@ -38,6 +46,7 @@ export class Metrics {
   readonly #inFlight: Int32Array;
   readonly #auth = new Float64Array(AUTH_FAILURES.length);
   readonly #limited: Float64Array;
+  readonly #tasks = new Histogram(LOOP_TASKS.length, TASK_BUCKETS);
   /** Upstream failures are rare: a map keyed by route index and reason is enough. */
   readonly #upstreamErrors = new Map<string, number>();
   readonly #masked = new Map<string, number>();
@@ -83,6 +92,11 @@ export class Metrics {
     r.registerMetric(
       scraped('keyward_upstream_ttfb_seconds', 'Time from forwarding to the upstream response headers.', 'histogram', () =>
         this.#ttfb.samples('keyward_upstream_ttfb_seconds', route),
+      ),
+    );
+    r.registerMetric(
+      scraped('keyward_loop_task_seconds', 'Event-loop time of each run of a periodic task (log write, ledger write, timer sweep, last-use write): no request moves meanwhile.', 'histogram', () =>
+        this.#tasks.samples('keyward_loop_task_seconds', (i) => ({ task: LOOP_TASKS[i] as string })),
       ),
     );
     r.registerMetric(
@@ -165,6 +179,11 @@ export class Metrics {
 
   keysLoaded(now: number): void {
     this.#lastReload = now / 1000;
+  }
+
+  /** One run of a periodic task took `seconds` of the event loop. */
+  task(kind: LoopTask, seconds: number): void {
+    this.#tasks.observe(LOOP_TASKS.indexOf(kind), seconds);
   }
 
   usageFlushFailed(): void {

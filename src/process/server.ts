@@ -95,8 +95,9 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
   await keys.start();
   const lastUse = new LastUse(store, options.lastUseFlushMs ?? 10_000, (err) =>
     logger.warn({ err }, 'last-use times not written'),
+    (seconds) => metrics.task('last_use_write', seconds),
   );
-  const sweeper = new Sweeper(() => runtime.config, expire);
+  const sweeper = new Sweeper(() => runtime.config, expire, (seconds) => metrics.task('timer_sweep', seconds));
   const { ledger, leases, spend, admit, statusSources, units, usageStore } = await startUsage(config, store, logger, metrics, options);
   const credentialParams = (): ReadonlySet<string> => {
     const names = new Set<string>();

@@ -58,6 +58,7 @@ export async function startUsage(config: Config, store: KeyStore, logger: Logger
       onKept: (file, requests) => logger.warn({ file, requests }, 'usage not written before the drain deadline; kept on disk and written at the next start'),
     },
   );
+  ledger.timed = (seconds) => metrics.task('ledger_write', seconds);
   await ledger.start(config.usageFlushMs);
   const leases = options.admit === undefined ? await fleetLeases(usageStore, ledger, config, options.clock) : null;
   const limiter = new Limiter(ledger, leases);

@@ -67,9 +67,13 @@ export class Sweeper {
   #timer: NodeJS.Timeout | null = null;
   #interval = 0;
 
-  constructor(limits: () => TimeoutLimits, expire: (ex: Exchange, what: Expiry) => void) {
+  /** Told how long each sweep held the event loop, in seconds (metrics). */
+  readonly #timed: (seconds: number) => void;
+
+  constructor(limits: () => TimeoutLimits, expire: (ex: Exchange, what: Expiry) => void, timed: (seconds: number) => void = () => undefined) {
     this.#limits = limits;
     this.#expire = expire;
+    this.#timed = timed;
   }
 
   track(ex: Exchange): void {
@@ -111,7 +115,11 @@ export class Sweeper {
   #schedule(): void {
     const limits = this.#limits();
     this.#interval = Math.min(1_000, Math.max(10, Math.floor(Math.min(limits.upstreamTimeoutMs, limits.idleTimeoutMs) / 10)));
-    this.#timer = setInterval(() => this.sweep(performance.now()), this.#interval);
+    this.#timer = setInterval(() => {
+      const start = performance.now();
+      this.sweep(start);
+      this.#timed((performance.now() - start) / 1000);
+    }, this.#interval);
     this.#timer.unref();
   }
 

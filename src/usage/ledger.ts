@@ -157,6 +157,8 @@ export class Ledger implements PeriodUse {
   readonly #id = `${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
   /** The time requests are counted at (a fleet's: the database's clock, leases.ts). */
   now: () => number = Date.now;
+  /** Told how long each write held the event loop, in seconds (a SQLite write is synchronous; PostgreSQL's is not). */
+  timed: (seconds: number) => void = () => undefined;
   /** Batches made and not yet written, oldest first (this gateway's, and any a drain kept on disk). */
   #queue: Batch[] = [];
   #seq = 0;
@@ -342,7 +344,10 @@ export class Ledger implements PeriodUse {
       // Oldest first, each as it was made: a store skips a batch it applied already.
       while (this.#queue.length > 0) {
         const b = this.#queue[0] as Batch;
-        await this.#store.add(b.rows, b);
+        const start = performance.now();
+        const added = this.#store.add(b.rows, b);
+        this.timed((performance.now() - start) / 1000);
+        await added;
         this.#queue.shift();
       }
       if (this.#spool !== null && this.#spooled.length > 0) {
