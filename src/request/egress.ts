@@ -146,7 +146,7 @@ function textSuspect(secrets: Secrets, text: string): boolean {
   const word = (p: number): number =>
     (text.charCodeAt(p) & 0xff) | ((text.charCodeAt(p + 1) & 0xff) << 8) | ((text.charCodeAt(p + 2) & 0xff) << 16) | ((text.charCodeAt(p + 3) & 0xff) << 24);
   const hit = (raw: number): boolean => {
-    if (((raw - 0x01010101) & ~raw & 0x80808080) !== 0) return true;
+    if (((raw - 0x01010101) & ~raw & 0x80808080) !== 0) return !twoNuls(raw);
     const slot = windowSlot(raw | 0x20202020);
     return ((W[slot >>> 5] as number) & (1 << (slot & 31))) !== 0;
   };
@@ -164,9 +164,21 @@ function textSuspect(secrets: Secrets, text: string): boolean {
 function candidate(view: DataView, p: number, windows: Uint32Array): boolean {
   const raw = view.getInt32(p, true);
   // Some byte is zero (the classic test: a borrow into the top bit of a byte that was 0).
-  if (((raw - 0x01010101) & ~raw & 0x80808080) !== 0) return true;
+  if (((raw - 0x01010101) & ~raw & 0x80808080) !== 0) return !twoNuls(raw);
   const slot = windowSlot(raw | 0x20202020);
   return ((windows[slot >>> 5] as number) & (1 << (slot & 31))) !== 0;
+}
+
+/**
+ * Two NUL bytes side by side in a window: no spelling holds them (a UTF-16
+ * one has one NUL beside each character), so no secret is there. A body of
+ * zeros (silence in audio, a decompression bomb) is then turned away by the
+ * sampled windows alone instead of being decoded run by run.
+ */
+function twoNuls(raw: number): boolean {
+  // Exactly the zero bytes, each as its top bit (no borrow between bytes).
+  const zero = ~(((raw & 0x7f7f7f7f) + 0x7f7f7f7f) | raw | 0x7f7f7f7f);
+  return (zero & (zero >>> 8)) !== 0;
 }
 
 /** At least `run` candidate windows in a row, four bytes apart, through the one at `p` (within 0…last). */
@@ -308,7 +320,7 @@ export class BodyScan {
       if (((raw - 0x01010101) & ~raw & 0x80808080) === 0) {
         const slot = windowSlot(raw | 0x20202020);
         if (((W[slot >>> 5] as number) & (1 << (slot & 31))) === 0) continue;
-      }
+      } else if (twoNuls(raw)) continue;
       this.#candidate(buf, bytes, view, p, last);
     }
     const ranges = this.#ranges;
@@ -326,9 +338,9 @@ export class BodyScan {
     if (p < this.#searched || (s.run > 1 && !confirmed(view, p, last, s.windows, s.run))) return;
     const A = s.alphabet;
     let a = p;
-    while (a > 0 && A[bytes[a - 1] as number] === 1) a--;
+    while (a > 0 && A[bytes[a - 1] as number] === 1 && !(bytes[a - 1] === 0 && bytes[a - 2] === 0)) a--;
     let b = p;
-    while (b < bytes.length && A[bytes[b] as number] === 1) b++;
+    while (b < bytes.length && A[bytes[b] as number] === 1 && !(bytes[b] === 0 && bytes[b + 1] === 0)) b++;
     this.#searched = b;
     if (b - a >= s.shortest) this.#ranges = this.#search(buf, a, b, this.#ranges);
   }
@@ -352,7 +364,7 @@ export class BodyScan {
     let r = n - 1;
     // No spelling of a proper prefix is longer than this.
     const limit = Math.max(0, n - longest * MAX_UNIT);
-    while (r > limit && A[buf[r - 1] as number] === 1) r--;
+    while (r > limit && A[buf[r - 1] as number] === 1 && !(buf[r - 1] === 0 && buf[r - 2] === 0)) r--;
     // Only a byte that can begin a spelling of a secret can begin the tail: most runs hold none.
     let start = r;
     while (start < n && this.#secrets.starts[buf[start] as number] === 0) start++;

@@ -88,6 +88,8 @@ function contentLength(res: IncomingMessage): number {
   return Number(v);
 }
 
+const ignore = (): void => undefined;
+
 /** The relay of a response, kept on the upstream response so its listeners are shared functions, not closures made per response. */
 const RELAY = Symbol('keyward.relay');
 type Relayed = IncomingMessage & { [RELAY]?: PlainRelay };
@@ -357,7 +359,8 @@ export function relayCompressed(
       // A bomb (6 KB of brotli that inflates to 4 GiB): what one response may make the gateway decode is bounded.
       if (decoded > limits.maxDecodedBytes || (decoded > RATIO_FROM && decoded > limits.maxRatio * (fed[0] as number))) return refuse('decoded_limit');
       cost?.push(plain);
-      scan.push(plain);
+      // Scanned for what it holds and where a possible secret starts; the decoded bytes themselves are not sent.
+      scan.pushTo(plain, ignore);
       if (scan.found !== null) stop(scan.found);
     });
   };
@@ -413,8 +416,7 @@ export function relayCompressed(
     if (cut) return;
     ex.bytesOut += chunk.length;
     if (plain) {
-      const out = raw.push(chunk);
-      send(proxyRes, res, out);
+      raw.pushTo(chunk, (out) => send(proxyRes, res, out));
       return;
     }
     if (stages.length === 0) open();
@@ -422,9 +424,10 @@ export function relayCompressed(
     // may start a secret (it goes with the next chunk), a secret masked. A
     // labelled body with a secret in its raw bytes is cut; a sniffed one
     // may be plain text after all, so it goes on, masked.
-    const out = raw.push(chunk);
+    const outs: Buffer[] = [];
+    raw.pushTo(chunk, (out) => outs.push(out));
     if (raw.found !== null && sniffed === null) return stop(raw.found);
-    if (out.length > 0) queue.push(out);
+    queue.push(...outs);
     frames?.push(chunk);
     proxyRes.pause();
     fed[0] = (fed[0] as number) + chunk.length;

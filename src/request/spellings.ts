@@ -113,14 +113,30 @@ interface Run {
   readonly plain: boolean;
 }
 
+/** Stands in the read text where two NULs in a row were: no spelling holds it, so nothing is matched across them. */
+const BREAK = 0x0a;
+
 function prepare(buf: Buffer, start: number, end: number): Run {
   const run = buf.subarray(start, end);
   const nul = run.indexOf(0) >= 0;
   if (!nul) return { src: run, place: (i) => start + i, plain: run.indexOf(0x25) < 0 && run.indexOf(0x5c) < 0 && run.indexOf(0x26) < 0 };
+  // A single NUL beside a character is UTF-16's; two in a row are no part
+  // of any spelling (UTF-16 text of a secret never holds them: that would
+  // be a NUL character, or UTF-32, which is not read), so they end it.
   const offsets: number[] = [];
-  for (let i = 0; i < run.length; i++) if (run[i] !== 0) offsets.push(start + i);
-  const src = Buffer.from(offsets.map((o) => buf[o] as number));
-  return { src, place: (i) => offsets[i] as number, plain: false };
+  const bytes: number[] = [];
+  for (let i = 0; i < run.length; i++) {
+    const b = run[i] as number;
+    if (b !== 0) {
+      offsets.push(start + i);
+      bytes.push(b);
+    } else if (i + 1 < run.length && run[i + 1] === 0) {
+      offsets.push(start + i);
+      bytes.push(BREAK);
+      while (i + 1 < run.length && run[i + 1] === 0) i++;
+    }
+  }
+  return { src: Buffer.from(bytes), place: (i) => offsets[i] as number, plain: false };
 }
 
 const NO = -1;
@@ -200,6 +216,19 @@ export function searchRun<F extends Folded>(buf: Buffer, start: number, end: num
 }
 
 const FIRSTS = new WeakMap<readonly Folded[], Uint8Array>();
+const INDEXES = new WeakMap<readonly Folded[], { readonly longest: number; readonly byFirst: ReadonlyArray<readonly Folded[] | undefined> }>();
+
+/** The longest secret's length, and the secrets by their first (folded) character: per list of secrets, computed once. */
+function indexOf(forms: readonly Folded[]): { readonly longest: number; readonly byFirst: ReadonlyArray<readonly Folded[] | undefined> } {
+  let index = INDEXES.get(forms);
+  if (index === undefined) {
+    const byFirst: Array<Folded[] | undefined> = [];
+    for (const f of forms) (byFirst[f.folded.charCodeAt(0)] ??= []).push(f);
+    index = { longest: forms.reduce((m, f) => Math.max(m, f.folded.length), 0), byFirst };
+    INDEXES.set(forms, index);
+  }
+  return index;
+}
 
 /** 1 for each (folded) first character of a secret, by its low byte: a quick no for most positions. */
 function firstsOf(forms: readonly Folded[]): Uint8Array {
@@ -232,19 +261,26 @@ function firstCodes(src: Buffer, i: number): readonly [number, number] {
  */
 export function prefixTail(buf: Buffer, start: number, end: number, forms: readonly Folded[]): number {
   const { src, place, plain } = prepare(buf, start, end);
+  const firsts = firstsOf(forms);
   if (plain) {
-    const text = src.toString('latin1').toLowerCase();
-    // Earliest start first: the first hit is the longest tail. Each byte
-    // stands for itself here, so a proper prefix is shorter than the
-    // longest secret: only the last so many starts can be one.
-    const longest = forms.reduce((n, f) => Math.max(n, f.folded.length), 0);
-    for (let k = Math.max(0, text.length - longest + 1); k < text.length; k++) {
-      const rest = text.slice(k);
-      for (const f of forms) if (rest.length < f.folded.length && f.folded.startsWith(rest)) return start + k;
+    // Each byte stands for itself here, so a proper prefix is shorter than
+    // the longest secret: only the last so many bytes are read. Earliest
+    // start first: the first hit is the longest tail.
+    const { longest, byFirst } = indexOf(forms);
+    const from = Math.max(0, src.length - longest + 1);
+    for (let k = from; k < src.length; k++) {
+      const candidates = byFirst[fold(src[k] as number)];
+      if (candidates === undefined) continue;
+      const rest = src.length - k;
+      for (const f of candidates) {
+        if (rest >= f.folded.length) continue;
+        let j = 1;
+        while (j < rest && fold(src[k + j] as number) === f.folded.charCodeAt(j)) j++;
+        if (j === rest) return start + k;
+      }
     }
     return -1;
   }
-  const firsts = firstsOf(forms);
   for (let k = 0; k < src.length; k++) {
     const x = src[k] as number;
     if (!isIntroducer(x) && firsts[fold(x) & 0xff] === 0) continue;
