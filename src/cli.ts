@@ -1,7 +1,9 @@
 // The commands of `bin/keyward` (docs/cli.md), dispatched, and every error
 // turned into its exit code and one line on stderr. Everything it needs from
 // the process comes in through `Io`.
+import { readFileSync } from 'node:fs';
 import type { ConfigError } from './config/load.ts';
+import { nearest } from './config/unknown.ts';
 import { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, helpTexts, line, parse, UsageError, type HelpRequested, type Io } from './cli/args.ts';
 import { dbCommand } from './cli/db.ts';
 import { keysCommand } from './cli/keys.ts';
@@ -12,6 +14,14 @@ import { runDevDb } from './dev/dev-db.ts';
 import type { UpstreamSpec } from './request/routes.ts';
 
 export { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, type Io } from './cli/args.ts';
+
+const COMMANDS = ['serve', 'keys', 'db', 'usage', 'demo', 'dev-db', 'help', 'version'];
+
+/** The installed version: package.json's, beside src/ and dist/ alike. */
+function version(): string {
+  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version?: unknown };
+  return typeof pkg.version === 'string' ? pkg.version : 'unknown';
+}
 
 /** `providers`: the provider table (routes.ts), which main.ts passes in; every command reads it from here. */
 export async function run(argv: string[], io: Io, providers: readonly UpstreamSpec[]): Promise<number> {
@@ -41,8 +51,16 @@ export async function run(argv: string[], io: Io, providers: readonly UpstreamSp
       case '-h':
         io.stdout.write(HELP[''] as string);
         return EXIT_OK;
-      default:
-        throw new UsageError(command === undefined ? 'a command is required' : `unknown command ${command}`, HELP[''] as string);
+      case 'version':
+      case '--version':
+      case '-v':
+        line(io.stdout, `keyward ${version()}`);
+        return EXIT_OK;
+      default: {
+        if (command === undefined) throw new UsageError('a command is required', HELP[''] as string);
+        const meant = nearest(command, COMMANDS);
+        throw new UsageError(`unknown command ${command}${meant === null ? '' : `; did you mean ${meant}?`}`, HELP[''] as string);
+      }
     }
   } catch (err) {
     // By stable code, as undici's errors are told apart: one switch, no class chain.

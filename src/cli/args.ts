@@ -44,6 +44,7 @@ export function helpTexts(providers: readonly UpstreamSpec[]): Readonly<Record<s
   db migrate     create or upgrade the PostgreSQL schema (KEYWARD_DATABASE_URL)
   demo           run stand-in upstreams, the gateway and a demo key
   dev-db         run a throwaway PostgreSQL to try a fleet on one machine (development only)
+  version        the installed version (also --version)
 
 keyward <command> --help tells more.
 `,

@@ -2,6 +2,7 @@
 // before the store is opened, then one action runs against it.
 import type { parseArgs } from 'node:util';
 import { effectiveEnv, storeConfig } from '../config/load.ts';
+import { nearest } from '../config/unknown.ts';
 import { KeysFileError, parseKeysFile, serialiseKeysFile } from '../keys/file-store.ts';
 import type { KeyRecord } from '../keys/keyset.ts';
 import { createKey, importKeys, KeyUsageError, listKeys, revokeKey, rotateKey, updateKey, type KeyChanges } from '../keys/manage.ts';
@@ -13,8 +14,11 @@ import { leftFor } from '../usage/left.ts';
 import { periodOf } from '../usage/policy.ts';
 import { readUsageStore } from '../usage/open.ts';
 import { applyLimits, describeLimits, LIMIT_OPTIONS, limitChanges } from './limits.ts';
+import { printable, table } from './table.ts';
 import type { UpstreamSpec } from '../request/routes.ts';
 import { durationOption, EXIT_OK, helpTexts, HelpRequested, line, parse, readText, routesOption, UsageError, type Io } from './args.ts';
+
+const KEYS_COMMANDS = ['create', 'list', 'revoke', 'rotate', 'update', 'import', 'export', 'help'];
 
 function publicView(r: KeyRecord, lastUsed: string | null = null): Record<string, unknown> {
   return { id: r.id, name: r.name, routes: r.routes ?? null, created: r.created, expires: r.expires, revoked: r.revoked, lastUsed, ...(r.limits === undefined ? {} : { limits: r.limits }) };
@@ -23,13 +27,18 @@ function publicView(r: KeyRecord, lastUsed: string | null = null): Record<string
 export async function keysCommand(args: string[], io: Io, providers: readonly UpstreamSpec[]): Promise<number> {
   const HELP = helpTexts(providers);
   const [sub, ...rest] = args;
-  if (sub === undefined || sub === '--help' || sub === '-h') {
+  if (sub === undefined || sub === '--help' || sub === '-h' || sub === 'help') {
     if (sub === undefined) throw new UsageError('keys needs a command: create, list, revoke, rotate, update, import or export', HELP.keys as string);
-    throw new HelpRequested(HELP.keys as string);
+    // `keys help create` is `keys create --help`.
+    const about = sub === 'help' ? rest[0] : undefined;
+    throw new HelpRequested((about === undefined ? undefined : HELP[`keys ${about}`]) ?? (HELP.keys as string));
   }
   const command = `keys ${sub}`;
   const help = HELP[command];
-  if (help === undefined) throw new UsageError(`unknown keys command ${sub}`, HELP.keys as string);
+  if (help === undefined) {
+    const meant = nearest(sub, KEYS_COMMANDS);
+    throw new UsageError(`unknown keys command ${sub}${meant === null ? '' : `; did you mean ${meant}?`}`, HELP.keys as string);
+  }
   const action = keysAction(sub, rest, command, help, providers);
   const store = openKeyStore(storeConfig(effectiveEnv(io.env, readText), io.cwd, readText, providers));
   try {
@@ -76,7 +85,7 @@ function keysAction(sub: string, rest: string[], command: string, help: string, 
         if (values.json === true) {
           line(io.stdout, JSON.stringify({ ...publicView(record), token }));
         } else {
-          line(io.stdout, `Created key ${record.id} (name ${record.name}, routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}${record.limits === undefined ? '' : `, limits ${describeLimits(record.limits)}`}).`);
+          line(io.stdout, `Created key ${record.id} (name ${printable(record.name)}, routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}${record.limits === undefined ? '' : `, limits ${describeLimits(record.limits)}`}).`);
           line(io.stdout, 'Token (shown this once; only its SHA-256 digest is stored):');
           line(io.stdout, token);
         }
@@ -99,8 +108,7 @@ function keysAction(sub: string, rest: string[], command: string, help: string, 
           ['ID', 'NAME', 'ROUTES', 'CREATED', 'EXPIRES', 'REVOKED', 'LAST USED', ...(limited ? ['LIMITS'] : [])],
           ...records.map((r) => [r.id, r.name, r.routes?.join(',') ?? 'all', r.created, r.expires ?? '-', r.revoked ?? '-', used.get(r.id) ?? '-', ...(limited ? [describeLimits(r.limits, left.get(r.id) ?? null)] : [])]),
         ];
-        const widths = rows[0]!.map((_, c) => Math.max(...rows.map((row) => row[c]!.length)));
-        for (const row of rows) line(io.stdout, row.map((cell, c) => cell.padEnd(widths[c]!)).join('  ').trimEnd());
+        for (const l of table(rows)) line(io.stdout, l);
         return EXIT_OK;
       };
     }
@@ -127,7 +135,7 @@ function keysAction(sub: string, rest: string[], command: string, help: string, 
       return async (store, io, noteForced) => {
         const { record, already } = await revokeKey(store, target, Date.now(), { force: parsed.values.force === true });
         noteForced();
-        line(io.stdout, already ? `Key ${record.id} (name ${record.name}) was already revoked at ${record.revoked}.` : `Revoked key ${record.id} (name ${record.name}) at ${record.revoked}.`);
+        line(io.stdout, already ? `Key ${record.id} (name ${printable(record.name)}) was already revoked at ${record.revoked}.` : `Revoked key ${record.id} (name ${printable(record.name)}) at ${record.revoked}.`);
         return EXIT_OK;
       };
     }
@@ -142,7 +150,7 @@ function keysAction(sub: string, rest: string[], command: string, help: string, 
         if (values.json === true) {
           line(io.stdout, JSON.stringify({ ...publicView(record), token, graceUntil }));
         } else {
-          line(io.stdout, `Rotated key ${record.id} (name ${record.name}); the old token ${graceUntil !== null ? `works until ${graceUntil}` : 'stopped working'}.`);
+          line(io.stdout, `Rotated key ${record.id} (name ${printable(record.name)}); the old token ${graceUntil !== null ? `works until ${graceUntil}` : 'stopped working'}.`);
           line(io.stdout, 'New token (shown this once):');
           line(io.stdout, token);
         }
@@ -169,7 +177,7 @@ function keysAction(sub: string, rest: string[], command: string, help: string, 
       return async (store, io, noteForced) => {
         const record = await updateKey(store, target, changes, Date.now(), { force: values.force === true });
         noteForced();
-        line(io.stdout, `Updated key ${record.id} (name ${record.name}): routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}${record.limits === undefined ? '' : `, limits ${describeLimits(record.limits)}`}.`);
+        line(io.stdout, `Updated key ${record.id} (name ${printable(record.name)}): routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}${record.limits === undefined ? '' : `, limits ${describeLimits(record.limits)}`}.`);
         return EXIT_OK;
       };
     }

@@ -38,6 +38,12 @@ export async function serveCommand(args: string[], io: Io, providers: readonly U
     throw new UsageError(`serve takes no options; it is configured by environment variables${known === null ? '' : ` (--${flag}: ${known}, e.g. ${known}=… keyward serve)`}`, err.help);
   }
   const config = currentConfig(io, providers);
+  // A misspelt variable, said plainly before anything listens (a worker
+  // leaves it to its primary): the JSON warning after "listening" was easy
+  // to miss while the gateway ran on a default.
+  if (io.env.NODE_UNIQUE_ID === undefined) {
+    for (const u of config.unknownVariables) line(io.stderr, `keyward: ${u.name} is not a keyward setting and is ignored${u.suggestion === null ? '' : `; did you mean ${u.suggestion}?`}`);
+  }
   const listenFd = inheritedListenFd(io.env, io.pid);
   let worker = false;
   if (config.workers > 1) {

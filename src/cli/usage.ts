@@ -7,6 +7,7 @@ import { parseDuration } from '../config/units.ts';
 import type { UsageRow } from '../usage/ledger.ts';
 import { readUsageStore } from '../usage/open.ts';
 import { usagePath } from '../usage/sqlite-store.ts';
+import { csv, table } from './table.ts';
 import { EXIT_OK, helpTexts, line, parse, readText, UsageError, type Io } from './args.ts';
 
 const DAY_MS = 86_400_000;
@@ -91,7 +92,7 @@ export async function usageCommand(args: string[], io: Io, providers: readonly U
       rows = rows.filter((r) => r.day <= until);
     }
     if (values.by === 'month') rows = byMonth(rows);
-    return print(rows, names, units, values, since, io);
+    return print(rows, names, units, values, { since, until, by: values.by === 'month' ? 'month' : 'day' }, io);
   } finally {
     await keys.close?.();
   }
@@ -124,24 +125,22 @@ function totals(rows: readonly UsageRow[], units: Units): string[][] {
   });
 }
 
-function print(rows: readonly UsageRow[], names: ReadonlyMap<string, string>, units: Units, values: { json?: unknown; csv?: unknown }, since: string, io: Io): number {
+function print(rows: readonly UsageRow[], names: ReadonlyMap<string, string>, units: Units, values: { json?: unknown; csv?: unknown }, range: { since: string; until: string | null; by: 'day' | 'month' }, io: Io): number {
   if (values.json === true) {
     line(io.stdout, JSON.stringify(rows.map((r) => view(r, names, units))));
     return EXIT_OK;
   }
-  const header = ['day', 'key', 'route', 'requests', '2xx', '3xx', '4xx', '5xx', 'other', 'limited', 'bytesIn', 'bytesOut', 'cost', 'costUnit'];
+  const header = [range.by, 'key', 'route', 'requests', '2xx', '3xx', '4xx', '5xx', 'other', 'limited', 'bytesIn', 'bytesOut', 'cost', 'costUnit'];
   const cells = rows.map((r) => [r.day, names.get(r.keyId) ?? r.keyId, r.route, r.requests, r.s2xx, r.s3xx, r.s4xx, r.s5xx, r.other, r.limited, r.bytesIn, r.bytesOut, r.cost, units[r.route] ?? ''].map(String));
   if (cells.length > 0) cells.push(...totals(rows, units));
   if (values.csv === true) {
-    for (const row of [header, ...cells]) line(io.stdout, row.map((c) => (/[",\n]/.test(c) ? `"${c.replace(/"/g, '""')}"` : c)).join(','));
+    for (const l of csv([header, ...cells])) line(io.stdout, l);
     return EXIT_OK;
   }
   if (cells.length === 0) {
-    line(io.stdout, `No usage recorded since ${since}.`);
+    line(io.stdout, range.until === null ? `No usage recorded since ${range.since}.` : `No usage recorded from ${range.since} to ${range.until}.`);
     return EXIT_OK;
   }
-  const table = [header.map((h) => h.toUpperCase()), ...cells];
-  const widths = (table[0] as string[]).map((_, c) => Math.max(...table.map((row) => (row[c] as string).length)));
-  for (const row of table) line(io.stdout, row.map((cell, c) => cell.padEnd(widths[c] as number)).join('  ').trimEnd());
+  for (const l of table([header.map((h) => h.toUpperCase()), ...cells])) line(io.stdout, l);
   return EXIT_OK;
 }

@@ -146,6 +146,12 @@ function alertWebhook(o: Options): string | null {
   if (text === undefined || text === '') return null;
   try {
     const url = new URL(text);
+    // Node's fetch refuses a URL with credentials in it (WHATWG Fetch): every
+    // delivery would fail for the whole retry time. Said now, never echoed.
+    if ((url.protocol === 'http:' || url.protocol === 'https:') && (url.username !== '' || url.password !== '')) {
+      o.problem('KEYWARD_ALERT_WEBHOOK must not carry a login (user:password@host): HTTP clients refuse such URLs; put a token in its path or query, and sign deliveries with KEYWARD_ALERT_WEBHOOK_SECRET');
+      return null;
+    }
     if (url.protocol === 'http:' || url.protocol === 'https:') return url.href;
   } catch {
     // Reported below.

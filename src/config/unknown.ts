@@ -13,7 +13,7 @@ export interface UnknownVariable {
 }
 
 /** Edits (insert, delete, replace) between two strings. */
-function distance(a: string, b: string): number {
+export function distance(a: string, b: string): number {
   let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i++) {
     const row = [i];
@@ -52,6 +52,12 @@ export function closest(name: string, known: readonly string[]): string | null {
   if (near !== null && distance(name, near) <= Math.max(2, Math.floor(name.length / 6))) return near;
   if (tailMatches.length > 0) return [...tailMatches].sort((a, b) => words(a).length - words(b).length || distance(name, a) - distance(name, b))[0] as string;
   return near !== null && distance(name, near) <= Math.floor(name.length / 3) ? near : null;
+}
+
+/** The word of `known` a mistyped `word` most likely meant (`crate` → `create`), or null when none is close. */
+export function nearest(word: string, known: readonly string[]): string | null {
+  const best = [...known].sort((a, b) => distance(word, a) - distance(word, b))[0];
+  return best !== undefined && distance(word, best) <= Math.max(1, Math.floor(best.length / 3)) ? best : null;
 }
 
 /** The KEYWARD_* names in `env` that are not among `known` (every name the configuration read). */

@@ -8,8 +8,8 @@ import type { Io } from '../cli/args.ts';
 import { loadConfig } from '../config/load.ts';
 import { openKeyStore } from '../keys/open.ts';
 import { createKey } from '../keys/manage.ts';
-import { createLogger } from '../observe/log.ts';
-import { createGateway } from '../process/server.ts';
+import { createLogger, type LogHandle } from '../observe/log.ts';
+import { createGateway, type Gateway } from '../process/server.ts';
 import { providerEnv, type Example, type UpstreamSpec } from '../request/routes.ts';
 import { startStandins } from './standins.ts';
 
@@ -33,57 +33,66 @@ export async function runDemo(io: Io, specs: readonly UpstreamSpec[]): Promise<n
   const secrets = Object.fromEntries(specs.map((spec) => [spec.name, spec.sampleSecrets(`demo${tag}`)]));
   const standins = await startStandins(secrets, specs);
   const dir = mkdtempSync(join(tmpdir(), 'keyward-demo-'));
-  const env: Record<string, string | undefined> = {
-    KEYWARD_HOST: io.env.KEYWARD_HOST,
-    KEYWARD_PORT: io.env.KEYWARD_PORT,
-    KEYWARD_LOG_LEVEL: io.env.KEYWARD_LOG_LEVEL,
-    KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
-    ...Object.assign({}, ...specs.map((spec) => providerEnv(spec, standins.urls[spec.name] as string, secrets[spec.name] as readonly string[]))),
+  let gateway: Gateway | null = null;
+  let log: LogHandle | null = null;
+  // Whatever stops the start (a port in use, a bad KEYWARD_PORT) takes the stand-ins and the folder with it.
+  const cleanUp = async (): Promise<void> => {
+    await gateway?.shutdown();
+    await standins.close();
+    await log?.flush();
+    rmSync(dir, { recursive: true, force: true });
   };
-  const config = loadConfig(env, (p) => readFileSync(p, 'utf8'), io.cwd, specs);
-  const store = openKeyStore(config);
-  const { token } = await createKey(store, 'demo');
-  // A second key with a small budget on the first route that reports a cost, so a refusal can be tried.
-  const costly = specs.find((spec) => spec.cost !== null && spec.demo.examples.some((e) => e.method === 'POST' && e.output !== undefined && e.stream !== true));
-  const budgeted = costly === undefined ? null : { spec: costly, example: costly.demo.examples.find((e) => e.method === 'POST' && e.output !== undefined && e.stream !== true) as Example, key: await createKey(store, 'demo-budget', { limits: { budgets: { [costly.name]: `${BUDGET}/day` } } }) };
-  // Request logs go to stderr so the instructions on stdout stay readable.
-  const log = createLogger(config.logLevel, undefined, 2);
-  const gateway = await createGateway(config, store, log.logger);
-  const address = await gateway.listen();
-  const base = `http://${address.address.includes(':') ? `[${address.address}]` : address.address}:${address.port}`;
-  const auth = `-H 'Authorization: Bearer ${token}'`;
-  // The refused request: the first plain GET of any provider.
-  const plain = specs.flatMap((spec) => spec.demo.examples.filter((e) => e.method === 'GET' && e.body === undefined).map((e) => [spec.name, e] as const))[0];
-  const text = [
-    '',
-    `keyward demo: gateway on ${base}, stand-in upstreams on 127.0.0.1, demo key "demo".`,
-    `Token: ${token}`,
-    '',
-    ...specs.flatMap((spec) => [`# ${spec.demo.title}`, ...spec.demo.examples.map((e) => curlLine(base, spec.name, e, auth)), '']),
-    ...(plain === undefined ? [] : ['# no token: refused by the gateway (401 {"error":"Unauthorized.","code":"unauthorized"})', curlLine(base, plain[0], plain[1], null), '']),
-    ...(budgeted === null
-      ? []
-      : [
-          `# key "demo-budget", a budget of ${BUDGET} ${budgeted.spec.cost?.unit ?? ''} a day on ${budgeted.spec.name}: the first call is admitted (and costs more), the next refused (429 budget_exceeded)`,
-          curlLine(base, budgeted.spec.name, { ...budgeted.example, output: `budget-${budgeted.example.output ?? 'out'}` }, `-H 'Authorization: Bearer ${budgeted.key.token}'`),
-          curlLine(base, budgeted.spec.name, { ...budgeted.example, output: undefined }, `-H 'Authorization: Bearer ${budgeted.key.token}'`),
-          '',
-        ]),
-    'Request logs follow on stderr. Ctrl-C stops the demo.',
-    '',
-  ].join('\n');
+  let text: string;
+  try {
+    const env: Record<string, string | undefined> = {
+      KEYWARD_HOST: io.env.KEYWARD_HOST,
+      KEYWARD_PORT: io.env.KEYWARD_PORT,
+      KEYWARD_LOG_LEVEL: io.env.KEYWARD_LOG_LEVEL,
+      KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+      ...Object.assign({}, ...specs.map((spec) => providerEnv(spec, standins.urls[spec.name] as string, secrets[spec.name] as readonly string[]))),
+    };
+    const config = loadConfig(env, (p) => readFileSync(p, 'utf8'), io.cwd, specs);
+    const store = openKeyStore(config);
+    const { token } = await createKey(store, 'demo');
+    // A second key with a small budget on the first route that reports a cost, so a refusal can be tried.
+    const costly = specs.find((spec) => spec.cost !== null && spec.demo.examples.some((e) => e.method === 'POST' && e.output !== undefined && e.stream !== true));
+    const budgeted = costly === undefined ? null : { spec: costly, example: costly.demo.examples.find((e) => e.method === 'POST' && e.output !== undefined && e.stream !== true) as Example, key: await createKey(store, 'demo-budget', { limits: { budgets: { [costly.name]: `${BUDGET}/day` } } }) };
+    // Request logs go to stderr so the instructions on stdout stay readable.
+    log = createLogger(config.logLevel, undefined, 2);
+    const g = await createGateway(config, store, log.logger);
+    gateway = g;
+    const address = await g.listen();
+    const base = `http://${address.address.includes(':') ? `[${address.address}]` : address.address}:${address.port}`;
+    const auth = `-H 'Authorization: Bearer ${token}'`;
+    // The refused request: the first plain GET of any provider.
+    const plain = specs.flatMap((spec) => spec.demo.examples.filter((e) => e.method === 'GET' && e.body === undefined).map((e) => [spec.name, e] as const))[0];
+    text = [
+      '',
+      `keyward demo: gateway on ${base}, stand-in upstreams on 127.0.0.1, demo key "demo".`,
+      `Token: ${token}`,
+      '',
+      ...specs.flatMap((spec) => [`# ${spec.demo.title}`, ...spec.demo.examples.map((e) => curlLine(base, spec.name, e, auth)), '']),
+      ...(plain === undefined ? [] : ['# no token: refused by the gateway (401 {"error":"Unauthorized.","code":"unauthorized"})', curlLine(base, plain[0], plain[1], null), '']),
+      ...(budgeted === null
+        ? []
+        : [
+            `# key "demo-budget", a budget of ${BUDGET} ${budgeted.spec.cost?.unit ?? ''} a day on ${budgeted.spec.name}: the first call is admitted (and costs more), the next refused (429 budget_exceeded)`,
+            curlLine(base, budgeted.spec.name, { ...budgeted.example, output: `budget-${budgeted.example.output ?? 'out'}` }, `-H 'Authorization: Bearer ${budgeted.key.token}'`),
+            curlLine(base, budgeted.spec.name, { ...budgeted.example, output: undefined }, `-H 'Authorization: Bearer ${budgeted.key.token}'`),
+            '',
+          ]),
+      'Request logs follow on stderr. Ctrl-C stops the demo.',
+      '',
+    ].join('\n');
+  } catch (err) {
+    await cleanUp();
+    throw err;
+  }
   io.stdout.write(`${text}\n`);
 
   return new Promise((resolve) => {
     const stop = (): void => {
-      void gateway
-        .shutdown()
-        .then(() => standins.close())
-        .then(() => log.flush())
-        .then(() => {
-          rmSync(dir, { recursive: true, force: true });
-          resolve(0);
-        });
+      void cleanUp().then(() => resolve(0));
     };
     io.signals.once('SIGINT', stop);
     io.signals.once('SIGTERM', stop);

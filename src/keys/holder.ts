@@ -19,6 +19,8 @@ export class KeyHolder {
   #up = true;
   #downSince = 0;
   #invalid: ReadonlyMap<string, string> = new Map();
+  /** Why the keys file's last change could not be read (its last good set serves meanwhile); null when it could. */
+  #problem: string | null = null;
   #stopWatch: (() => void) | null = null;
   /** How long the first load took, ms. */
   loadMs = 0;
@@ -28,7 +30,7 @@ export class KeyHolder {
     this.#logger = logger;
     this.#metrics = metrics;
     this.#maxStalenessMs = maxStalenessMs;
-    metrics.watchKeystore({ keys: () => this.#keys?.states(Date.now()) ?? null, up: () => this.#up, invalid: () => this.#invalid.size });
+    metrics.watchKeystore({ keys: () => this.#keys?.states(Date.now()) ?? null, up: () => this.up, invalid: () => this.#invalid.size });
   }
 
   /** Load the set, then follow the store's changes. A keys file that cannot be read fails the start. */
@@ -68,7 +70,12 @@ export class KeyHolder {
 
   /** The store is reachable and its last change is in force. */
   get up(): boolean {
-    return this.#up;
+    return this.#up && this.#problem === null;
+  }
+
+  /** Why the store's last change is not in force (a keys file that stopped parsing), or null. */
+  get problem(): string | null {
+    return this.#problem;
   }
 
   /** Re-read the whole store now (SIGHUP); keeps the current set if it cannot be read. */
@@ -87,12 +94,14 @@ export class KeyHolder {
   #apply(records: readonly KeyRecord[]): void {
     this.#keys = this.#keys === null ? new KeySet(records) : this.#keys.next(records);
     this.#up = true;
+    this.#problem = null;
     this.#metrics.keysLoaded(Date.now());
     this.#logger.info({ keys: this.#keys.size }, 'keys reloaded');
   }
 
   #failed(err: Error): void {
-    // The last good set stays in force.
+    // The last good set stays in force; readiness and keyward_keystore_up say the file is not.
+    this.#problem = `${this.#store.shared === true ? 'key store' : 'keys file'} ${this.#store.location} cannot be read (${err.message}); serving the last good key set`;
     this.#metrics.keysReloadFailed();
     this.#logger.error({ err, keyStore: this.#store.location }, 'keys not reloaded; keeping the previous set');
   }

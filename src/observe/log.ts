@@ -133,6 +133,8 @@ export interface RequestFields {
   readonly durationMs: number;
   readonly ttfbMs: number | null;
   readonly error: string | null;
+  /** Why a token was refused (401): missing, malformed, unknown, revoked or expired; null otherwise. */
+  readonly authFailure: string | null;
   readonly aborted: boolean;
 }
 
@@ -163,7 +165,7 @@ export function requestLogger(logger: Logger): (level: RequestLevel, f: RequestF
     const time = (internals[pino.symbols.timeSym] as () => string)();
     const bindings = internals[pino.symbols.chindingsSym] as string;
     write(
-      `{"level":${LEVEL_VALUES[level]}${time}${bindings},"reqId":${str(f.reqId)},"client":${str(f.client)},"keyId":${str(f.keyId)},"keyName":${str(f.keyName)},"route":${str(f.route)},"method":${str(f.method)},"path":${str(f.path)},"status":${f.status},"bytesIn":${f.bytesIn},"bytesOut":${f.bytesOut},"durationMs":${f.durationMs},"ttfbMs":${f.ttfbMs},"error":${str(f.error)},"aborted":${f.aborted},"msg":"request completed"}\n`,
+      `{"level":${LEVEL_VALUES[level]}${time}${bindings},"reqId":${str(f.reqId)},"client":${str(f.client)},"keyId":${str(f.keyId)},"keyName":${str(f.keyName)},"route":${str(f.route)},"method":${str(f.method)},"path":${str(f.path)},"status":${f.status},"bytesIn":${f.bytesIn},"bytesOut":${f.bytesOut},"durationMs":${f.durationMs},"ttfbMs":${f.ttfbMs},"error":${str(f.error)},"authFailure":${str(f.authFailure)},"aborted":${f.aborted},"msg":"request completed"}\n`,
     );
   };
 }

@@ -6,6 +6,9 @@ import { listenOn } from './listen.ts';
 import type { Logger } from '../observe/log.ts';
 import type { Readiness } from './server.ts';
 
+/** The usage page's policy (docs/limits.md): no script, styles of its own, forms only to itself. */
+export const USAGE_PAGE_CSP = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'";
+
 export interface AdminSources {
   readiness(): Readiness | Promise<Readiness>;
   metrics(): Promise<string>;
@@ -58,7 +61,7 @@ export async function startAdmin(address: { host: string; port: number }, source
           (html) => {
             const body = Buffer.from(html);
             // No script runs on the page; none may.
-            res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'content-length': body.length, 'cache-control': 'no-store', 'content-security-policy': "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'", 'x-content-type-options': 'nosniff' });
+            res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'content-length': body.length, 'cache-control': 'no-store', 'content-security-policy': USAGE_PAGE_CSP, 'x-content-type-options': 'nosniff' });
             res.end(req.method === 'HEAD' ? undefined : body);
           },
           (err: Error) => {

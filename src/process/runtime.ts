@@ -38,7 +38,7 @@ export function buildRuntime(config: Config): Runtime {
  * one needs a restart (the listening sockets, the worker processes and the
  * key store are made once). Every other option applies on SIGHUP.
  */
-const RESTART_ONLY: ReadonlyArray<readonly [string, (c: Config) => unknown]> = [
+export const RESTART_ONLY: ReadonlyArray<readonly [string, (c: Config) => unknown]> = [
   ['KEYWARD_HOST', (c) => c.host],
   ['KEYWARD_PORT', (c) => c.port],
   ['KEYWARD_WORKERS', (c) => c.workers],
@@ -50,6 +50,10 @@ const RESTART_ONLY: ReadonlyArray<readonly [string, (c: Config) => unknown]> = [
   ['KEYWARD_USAGE_FLUSH', (c) => c.usageFlushMs],
   ['KEYWARD_ADMIN_HOST', (c) => c.admin?.host ?? null],
   ['KEYWARD_ADMIN_PORT', (c) => c.admin?.port ?? null],
+  // The alert webhook is set up with the usage part, once.
+  ['KEYWARD_ALERT_WEBHOOK', (c) => c.alertWebhook],
+  ['KEYWARD_ALERT_WEBHOOK_SECRET', (c) => c.alertWebhookSecret],
+  ['KEYWARD_ALERT_WEBHOOK_RETRY', (c) => c.alertWebhookRetryMs],
   // Certificates are re-read; switching between HTTP and HTTPS is not.
   ['KEYWARD_TLS_CERT_FILE', (c) => c.tls === null],
 ];

@@ -40,8 +40,10 @@ export interface Readiness {
   readonly draining: boolean;
   /** Active keys in the loaded set; null when none could be loaded yet. */
   readonly keys: number | null;
-  /** A shared store is unreachable and the last good key set is serving. */
+  /** The store is unreachable, or its last change could not be read, and the last good key set is serving. */
   readonly stale?: boolean;
+  /** What is wrong with the store while a last good set serves (a keys file that stopped parsing). */
+  readonly problem?: string;
   readonly reason?: string;
 }
 
@@ -260,7 +262,7 @@ function readinessOf(keys: KeyHolder, draining: boolean, config: Config): Readin
   if (draining) return { ready: false, draining, keys: set?.size ?? null, reason: 'draining' };
   if (set === null) return { ready: false, draining, keys: null, reason: 'no key set loaded' };
   if (keys.current() === null) return { ready: false, draining, keys: set.size, stale: true, reason: 'key store unreachable for longer than KEYWARD_KEYS_MAX_STALENESS' };
-  const stale = keys.up ? {} : { stale: true };
+  const stale = keys.up ? {} : { stale: true, ...(keys.problem === null ? {} : { problem: keys.problem }) };
   // Up, but nothing it could forward: a load balancer should not send traffic here yet.
   const idle = idleReason(config, set.size);
   if (idle !== null) return { ready: false, draining, keys: set.size, ...stale, reason: idle };

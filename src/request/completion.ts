@@ -55,6 +55,7 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
       durationMs: Math.round(durationMs * 1000) / 1000,
       ttfbMs: ex.ttfbMs >= 0 ? Math.round(ex.ttfbMs * 1000) / 1000 : null,
       error: failureLabel(ex.failure),
+      authFailure: ex.authFailure,
       aborted,
     };
     line(ex.upstreamFailed ? 'warn' : status !== null && status >= 500 ? 'error' : 'info', fields);

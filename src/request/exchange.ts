@@ -5,6 +5,7 @@
 import { IncomingMessage, type ClientRequest, type ServerResponse } from 'node:http';
 import type { SecretForm } from './egress.ts';
 import type { Principal } from '../keys/keyset.ts';
+import type { AuthFailure } from '../observe/metrics.ts';
 import type { Failure } from './outcome.ts';
 import type { Admission } from '../usage/limiter.ts';
 import type { Route } from './routes.ts';
@@ -19,6 +20,8 @@ export class Exchange {
   res: ServerResponse | null = null;
   /** The key the token named, also when it was refused (revoked, expired, out of scope). */
   principal: Principal | null = null;
+  /** Why the token was refused with 401, for the log line (never the token). */
+  authFailure: AuthFailure | null = null;
   route: Route | null = null;
   /** The path as logged: credential parameters and anything token-shaped removed. */
   logPath: string | null = null;

@@ -182,6 +182,7 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
     const principal = authenticate(ex, rt.table, keys);
     if (typeof principal === 'string') {
       metrics.authFailure(principal);
+      ex.authFailure = principal;
       return refuse(ex, req, res, ERRORS.unauthorized);
     }
     if (expect === 'other') return refuse(ex, req, res, ERRORS.expectationFailed);
@@ -276,7 +277,10 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
     const keys = deps.keys();
     const who = keys === null ? 'unknown' : authenticate(ex, deps.runtime().table, keys);
     const reply = typeof who === 'string' ? ERRORS.unauthorized : err;
-    if (typeof who === 'string') metrics.authFailure(who);
+    if (typeof who === 'string') {
+      metrics.authFailure(who);
+      ex.authFailure = who;
+    }
     ex.settle({ by: 'gateway', code: reply.code });
     ex.bytesOut = reply.body.length;
     writeRawError(socket as Socket, reply);

@@ -7,6 +7,7 @@ import type { Principal } from '../keys/keyset.ts';
 import type { LimitState, PeriodUse } from './limiter.ts';
 import { usageFrom, type Ledger, type RouteUsage, type UsageRow, type UsageStore } from './ledger.ts';
 import { policyFor } from './policy.ts';
+import { within } from '../lib/deadline.ts';
 
 /** Where a key's figures come from: this process's limiter and ledger, or the primary and the store (workers, a fleet). */
 export interface StatusSources {
@@ -59,6 +60,8 @@ function statusBody(principal: Principal, limits: readonly LimitState[] | null, 
     alertAt: policy?.alerts ?? [],
     usage: { today: { day: usage.day, routes: byRoute('today') }, month: { month: usage.month, routes: byRoute('month') } },
     at: new Date(now).toISOString(),
+    // The store could not be read: the figures are those last read (`asOf`; null: none yet) and this gateway's own since.
+    ...(usage.stale === undefined ? {} : { stale: true, asOf: usage.stale.asOf }),
   };
 }
 
@@ -72,27 +75,45 @@ export class StoreView {
   readonly #store: Pick<UsageStore, 'rows'>;
   readonly #ledger: Pick<Ledger, 'unwritten'> | null;
   readonly #ttlMs: number;
+  readonly #freshWithinMs: number;
   readonly #read = new Map<string, { at: number; rows: Promise<UsageRow[]> }>();
+  /** Each key's rows as last read, kept to answer from while the store does not. */
+  readonly #last = new Map<string, { at: number; rows: UsageRow[] }>();
 
-  constructor(store: Pick<UsageStore, 'rows'>, ledger: Pick<Ledger, 'unwritten'> | null, ttlMs: number) {
+  /** `freshWithinMs`: how long a status waits for the store before it answers from what it last read, marked stale (Infinity: wait, and fail when the store does). */
+  constructor(store: Pick<UsageStore, 'rows'>, ledger: Pick<Ledger, 'unwritten'> | null, ttlMs: number, freshWithinMs = 1_000) {
     this.#store = store;
     this.#ledger = ledger;
     this.#ttlMs = ttlMs;
+    this.#freshWithinMs = freshWithinMs;
   }
 
   async usage(keyId: string, now: number): Promise<RouteUsage> {
     const month = usageFrom([], now).month;
     let read = this.#read.get(keyId);
     if (read === undefined || Date.now() - read.at >= this.#ttlMs) {
-      // Bounded: one key's rows of one month. The map is bounded too (a flood of keys asking clears it).
+      // Bounded: one key's rows of one month. The maps are bounded too (a flood of keys asking clears them).
       if (this.#read.size >= 10_000) this.#read.clear();
-      read = { at: Date.now(), rows: this.#store.rows({ keyId, since: `${month}-01` }) };
-      this.#read.set(keyId, read);
+      if (this.#last.size >= 10_000) this.#last.clear();
+      const r = { at: Date.now(), rows: this.#store.rows({ keyId, since: `${month}-01` }) };
+      read = r;
+      this.#read.set(keyId, r);
       // A failed read is not kept: the next call tries again.
-      read.rows.catch(() => this.#read.delete(keyId));
+      r.rows.then(
+        (rows) => this.#last.set(keyId, { at: r.at, rows }),
+        () => this.#read.delete(keyId),
+      );
     }
-    const rows = await read.rows;
-    return usageFrom([...rows, ...(this.#ledger?.unwritten(keyId) ?? [])], now);
+    const unwritten = this.#ledger?.unwritten(keyId) ?? [];
+    // The request path never waits on the store (keys and leases are in
+    // memory); nor does a key asking where it stands: while the store is
+    // down or frozen, it gets the figures last read and this gateway's own
+    // since, said to be stale (docs/limits.md, "A key's own status").
+    if (!Number.isFinite(this.#freshWithinMs)) return usageFrom([...(await read.rows), ...unwritten], now);
+    const rows = await within(read.rows.catch(() => null), this.#freshWithinMs, null);
+    if (rows !== null) return usageFrom([...rows, ...unwritten], now);
+    const last = this.#last.get(keyId) ?? null;
+    return { ...usageFrom([...(last?.rows ?? []), ...unwritten], now), stale: { asOf: last === null ? null : new Date(last.at).toISOString() } };
   }
 }
 

@@ -105,6 +105,8 @@ interface KeyTotals {
 export interface RouteUsage {
   readonly day: string;
   readonly month: string;
+  /** Set when the store could not be read in time: the figures are as of `asOf` (null: never read) plus what was counted here since. */
+  readonly stale?: { readonly asOf: string | null };
   readonly routes: ReadonlyMap<string, { readonly today: { requests: number; cost: number }; readonly month: { requests: number; cost: number } }>;
 }
 

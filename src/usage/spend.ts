@@ -50,7 +50,8 @@ export interface Spend {
 export function createSpend(o: SpendOptions): Spend {
   const fleet = o.store.fleet !== undefined;
   const view = fleet ? new StoreView(o.store, o.ledger, o.config.usageFlushMs) : null;
-  const fresh = fleet ? new StoreView(o.store, o.ledger, 0) : null;
+  // Alerts wait for the store's figures (never a stale answer): a threshold is judged on the fleet's totals.
+  const fresh = fleet ? new StoreView(o.store, o.ledger, 0, Infinity) : null;
   const alertStore: AlertStore = o.store.alerts ?? new MemoryAlertStore();
   const metric = alertCounter(o.registry);
   let stopped = false;

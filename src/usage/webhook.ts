@@ -7,6 +7,7 @@
 // passed since the alert fired. Never on the request path: a receiver that
 // hangs holds only this queue.
 import { createHmac } from 'node:crypto';
+import { backoff, type Backoff } from '../lib/backoff.ts';
 
 export interface WebhookOptions {
   readonly url: string;
@@ -33,8 +34,8 @@ interface Pending {
 
 /** The most alerts waiting at once; past it the oldest is dropped (and said). */
 const MAX_QUEUED = 10_000;
-const FIRST_WAIT_MS = 1_000;
-const MAX_WAIT_MS = 5 * 60_000;
+/** 1 s doubling, ±25 % jitter, never more than 5 min apart (docs/limits.md). */
+export const RETRY: Backoff = { firstMs: 1_000, maxMs: 5 * 60_000, jitter: 0.25 };
 
 /** The signature header's value for `body`. */
 export function signature(secret: string, body: string): string {
@@ -115,8 +116,7 @@ export class Webhook {
       this.#o.onDelivered(p.id);
       return;
     }
-    const backoff = Math.min(MAX_WAIT_MS, FIRST_WAIT_MS * 2 ** (p.attempts - 1));
-    p.next = this.#now() + backoff * (0.75 + Math.random() * 0.5);
+    p.next = this.#now() + backoff(p.attempts, RETRY);
     const gaveUp = p.next - p.firedAt > this.#o.retryMs;
     if (gaveUp) this.#drop(p);
     this.#o.onFailed(p.id, reason, p.attempts, gaveUp);

@@ -62,7 +62,9 @@ test('usage and configuration errors exit 2 with a one-line reason; runtime fail
     const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json') };
     const cases: Array<[string[], number, RegExp]> = [
       [[], 2, /a command is required/],
-      [['frobnicate'], 2, /unknown command frobnicate/],
+      [['frobnicate'], 2, /^keyward: unknown command frobnicate$/],
+      [['serv'], 2, /unknown command serv; did you mean serve\?/],
+      [['keys', 'crate', '--name', 'x'], 2, /unknown keys command crate; did you mean create\?/],
       [['keys'], 2, /keys needs a command: create, list, revoke, rotate, update, import or export/],
       [['keys', 'create'], 2, /needs --name/],
       [['keys', 'create', '--name', 'x', '--expires-in', 'soon'], 2, /--expires-in/],
@@ -80,6 +82,19 @@ test('usage and configuration errors exit 2 with a one-line reason; runtime fail
       assert.match(first, reason, args.join(' '));
     }
     assert.equal((await runCli(['help'], env)).code, 0);
+    // What is installed, after an upgrade: the package's own version.
+    const installed = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+    for (const args of [['--version'], ['version']]) {
+      const v = await runCli(args, env);
+      assert.equal(v.code, 0, args.join(' '));
+      assert.equal(v.stdout, `keyward ${installed}\n`);
+    }
+    // `keys help` is the keys help, not an unknown command; `keys help create` the create help.
+    const keysHelp = await runCli(['keys', 'help'], env);
+    assert.equal(keysHelp.code, 0);
+    assert.match(keysHelp.stdout, /^usage: keyward keys </);
+    assert.equal(keysHelp.stderr, '');
+    assert.match((await runCli(['keys', 'help', 'create'], env)).stdout, /^usage: keyward keys create --name NAME/);
     assert.equal((await runCli(['keys', 'create', '--name', 'dup'], env)).code, 0);
     assert.match((await runCli(['keys', 'create', '--name', 'dup'], env)).stderr, /already exists/);
 

@@ -3,7 +3,7 @@
 // ports in use name their option.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net, { type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,7 +11,8 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { request } from '../support/client.ts';
-import { deadline } from '../support/deadline.ts';
+import { deadline, eventually } from '../support/deadline.ts';
+import { freePort } from '../../src/process/listen.ts';
 import { runCli, startCli } from '../support/cli.ts';
 import { startUpstream } from '../support/upstream.ts';
 
@@ -157,22 +158,38 @@ test('a port in use names the option that chose it: KEYWARD_PORT, KEYWARD_ADMIN_
     const admin = await runCli(['serve'], { ...env, KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: taken });
     assert.equal(admin.code, 1);
     assert.match(admin.stderr, new RegExp(`KEYWARD_ADMIN_PORT: 127\\.0\\.0\\.1:${taken} is already in use \\(EADDRINUSE: another keyward\\?\\); set KEYWARD_ADMIN_PORT to a free port`));
-    const demo = await runCli(['demo'], { KEYWARD_PORT: taken });
+    // A demo that cannot start leaves nothing behind: its temporary folder goes with it.
+    const tmp = join(dir, 'tmp');
+    mkdirSync(tmp);
+    const demo = await runCli(['demo'], { KEYWARD_PORT: taken, TMPDIR: tmp });
     assert.equal(demo.code, 1);
     assert.match(demo.stderr, /KEYWARD_PORT: .* is already in use/);
+    const badPort = await runCli(['demo'], { KEYWARD_PORT: 'eighty', TMPDIR: tmp });
+    assert.equal(badPort.code, 2);
+    assert.deepEqual(readdirSync(tmp).filter((f) => f.startsWith('keyward-demo-')), []);
   } finally {
     busy.close();
     rmSync(dir, { recursive: true, force: true });
   }
 });
 
-test('a keys file that stops parsing is logged with the error\'s type and message (pino\'s err serializer)', { timeout: 30_000 }, async () => {
+test('a keys file that stops parsing is logged with the error\'s type and message (pino\'s err serializer), and readiness and keyward_keystore_up say so until it parses again', { timeout: 30_000 }, async () => {
   const dir = tempDir();
   try {
-    const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: 'off' };
+    const admin = await freePort();
+    const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: String(admin), KEYWARD_SPEECH_KEY: 'xi-test' };
     assert.equal((await runCli(['keys', 'create', '--name', 'a'], env)).code, 0);
+    const good = readFileSync(env.KEYWARD_KEYS_FILE, 'utf8');
     const gw = await startCli(['serve'], env, '"msg":"keyward listening"');
+    const readyz = async (): Promise<{ status: number; body: Record<string, unknown> }> => {
+      const r = await request(`http://127.0.0.1:${admin}/readyz`);
+      return { status: r.status, body: JSON.parse(r.body.toString()) as Record<string, unknown> };
+    };
+    const up = async (): Promise<string | undefined> => /^keyward_keystore_up (\d)$/m.exec((await request(`http://127.0.0.1:${admin}/metrics`)).body.toString())?.[1];
     try {
+      await eventually(async () => (await readyz()).status === 200, 5_000, 'ready');
+      assert.equal((await readyz()).body.stale, undefined);
+      assert.equal(await up(), '1');
       writeFileSync(env.KEYWARD_KEYS_FILE, '{broken');
       const until = Date.now() + 5_000;
       while (Date.now() < until && !gw.output().includes('keys not reloaded')) await new Promise((r) => setTimeout(r, 20));
@@ -180,6 +197,15 @@ test('a keys file that stops parsing is logged with the error\'s type and messag
       assert.equal(line.err.type, 'KeysFileCorrupt');
       assert.equal(line.err.message, 'not valid JSON at line 1, column 2');
       assert.equal(line.keyStore, env.KEYWARD_KEYS_FILE);
+      // Still serving its last good set (ready), and saying the file is broken.
+      const broken = await readyz();
+      assert.equal(broken.status, 200);
+      assert.equal(broken.body.stale, true);
+      assert.equal(broken.body.problem, `keys file ${env.KEYWARD_KEYS_FILE} cannot be read (not valid JSON at line 1, column 2); serving the last good key set`);
+      assert.equal(await up(), '0');
+      writeFileSync(env.KEYWARD_KEYS_FILE, good);
+      await eventually(async () => (await up()) === '1', 5_000, 'the fixed file in force');
+      assert.equal((await readyz()).body.problem, undefined);
     } finally {
       gw.child.kill('SIGTERM');
       await deadline(gw.done, 10_000, 'exit');

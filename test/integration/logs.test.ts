@@ -2,6 +2,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { raw, request } from '../support/client.ts';
+import { eventually } from '../support/deadline.ts';
+import { createKey, revokeKey } from '../../src/keys/manage.ts';
+import { generateToken } from '../../src/keys/token.ts';
 import { startGateway } from '../support/gateway.ts';
 import { startUpstream } from '../support/upstream.ts';
 
@@ -37,6 +40,8 @@ test('one "request completed" line per request with every agreed field', async (
     assert.equal(fourth?.status, 401);
     assert.equal(fourth?.keyId, null);
     assert.equal(fourth?.bytesOut, Buffer.byteLength('{"error":"Unauthorized.","code":"unauthorized"}'));
+    assert.equal(fourth?.authFailure, 'missing');
+    assert.equal(first?.authFailure, null);
     assert.notEqual(first?.reqId, second?.reqId);
     assert.doesNotMatch(gw.logText(), /SHOULD-NOT-BE-LOGGED|NOR-THIS|unrouted-secret/);
   } finally {
@@ -58,6 +63,37 @@ test('no log line ever carries a secret or a client token, whatever the request'
     const text = gw.logText();
     assert.ok(text.split('\n').length > 5);
     for (const secret of [t, ...Object.values(gw.secrets).filter((v) => !v.startsWith('seologin'))]) assert.equal(text.includes(secret), false);
+  } finally {
+    await gw.close();
+    await up.close();
+  }
+});
+
+test("a 401's line says why the token was refused, never the token", async () => {
+  const up = await startUpstream();
+  const gw = await startGateway({ seo: up.url });
+  try {
+    const revoked = await createKey(gw.store, 'gone');
+    await revokeKey(gw.store, 'gone');
+    const expired = await createKey(gw.store, 'old', { expiresInMs: 1 });
+    const unknown = generateToken();
+    // The gateway reads the keys file within a second; the revoked key then names itself.
+    await eventually(async () => (await request(`${gw.url}/seo/v3/x`, { headers: { authorization: `Bearer ${revoked.token}` } })).status === 401 && gw.logs().some((l) => l.keyId === revoked.record.id), 5_000, 'the revoked key in force');
+    const before = gw.logs().filter((l) => l.msg === 'request completed').length;
+    const tries: Array<[Record<string, string>, string, string | null]> = [
+      [{}, 'missing', null],
+      [{ authorization: 'Bearer kw_tooshort' }, 'malformed', null],
+      [{ authorization: `Bearer ${unknown}` }, 'unknown', null],
+      [{ authorization: `Bearer ${revoked.token}` }, 'revoked', revoked.record.id],
+      [{ authorization: `Bearer ${expired.token}` }, 'expired', expired.record.id],
+    ];
+    for (const [headers] of tries) assert.equal((await request(`${gw.url}/seo/v3/x`, { headers })).status, 401);
+    const lines = gw.logs().filter((l) => l.msg === 'request completed').slice(before);
+    assert.deepEqual(lines.map((l) => [l.status, l.authFailure, l.keyId]), tries.map(([, why, key]) => [401, why, key]));
+    for (const t of [unknown, revoked.token, expired.token]) assert.equal(gw.logText().includes(t), false);
+    // A request that was let in carries none.
+    assert.equal((await request(`${gw.url}/seo/v3/x`, { headers: { authorization: `Bearer ${gw.token}` } })).status, 200);
+    assert.equal(gw.logs().filter((l) => l.msg === 'request completed').at(-1)?.authFailure, null);
   } finally {
     await gw.close();
     await up.close();

@@ -2,7 +2,7 @@
 // a misspelled variable is named with the one it most likely meant, and
 // KEYWARD_STRICT_ENV=1 makes it a configuration error (docs/configuration.md).
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -27,6 +27,13 @@ test('a misspelled KEYWARD_* variable is warned about with the closest known nam
       gw.child.kill('SIGTERM');
       await deadline(gw.done, 10_000, 'exit');
     }
+    // Said in plain words on stderr too, before the gateway listens (written before listen() is called).
+    const plain = (await gw.done).stderr.split('\n').filter((l) => l.includes('is not a keyward setting'));
+    assert.deepEqual(plain, [
+      'keyward: KEYWARD_DRAIN_TIMOUT is not a keyward setting and is ignored; did you mean KEYWARD_DRAIN_TIMEOUT?',
+      'keyward: KEYWARD_LISTEN_PORT is not a keyward setting and is ignored; did you mean KEYWARD_PORT?',
+      'keyward: KEYWARD_SCRAPER_KEY is not a keyward setting and is ignored; did you mean KEYWARD_SCRAPER_TOKEN?',
+    ]);
     const strict = await runCli(['serve'], { ...env, KEYWARD_STRICT_ENV: '1' });
     assert.equal(strict.code, 2);
     assert.match(strict.stderr, /unknown variable KEYWARD_SCRAPER_KEY; did you mean KEYWARD_SCRAPER_TOKEN\?/);
@@ -106,11 +113,49 @@ test('keyward usage --until, --by month and the TOTAL rows (cost added up per un
     ]);
     const table = await runCli(['usage', '--since', '2026-10-01', '--until', '2026-11-30', '--by', 'month'], env);
     assert.match(table.stdout, /^TOTAL\s+14\s+14\s+0\s+0\s+0\s+0\s+0\s+0\s+140\s+1\.75\s+usd$/m);
+    // By month the first column is the month, in the table and the CSV.
+    assert.match(table.stdout, /^MONTH\s+KEY\s+ROUTE\s/);
+    assert.match(months.stdout, /^month,key,route,/);
+    assert.match((await runCli(['usage', '--since', '2026-10-01', '--until', '2026-11-30'], env)).stdout, /^DAY\s+KEY\s/);
+    // An empty range says the range it was asked for, --until included.
+    assert.equal((await runCli(['usage', '--since', '2026-09-01', '--until', '2026-09-30'], env)).stdout, 'No usage recorded from 2026-09-01 to 2026-09-30.\n');
+    assert.equal((await runCli(['usage', '--since', '2026-12-01'], env)).stdout, 'No usage recorded since 2026-12-01.\n');
     const bad = await runCli(['usage', '--since', '2026-11-01', '--until', '2026-10-01'], env);
     assert.equal(bad.code, 2);
     assert.match(bad.stderr, /--until 2026-10-01 is before --since 2026-11-01/);
     assert.match((await runCli(['usage', '--until', '2026-02-31'], env)).stderr, /--until: 2026-02-31 is not a day of the calendar/);
     assert.match((await runCli(['usage', '--by', 'week'], env)).stderr, /--by must be day or month/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("names a terminal would act on are printed escaped: keys list, usage, revoke", async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'keyward-second-'));
+  try {
+    const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json') };
+    const { id } = JSON.parse((await runCli(['keys', 'create', '--name', 'plain', '--json'], env)).stdout) as { id: string };
+    // A name set behind keyward's back (as SQL can): a title change, a colour, a forged row, a bidi override.
+    const evil = 'evil\x1b]0;pwned\x07\x1b[31mRED\x1b[0m\r\nFAKE-ROW\u202e';
+    const { serialiseKeysFile, parseKeysFile } = await import('../../src/keys/file-store.ts');
+    const records = parseKeysFile(readFileSync(env.KEYWARD_KEYS_FILE, 'utf8'), ['seo', 'speech']);
+    writeFileSync(env.KEYWARD_KEYS_FILE, serialiseKeysFile(records.map((r) => ({ ...r, name: evil }))));
+    const { SqliteUsageStore, usagePath } = await import('../../src/usage/sqlite-store.ts');
+    const store = new SqliteUsageStore(usagePath(env.KEYWARD_KEYS_FILE));
+    await store.add([{ keyId: id, route: 'seo', day: '2026-10-30', requests: 1, s2xx: 1, s3xx: 0, s4xx: 0, s5xx: 0, other: 0, limited: 0, bytesIn: 0, bytesOut: 1, cost: 0 }], { gateway: 'seed', seq: 1 });
+    await store.close();
+    const shown = 'evil\\x1b]0;pwned\\x07\\x1b[31mRED\\x1b[0m\\x0d\\x0aFAKE-ROW\\u202e';
+    for (const args of [['keys', 'list'], ['usage', '--since', '2026-10-01'], ['usage', '--since', '2026-10-01', '--csv'], ['keys', 'revoke', id]]) {
+      const r = await runCli(args, env);
+      assert.equal(r.code, 0, `${args.join(' ')}: ${r.stderr}`);
+      // Not one control character reaches the terminal; the name shows as its escapes.
+      assert.equal([...r.stdout].filter((c) => (c < ' ' && c !== '\n') || (c >= '\u007f' && c <= '\u009f') || c === '\u202e').length, 0, args.join(' '));
+      assert.ok(r.stdout.includes(shown), `${args.join(' ')}: ${JSON.stringify(r.stdout)}`);
+      assert.equal(r.stdout.split('\n').filter((l) => l.startsWith('FAKE-ROW')).length, 0);
+    }
+    // JSON keeps the name as it is, escaped by JSON itself.
+    const json = await runCli(['keys', 'list', '--json'], env);
+    assert.equal((JSON.parse(json.stdout) as Array<{ name: string }>)[0]?.name, evil);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -117,3 +117,46 @@ test('SIGTERM during a silent partition ends within the drain deadline; the usag
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('a key asking where it stands during a silent partition: answered within the deadline from the rows last read, marked stale; fresh again when it heals', { timeout: 120_000 }, async () => {
+  const db = await startDatabase();
+  const up = await startUpstream();
+  const proxy = await startTcpProxy(Number(new URL(db.url).port));
+  const direct = { KEYWARD_DATABASE_URL: db.url };
+  // A flush interval short enough that each status reads the store again.
+  const env = { KEYWARD_DATABASE_URL: throughProxy(db.url, proxy.port), KEYWARD_DATABASE_TIMEOUT: '20s', KEYWARD_USAGE_FLUSH: '200ms', KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p', KEYWARD_ADMIN_PORT: 'off' };
+  assert.equal((await runCli(['db', 'migrate'], direct)).code, 0);
+  const dana = JSON.parse((await runCli(['keys', 'create', '--name', 'dana', '--quota', '100/day', '--json'], direct)).stdout) as { token: string };
+  const g = await startFleetGateway(env);
+  type Status = { stale?: boolean; asOf?: string | null; usage: { today: { routes: Record<string, { requests: number }> } } };
+  const status = async (): Promise<{ ms: number; body: Status }> => {
+    const t = performance.now();
+    const r = await request(`${g.base}/keyward/key`, { headers: { authorization: `Bearer ${dana.token}` } });
+    assert.equal(r.status, 200);
+    return { ms: performance.now() - t, body: r.json() as Status };
+  };
+  try {
+    for (let i = 0; i < 3; i++) assert.equal(await statusOf(g.base, dana.token), 200);
+    await eventually(async () => (await status()).body.usage.today.routes.seo?.requests === 3, 5_000, 'three requests read back from the store');
+    const before = await status();
+    assert.equal(before.body.stale, undefined);
+
+    proxy.freeze();
+    await new Promise((r) => setTimeout(r, 300)); // past the flush interval: the next status reads the store again
+    assert.equal(await statusOf(g.base, dana.token), 200, 'the request path does not wait on the frozen store');
+    const during = await status();
+    assert.equal(during.body.stale, true, 'said to be stale');
+    assert.equal(typeof during.body.asOf, 'string');
+    assert.ok(during.ms < 3_000, `answered within the deadline, not the database's (${during.ms.toFixed(0)} ms)`);
+    assert.equal(during.body.usage.today.routes.seo?.requests, 4, "the rows last read plus this gateway's own since");
+
+    proxy.heal();
+    await eventually(async () => (await status()).body.stale === undefined, 10_000, 'fresh again once healed');
+    console.log(`status during a partition: stale answer in ${during.ms.toFixed(0)} ms`);
+  } finally {
+    await g.stop().catch(() => g.kill());
+    await proxy.close();
+    await up.close();
+    await db.close();
+  }
+});

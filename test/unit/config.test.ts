@@ -191,3 +191,21 @@ test('KEYWARD_CONFIG_FILE: NAME=value lines over the environment; a bad line is 
   assert.deepEqual(parseEnvFile('A=1\nnonsense\n').problems, ['KEYWARD_CONFIG_FILE line 2: expected NAME=value']);
   assert.throws(() => effectiveEnv({ KEYWARD_CONFIG_FILE: '/missing' }, read), /KEYWARD_CONFIG_FILE: cannot read \/missing \(ENOENT\)/);
 });
+
+test('an alert webhook URL with a login in it is refused at start, without echoing the password', () => {
+  const load = (url: string): ConfigError | null => {
+    try {
+      loadConfig({ KEYWARD_ALERT_WEBHOOK: url }, noFiles, '/', UPSTREAMS);
+      return null;
+    } catch (err) {
+      return err as ConfigError;
+    }
+  };
+  for (const url of ['http://user:s3cretpw@hooks.example.com/alert', 'https://user@hooks.example.com/alert']) {
+    const err = load(url);
+    assert.ok(err instanceof ConfigError, url);
+    assert.match(err.problems.join('\n'), /KEYWARD_ALERT_WEBHOOK must not carry a login/);
+    assert.doesNotMatch(err.problems.join('\n'), /s3cretpw/);
+  }
+  assert.equal(load('https://hooks.example.com/alert?token=abc'), null);
+});

@@ -14,6 +14,8 @@ import { ERRORS } from '../../src/request/errors.ts';
 import { MIGRATIONS } from '../../src/keys/pg-schema.ts';
 import { alertCounter, Metrics, newRegistry } from '../../src/observe/metrics.ts';
 import { UPSTREAMS } from '../../src/request/routes.ts';
+import { RESTART_ONLY } from '../../src/process/runtime.ts';
+import { USAGE_PAGE_CSP } from '../../src/process/admin.ts';
 
 const read = (path: string): string => readFileSync(new URL(`../../${path}`, import.meta.url), 'utf8');
 
@@ -29,6 +31,23 @@ test("docs/configuration.md's option table lists every option the configuration 
   assert.deepEqual(missing, [], 'read by the configuration, not in the table');
   const stale = [...rows].filter((r) => !known.has(r) && !ELSEWHERE.has(r));
   assert.deepEqual(stale, [], 'in the table, read by nothing');
+});
+
+test('the options a reload cannot apply are the ones docs/configuration.md says need a restart, in its list and its table', () => {
+  const docs = read('docs/configuration.md');
+  const section = docs.slice(docs.indexOf('- Needing a restart'), docs.indexOf('- A port that is taken'));
+  const listed = new Set([...section.matchAll(/`(KEYWARD_[A-Z0-9_]+)`/g)].map((m) => m[1] as string));
+  // TLS is listed as "turning TLS on or off", by its certificate option in the code.
+  const code = new Set(RESTART_ONLY.map(([name]) => name).filter((n) => n !== 'KEYWARD_TLS_CERT_FILE'));
+  assert.deepEqual([...code].filter((n) => !listed.has(n)), [], 'restart-only in the code, not in the list');
+  assert.deepEqual([...listed].filter((n) => !code.has(n)), [], 'in the list, applied on reload by the code');
+  // Each table row that says "Restart to change" is one of them.
+  const marked = [...docs.matchAll(/^\| `(KEYWARD_[A-Z0-9_]+)` \|.*Restart to change/gm)].map((m) => m[1] as string);
+  assert.deepEqual(marked.filter((n) => !code.has(n)), []);
+});
+
+test("the usage page's Content-Security-Policy is the one docs/limits.md gives", () => {
+  assert.ok(read('docs/limits.md').includes(`\`Content-Security-Policy: ${USAGE_PAGE_CSP}\``));
 });
 
 test('every error code the gateway answers with is documented, and the documented ones exist', () => {
@@ -81,4 +100,25 @@ test("ARCHITECTURE.md's module table names every module under src/, and no other
   assert.deepEqual([...listed].filter((f) => !tree.has(f)).sort(), [], 'in the table, not in src/');
   // The top level holds only entry points.
   assert.deepEqual([...tree].filter((f) => !f.includes('/')).sort(), ['cli.ts', 'main.ts']);
+});
+
+test('every table row in the docs and the README ends its row: no row runs into the next paragraph', () => {
+  const files = ['README.md', 'ARCHITECTURE.md', ...readdirSync(new URL('../../docs/', import.meta.url)).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)];
+  const bad: string[] = [];
+  for (const f of files) {
+    read(f)
+      .split('\n')
+      .forEach((l, i) => {
+        if (l.startsWith('|') && !l.trimEnd().endsWith('|')) bad.push(`${f}:${i + 1}`);
+      });
+  }
+  assert.deepEqual(bad, []);
+});
+
+test("the README's word on 429 headers is docs/limits.md's: a budget refusal carries no RateLimit-Limit or -Remaining", () => {
+  const readme = read('README.md');
+  assert.doesNotMatch(readme, /`RateLimit-Limit`\/`-Remaining`\/`-Reset`/);
+  const sentence = readme.slice(readme.indexOf('A request over a limit gets 429'), readme.indexOf('neither forwarded nor counted'));
+  assert.match(sentence, /budget is money or characters, not a count of\s+requests/);
+  assert.match(read('docs/limits.md'), /^\| budget \| — \(money or characters, no count of requests\) \| — \| — \| until the period ends \|$/m);
 });
