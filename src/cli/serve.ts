@@ -12,9 +12,7 @@ import { Limiter } from '../usage/limiter.ts';
 import { periodUse } from '../usage/key-status.ts';
 import { createSpend } from '../usage/spend.ts';
 import { costUnits } from '../process/runtime.ts';
-import type { KeyRecord } from '../keys/keyset.ts';
-import { renderPage } from '../usage/page.ts';
-import { usagePage } from '../usage/report.ts';
+import { pageSource, pageThread, type PageThread } from '../usage/page-thread.ts';
 import { countOnly, fleetLeases, openUsageStore } from '../usage/open.ts';
 import { inheritedListenFd } from '../process/systemd.ts';
 import { closest } from '../config/unknown.ts';
@@ -149,18 +147,15 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io): Pr
   );
   const primary = runPrimary(config.workers, ['serve'], io, listenFd === null ? {} : { KEYWARD_INHERITED_FD: String(listenFd) });
   let admin: Admin | null = null;
+  let pages: PageThread | null = null;
   if (config.admin !== null) {
     const summed = clusterMetrics();
     try {
       const text = async (): Promise<string> => `${await summed.text()}\n${await registry.metrics()}`;
-      // The key records for the page: read from the store at most every 10 s (the primary holds no key set).
-      let records: { at: number; list: Promise<readonly KeyRecord[]> } | null = null;
-      const list = (): Promise<readonly KeyRecord[]> => {
-        if (records === null || Date.now() - records.at > 10_000) records = { at: Date.now(), list: keys.load().catch(() => []) };
-        return records.list;
-      };
-      const page = usagePage(usage, list, config.routes.map((r) => r.name), units, renderPage);
-      admin = await startAdmin(config.admin, { readiness: () => primary.readiness(), metrics: text, metricsContentType: summed.contentType, usage: page }, log.logger);
+      // The page in a thread of its own, which reads the key records from the store at most every 10 s (the primary holds no key set).
+      pages = pageThread(pageSource(config, units));
+      const page = pages;
+      admin = await startAdmin(config.admin, { readiness: () => primary.readiness(), metrics: text, metricsContentType: summed.contentType, usage: (p) => page.page(p) }, log.logger);
     } catch (err) {
       line(io.stderr, `keyward: admin listener: ${(err as Error).message}`);
       io.signals.emit('SIGTERM');
@@ -168,6 +163,7 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io): Pr
   }
   const code = await primary.done;
   await admin?.close();
+  await pages?.close();
   spend.stop();
   await leases?.stop().catch(() => undefined);
   await ledger.stop(1_000);

@@ -5,6 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { listenOn } from './listen.ts';
 import type { Logger } from '../observe/log.ts';
 import type { Readiness } from './server.ts';
+import { PageBusy } from '../usage/page-thread.ts';
 
 /** The usage page's policy (docs/limits.md): no script, styles of its own, forms only to itself. */
 export const USAGE_PAGE_CSP = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'";
@@ -65,6 +66,10 @@ export async function startAdmin(address: { host: string; port: number }, source
             res.end(req.method === 'HEAD' ? undefined : body);
           },
           (err: Error) => {
+            if (err instanceof PageBusy) {
+              res.setHeader('retry-after', '1');
+              return json(res, 503, { error: 'The usage page is busy building other views; try again in a moment.', code: 'usage_busy' });
+            }
             logger.error({ err }, 'usage page not built');
             json(res, 503, { error: 'The usage ledger could not be read.', code: 'usage_unavailable' });
           },

@@ -25,6 +25,8 @@ import { Sweeper } from '../request/timers.ts';
 import { keyStatus } from '../usage/key-status.ts';
 import { renderPage } from '../usage/page.ts';
 import { usagePage } from '../usage/report.ts';
+import { MemoryUsageStore } from '../usage/memory-store.ts';
+import { pageThread, pageSource } from '../usage/page-thread.ts';
 
 /** The least time the ledger and the key store get after the last connection closed, ms. */
 const FINAL_WRITE_MS = 500;
@@ -101,6 +103,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
   );
   const sweeper = new Sweeper(() => runtime.config, expire, (seconds) => metrics.task('timer_sweep', seconds));
   const { ledger, leases, spend, admit, statusSources, units, usageStore } = await startUsage(config, store, logger, metrics, options);
+  const pages = usageStore instanceof MemoryUsageStore ? null : pageThread(pageSource(config, units));
   const credentialParams = (): ReadonlySet<string> => {
     const names = new Set<string>();
     for (const r of runtime.table.values()) for (const n of r.dropQuery) names.add(n);
@@ -137,6 +140,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     shutdown: () => {
       draining = true;
       closing ??= drain({ server, runtime: () => runtime, keys, ledger, leases, spend, lastUse, sweeper, store, logger });
+      void closing.then(() => pages?.close());
       return closing;
     },
     reloadKeys: () => keys.reload(),
@@ -147,7 +151,8 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     },
     readiness: () => readinessOf(keys, draining, runtime.config),
     keyCount: () => keys.loaded?.size ?? 0,
-    usagePage: usagePage(usageStore, () => keys.loaded?.records ?? [], config.routes.map((r) => r.name), units, renderPage),
+    // In memory (no ledger file could be opened) the figures are this process's own, and few: built here.
+    usagePage: pages === null ? usagePage(usageStore, () => keys.loaded?.records ?? [], config.routes.map((r) => r.name), units, renderPage) : (params) => pages.page(params),
   };
   return gateway;
 }

@@ -61,7 +61,8 @@ export interface Report {
   readonly top: ReadonlyArray<{ readonly key: KeyRecord | null; readonly keyId: string; readonly requests: number; readonly cost: Readonly<Record<string, number>> }>;
   /** Keys at or past `NEAR` of a quota or budget this period, most used first. */
   readonly near: ReadonlyArray<{ readonly key: KeyRecord; readonly limit: string; readonly used: number; readonly value: number; readonly share: number }>;
-  readonly filter: { readonly key: KeyRecord | null; readonly keyText: string | null; readonly route: string | null };
+  /** `route`: the route shown, null for all or for a `routeText` that names none. */
+  readonly filter: { readonly key: KeyRecord | null; readonly keyText: string | null; readonly route: string | null; readonly routeText: string | null };
 }
 
 /** A key is listed as near its limit from this share of it. */
@@ -69,7 +70,7 @@ const NEAR = 0.8;
 const DAYS = 30;
 
 /** The page's figures at `now` for `filter` (a key by id or name, a route). */
-async function buildReport(q: ReportQueries, keys: readonly KeyRecord[], filter: { key: string | null; route: string | null }, now = Date.now()): Promise<Report> {
+async function buildReport(q: ReportQueries, keys: readonly KeyRecord[], routes: readonly string[], filter: { key: string | null; route: string | null }, now = Date.now()): Promise<Report> {
   const today = periodOf('day', now).key;
   const month = `${periodOf('month', now).key}-01`;
   const days = Array.from({ length: DAYS }, (_, i) => new Date(Date.parse(today) - (DAYS - 1 - i) * 86_400_000).toISOString().slice(0, 10));
@@ -77,12 +78,13 @@ async function buildReport(q: ReportQueries, keys: readonly KeyRecord[], filter:
   const key = filter.key === null ? null : (byId.get(filter.key) ?? keys.find((k) => k.name === filter.key && k.revoked === null) ?? null);
   // A key the filter names but nobody has: nothing, rather than everything.
   const keyId = filter.key === null ? null : (key?.id ?? '\u0000none');
+  const route = filter.route === null ? null : routes.includes(filter.route) ? filter.route : '\u0000none';
   const limited = keys.filter((k) => {
     const p = policyFor(k);
     return k.revoked === null && p !== null && (p.quota !== null || p.budgets.size > 0);
   });
   const [daily, todays, months] = await Promise.all([
-    q.daily(days[0] as string, keyId, filter.route),
+    q.daily(days[0] as string, keyId, route),
     q.byKey(today, null),
     limited.length === 0 ? Promise.resolve([]) : q.byKey(month, limited.map((k) => k.id)),
   ]);
@@ -127,7 +129,7 @@ async function buildReport(q: ReportQueries, keys: readonly KeyRecord[], filter:
     }
   }
   near.sort((a, b) => b.share - a.share);
-  return { days, daily, top, near: near.slice(0, 50), filter: { key, keyText: filter.key, route: filter.route } };
+  return { days, daily, top, near: near.slice(0, 50), filter: { key, keyText: filter.key, route: route === filter.route ? route : null, routeText: filter.route } };
 }
 
 /**
@@ -140,7 +142,7 @@ export function usagePage(store: UsageStore, keys: () => readonly KeyRecord[] | 
     const route = params.get('route');
     const key = params.get('key');
     const now = Date.now();
-    const report = await buildReport(q, await keys(), { key: key === null || key.trim() === '' ? null : key.trim(), route: route !== null && routes.includes(route) ? route : null }, now);
+    const report = await buildReport(q, await keys(), routes, { key: key === null || key.trim() === '' ? null : key.trim(), route: route === null || route === '' ? null : route }, now);
     return render(report, routes, units, new Date(now).toISOString());
   };
 }

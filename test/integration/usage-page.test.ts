@@ -111,6 +111,29 @@ test('the usage page in headless Chromium: the chart shows the ledger, a filter 
     await Promise.all([page.waitForURL(/route=speech/), page.click('a:text-is("speech")')]);
     assert.equal(await page.locator('#requests-chart rect.bar').count(), 10);
 
+    // The value axis: the top line's value is a round figure at or above the highest day, the mid line half of it; each bar's figure is its tooltip.
+    await page.goto(`${base}/usage`);
+    const axis = (await page.evaluate(`[...document.querySelectorAll('#requests-chart .value')].map((v) => v.textContent)`)) as string[];
+    const highest = Math.max(...(await page.locator('#requests-chart rect.bar').evaluateAll((bars) => {
+      const perDay = new Map();
+      for (const b of bars) perDay.set(b.getAttribute('data-day'), (perDay.get(b.getAttribute('data-day')) ?? 0) + Number(b.getAttribute('data-requests')));
+      return [...perDay.values()];
+    })) as number[]);
+    assert.equal(axis.length, 2, 'a top and a mid value');
+    const [topValue, midValue] = axis.map(Number) as [number, number];
+    assert.ok(topValue >= highest && topValue < 2.5 * highest, `top ${topValue} for a highest day of ${highest}`);
+    assert.equal(midValue, topValue / 2);
+    assert.match(String(topValue), /^[125]0*$/, 'a round figure');
+    const tips = (await page.locator('#requests-chart rect.bar').evaluateAll((bars) => bars.map((b) => [b.querySelector('title')?.textContent, `${b.getAttribute('data-day')} ${b.getAttribute('data-route')}: ${b.getAttribute('data-requests')}`]))) as Array<[string, string]>;
+    for (const [tip, expected] of tips) assert.equal(tip, expected);
+    // A route with nothing in the range says so instead of an empty box; a route that does not exist is named as such.
+    await page.goto(`${base}/usage?route=scraper`);
+    assert.equal(await page.locator('#requests-chart svg').count(), 0);
+    assert.match(await page.locator('#requests-chart').innerText(), /Nothing forwarded on scraper in these 30 days/);
+    await page.goto(`${base}/usage?route=bogus`);
+    assert.match(await page.locator('h1').innerText(), /no route named bogus/);
+    assert.equal(await page.locator('#requests-chart rect.bar').count(), 0, 'nothing shown for a route that does not exist');
+
     // A phone: nothing wider than the screen but the tables, which scroll inside themselves.
     const phone = await browser.newPage({ viewport: { width: 390, height: 844 }, isMobile: true });
     phone.on('console', (m) => {
@@ -120,6 +143,11 @@ test('the usage page in headless Chromium: the chart shows the ledger, a filter 
     // Evaluated in the page (a string: this file is not type-checked against the DOM).
     const overflow = (await phone.evaluate('document.documentElement.scrollWidth - window.innerWidth')) as number;
     assert.ok(overflow <= 0, `the page is ${overflow} px wider than a phone`);
+    // The lists of keys fit the screen (no part of a row hidden behind a scroll).
+    for (const list of ['top keys', 'Near or past']) {
+      const cut = (await phone.evaluate(`(() => { const t = document.querySelector('h2:nth-of-type(1)') && [...document.querySelectorAll('h2')].find((h) => h.textContent.includes(${JSON.stringify(list)})).nextElementSibling; return t.scrollWidth - t.clientWidth + Math.max(0, t.getBoundingClientRect().right - window.innerWidth); })()`)) as number;
+      assert.ok(cut <= 1, `the ${list} table is cut by ${cut} px at 390 px`);
+    }
     await phone.screenshot({ path: join(ARTIFACTS, 'usage-page-phone.png'), fullPage: true });
     assert.deepEqual(problems, [], 'no console error or warning');
   } finally {
