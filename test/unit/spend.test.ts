@@ -120,7 +120,9 @@ test('the usage page from a store without its own aggregates: the same figures f
   assert.match(html, /data-route="speech" data-cost="95"/);
   assert.ok(html.includes('&#60;b&#62;a&#60;/b&#62;') && !html.includes('<b>a</b>'), 'a name is text, never markup');
   assert.match(html, /budget speech 100\/day<\/td><td>95 of 100<\/td><td>95 %/);
-  const one = await page(new URLSearchParams('key=b&route=nope'));
+  const one = await page(new URLSearchParams('key=b'));
   assert.ok(!one.includes('data-requests="7"') && one.includes('data-requests="3"'));
+  const nowhere = await page(new URLSearchParams('key=b&route=nope'));
+  assert.ok(nowhere.includes('no route named nope') && !nowhere.includes('data-requests='), 'a route that does not exist shows nothing, and says so');
   assert.match(await page(new URLSearchParams('key=nobody')), /no key named nobody/);
 });
