@@ -5,9 +5,15 @@
 // of what is left (a quarter of it divided among the live gateways, at least
 // what this request needs), so chunks shrink to one unit near the end. What
 // was used is reported and the leases renewed at every flush; what was not
-// used goes back at drain, or after the lease's expiry if the gateway died.
-// While the store is unreachable a gateway admits what its leases still
-// hold, and no more.
+// used goes back when its holder gives it back (a drain, a period's end).
+// A lease its holder stops renewing (a crash, a freeze, a cut path) expires
+// and is swept, and what it held stays granted: whatever its holder admitted
+// and had not reported yet stays spent, so no fault hands a unit out twice;
+// what a fault costs is the unused part of the leases held (docs/limits.md,
+// "Limits under faults"). A holder whose lease was swept while it was away
+// writes it back at its next renewal (it is still granted), so a drain
+// later gives back exactly what it did not use. While the store is
+// unreachable a gateway admits what its leases still hold, and no more.
 import { periodOf, type Period } from './policy.ts';
 
 export interface LeaseUse {
@@ -17,13 +23,22 @@ export interface LeaseUse {
   /** The period's key (`2026-11-24`, `2026-11`), by the database's clock. */
   readonly period: string;
   readonly used: number;
+  /** What the holder was granted, as it knows it. */
+  readonly held: number;
+  /** Spent beyond `held` (a budget's estimate fell short) and not yet added to the allowance. */
+  readonly over: number;
 }
 
 export interface LeaseStore {
   /** Claim up to what is left of `limit`: `share` of it (whole units when `whole`), at least `least`. The amount got, and the store's clock. */
   claim(gateway: string, lease: { keyId: string; kind: string; period: string }, want: { least: number; share: number; whole: boolean }, limit: number, ttlS: number): Promise<{ got: number; now: number }>;
-  /** Report what each lease used and extend it; leases past their expiry (anyone's) are swept. The store's clock. */
-  renew(gateway: string, leases: readonly LeaseUse[], ttlS: number): Promise<number>;
+  /**
+   * Report what each lease used and extend it, writing back a lease that was
+   * swept meanwhile (its units are still granted); leases past their expiry
+   * (anyone's) are swept, what they held staying granted. The store's clock,
+   * and how many of these leases had been swept.
+   */
+  renew(gateway: string, leases: readonly LeaseUse[], ttlS: number): Promise<{ now: number; lost: number }>;
   /** Give back what these leases did not use, and end them. */
   release(gateway: string, leases: readonly LeaseUse[]): Promise<void>;
 }
@@ -65,8 +80,12 @@ export class Leases {
   readonly #ttlS: number;
   readonly #leases = new Map<string, Lease>();
   #timer: NodeJS.Timeout | null = null;
+  #renewing: Promise<void> | null = null;
+  #stopped = false;
   /** Round trips made for claims (the bench reads it). */
   claims = 0;
+  /** Told when a renewal found leases of this gateway swept (it was frozen or cut off past their expiry). */
+  onLost: (count: number) => void = () => undefined;
 
   constructor(store: LeaseStore, gateway: string, clock: Clock, live: () => number, ttlS: number) {
     this.#store = store;
@@ -133,6 +152,11 @@ export class Leases {
     return l.claiming;
   }
 
+  /** What requests in flight here have taken from `keyId`'s `kind` lease this period. */
+  reserved(keyId: string, kind: string, period: string): number {
+    return this.#leases.get(`${keyId}\u0000${kind}\u0000${period}`)?.reserved ?? 0;
+  }
+
   /** Give back what `take` reserved: `used` of it was spent (a forwarded request's unit, a call's reported cost). */
   settle(keyId: string, kind: string, period: string, reserved: number, used: number): void {
     const lease = this.#leases.get(`${keyId}\u0000${kind}\u0000${period}`);
@@ -141,14 +165,24 @@ export class Leases {
     lease.used += used;
   }
 
-  /** Report, extend, sweep the dead; leases of periods that ended are given back. Claims may be tried again. */
-  async renew(): Promise<void> {
+  /** Report, extend, sweep the dead; leases of periods that ended are given back. Claims may be tried again. One at a time, none after `stop`. */
+  renew(): Promise<void> {
+    if (this.#stopped) return Promise.resolve();
+    this.#renewing ??= this.#renew().finally(() => (this.#renewing = null));
+    return this.#renewing;
+  }
+
+  async #renew(): Promise<void> {
     const all = [...this.#leases.values()].filter((l) => l.held > 0 || l.used > 0);
     const now = this.clock.now();
     const current = (l: Lease): boolean => l.period === this.periodKey(l.period.length === 7 ? 'month' : 'day', now) || l.reserved > 0;
     const ended = all.filter((l) => !current(l));
     const live = all.filter(current);
-    this.clock.learn(await this.#store.renew(this.#gateway, live.map(use), this.#ttlS));
+    const { now: storeNow, lost } = await this.#store.renew(this.#gateway, live.map(use), this.#ttlS);
+    this.clock.learn(storeNow);
+    // What was spent beyond the grant is in the allowance now: the grant covers it.
+    for (const l of live) l.held = Math.max(l.held, l.used);
+    if (lost > 0) this.onLost(lost);
     if (ended.length > 0) {
       await this.#store.release(this.#gateway, ended.map(use));
       for (const l of ended) this.#leases.delete(`${l.keyId}\u0000${l.kind}\u0000${l.period}`);
@@ -158,11 +192,14 @@ export class Leases {
 
   /** Drain: stop renewing and give back every lease's unused part. */
   async stop(): Promise<void> {
+    this.#stopped = true;
     if (this.#timer !== null) clearInterval(this.#timer);
+    // A renewal under way would write the leases back after they were given back.
+    await this.#renewing?.catch(() => undefined);
     const all = [...this.#leases.values()].filter((l) => l.held > 0 || l.used > 0);
     if (all.length > 0) await this.#store.release(this.#gateway, all.map(use));
     this.#leases.clear();
   }
 }
 
-const use = (l: Lease): LeaseUse => ({ keyId: l.keyId, kind: l.kind, period: l.period, used: l.used });
+const use = (l: Lease): LeaseUse => ({ keyId: l.keyId, kind: l.kind, period: l.period, used: l.used, held: l.held, over: Math.max(0, l.used - l.held) });

@@ -78,6 +78,8 @@ export interface UsageStore {
   readonly report?: ReportQueries;
   /** Where alerts are recorded as fired, once per key, limit, period and threshold (alerts.ts). */
   readonly alerts?: AlertStore;
+  /** Where one machine's quotas and budgets are leased before they are admitted (the SQLite file); a fleet's are `fleet.leases`. */
+  readonly leases?: LeaseStore;
   /** Stored rows from `since` (a UTC day) on, optionally for one key or route. */
   rows(filter: { since?: string; keyId?: string; route?: string }): Promise<UsageRow[]>;
   close(): Promise<void>;

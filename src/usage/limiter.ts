@@ -86,7 +86,7 @@ const learn = (map: Map<string, number>, k: string, cost: number): void => {
 
 export class Limiter {
   readonly #use: PeriodUse;
-  /** A fleet's quotas and budgets, by leases; null: the period totals of `use` (one gateway, or one machine). */
+  /** Quotas and budgets by leases (a fleet's in PostgreSQL, one machine's in its SQLite file); null: the period totals of `use` alone (counting in memory). */
   readonly #leases: Leases | null;
   readonly #buckets = new Map<string, { tokens: number; at: number }>();
   readonly #inFlight = new Map<string, number>();
@@ -195,6 +195,16 @@ export class Limiter {
     // the bound is only a guard.
     const later = (p: Promise<void>, refused: Refused): Promise<Admission | Refused> | Refused =>
       attempt >= 50 ? refused : p.then(() => this.#leased(leases, keyId, policy, route, Date.now(), share, attempt + 1));
+    // What the ledger already counts, plus what requests in flight here took:
+    // past the limit, refused with those figures before any lease is asked.
+    if (quota !== null) {
+      const used = this.#use.requests(keyId, quota.period, at) + leases.reserved(keyId, 'quota', q);
+      if (used >= quota.count) return periodOver('quota_exceeded', quota.count, quota.period, at, used, null);
+    }
+    if (budget !== undefined) {
+      const spent = this.#use.cost(keyId, route, budget.period, at) + leases.reserved(keyId, kind, b);
+      if (spent >= budget.amount) return periodOver('budget_exceeded', budget.amount, budget.period, at, spent, route);
+    }
     if (quota !== null) {
       const took = leases.take(keyId, 'quota', q, quota.count, 1);
       // The fleet's allowance is taken (spent or leased to gateways): all of it is in use.

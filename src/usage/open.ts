@@ -53,6 +53,7 @@ export function countOnly(store: UsageStore): UsageStore {
     ...(store.fleet === undefined ? {} : { fleet: store.fleet }),
     ...(store.alerts === undefined ? {} : { alerts: store.alerts }),
     ...(store.report === undefined ? {} : { report: store.report }),
+    ...(store.leases === undefined ? {} : { leases: store.leases }),
     add: () => Promise.resolve(),
     rows: (filter) => store.rows(filter),
     close: () => store.close(),
@@ -65,7 +66,8 @@ export function countOnly(store: UsageStore): UsageStore {
  * Null for a store of one machine.
  */
 export async function fleetLeases(store: UsageStore, ledger: Ledger, config: Pick<Config, 'leaseTtlMs' | 'usageFlushMs'>, clock = new Clock()): Promise<Leases | null> {
-  const leaseStore = store.fleet?.leases;
+  // A fleet's leases in PostgreSQL; one machine's in its SQLite file (none when counting in memory).
+  const leaseStore = store.fleet?.leases ?? store.leases;
   if (leaseStore === undefined) return null;
   const leases = new Leases(leaseStore, ledger.id, clock, () => ledger.gateways, Math.max(1, Math.ceil(config.leaseTtlMs / 1000)));
   ledger.now = () => clock.now();

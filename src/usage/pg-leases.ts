@@ -2,10 +2,11 @@
 // fleet"): a gateway claims a part of a key's period allowance with one
 // atomic conditional update, admits from it locally, reports what it used
 // and renews at every flush, and gives back what it did not use when it
-// drains. A lease not renewed by its expiry (a gateway that died) is swept
-// by any gateway: its unused part goes back to the allowance. The database's
-// clock decides when a lease expires, and its now() is returned so that
-// gateways read periods from one clock.
+// drains. A lease not renewed by its expiry (a gateway that died, froze or
+// was cut off) is swept by any gateway, and what it held stays granted: its
+// holder may have admitted from it after its last report (leases.ts). The
+// database's clock decides when a lease expires, and its now() is returned
+// so that gateways read periods from one clock.
 import type postgres from 'postgres';
 import type { LeaseStore, LeaseUse } from './leases.ts';
 
@@ -46,27 +47,32 @@ export class PgLeaseStore implements LeaseStore {
     ) as Promise<{ got: number; now: number }>;
   }
 
-  async renew(gateway: string, leases: readonly LeaseUse[], ttlS: number): Promise<number> {
+  async renew(gateway: string, leases: readonly LeaseUse[], ttlS: number): Promise<{ now: number; lost: number }> {
     await this.#pool.migrate();
     const col = <K extends keyof LeaseUse>(k: K): Array<LeaseUse[K]> => leases.map((l) => l[k]);
     return this.#pool.within((sql) =>
       sql.begin(async (tx) => {
+        let lost = 0;
         if (leases.length > 0) {
-          // What was used, as counted here; spent beyond what was held (a budget's estimate fell short) is added to the allowance too.
+          // Spent beyond what was held (a budget's estimate fell short) is added to the allowance.
           await tx`
-            with u as (select * from unnest(${col('keyId')}::text[], ${col('kind')}::text[], ${col('period')}::text[], ${col('used')}::float8[]) as u(key_id, kind, period, used)),
-            l as (
-              update keyward_leases l set used = u.used, held = greatest(l.held, u.used), expires = now() + make_interval(secs => ${ttlS})
-              from u where l.gateway = ${gateway} and l.key_id = u.key_id and l.kind = u.kind and l.period = u.period
-              returning l.key_id, l.kind, l.period, greatest(0, u.used - l.held) as over)
-            update keyward_allowances a set granted = a.granted + l.over from l
-            where l.over > 0 and a.key_id = l.key_id and a.kind = l.kind and a.period = l.period`;
+            with u as (select * from unnest(${col('keyId')}::text[], ${col('kind')}::text[], ${col('period')}::text[], ${col('over')}::float8[]) as u(key_id, kind, period, over))
+            update keyward_allowances a set granted = a.granted + u.over from u
+            where u.over > 0 and a.key_id = u.key_id and a.kind = u.kind and a.period = u.period`;
+          // What was used, and the lease extended; one swept meanwhile is written back (inserted), its units still granted.
+          const rows = await tx<Array<{ inserted: boolean }>>`
+            insert into keyward_leases (gateway, key_id, kind, period, held, used, expires)
+            select ${gateway}, u.key_id, u.kind, u.period, greatest(u.held, u.used), u.used, now() + make_interval(secs => ${ttlS})
+            from unnest(${col('keyId')}::text[], ${col('kind')}::text[], ${col('period')}::text[], ${col('held')}::float8[], ${col('used')}::float8[]) as u(key_id, kind, period, held, used)
+            on conflict (gateway, key_id, kind, period) do update set used = excluded.used, held = greatest(keyward_leases.held, excluded.used), expires = excluded.expires
+            returning (xmax = 0) as inserted`;
+          lost = rows.filter((r) => r.inserted).length;
         }
         await sweep(tx);
         const [clock] = await tx<Array<{ now: number }>>`select extract(epoch from clock_timestamp())::float8 * 1000 as now`;
-        return clock?.now ?? Date.now();
+        return { now: clock?.now ?? Date.now(), lost };
       }),
-    ) as Promise<number>;
+    ) as Promise<{ now: number; lost: number }>;
   }
 
   async release(gateway: string, leases: readonly LeaseUse[]): Promise<void> {
@@ -87,11 +93,14 @@ export class PgLeaseStore implements LeaseStore {
   }
 }
 
-/** Leases past their expiry: their unused part goes back to the allowance, the used part stays granted. */
+/**
+ * Leases past their expiry are ended; what they held stays granted. Their
+ * holders may have admitted from them after their last report (a frozen
+ * gateway wakes with requests it had admitted; a killed one's in flight
+ * reached the upstream): giving back "held minus reported used" handed those
+ * units out twice. What this costs is the unused part, refused for the rest
+ * of the period (docs/limits.md, "Limits under faults").
+ */
 async function sweep(tx: postgres.TransactionSql): Promise<void> {
-  await tx`
-    with dead as (delete from keyward_leases where expires < now() returning key_id, kind, period, held - used as unused),
-    back as (select key_id, kind, period, sum(unused) as unused from dead group by key_id, kind, period)
-    update keyward_allowances a set granted = a.granted - back.unused from back
-    where a.key_id = back.key_id and a.kind = back.kind and a.period = back.period`;
+  await tx`delete from keyward_leases where expires < now()`;
 }

@@ -9,6 +9,8 @@ import type { AlertRow, AlertStore } from './alerts.ts';
 import { rowColumns } from './columns.ts';
 import type { BatchId, UsageRow, UsageStore } from './ledger.ts';
 import type { DayTotal, KeyTotal, ReportQueries } from './report.ts';
+import type { LeaseStore } from './leases.ts';
+import { LEASE_SCHEMA, SqliteLeaseStore } from './sqlite-leases.ts';
 
 const SCHEMA = `
   create table if not exists usage (
@@ -45,6 +47,8 @@ const UPSERT = `
 export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
   readonly location: string;
   readonly #db: DatabaseSync;
+  /** Quotas and budgets move in the file before a unit is admitted (sqlite-leases.ts). */
+  readonly leases: LeaseStore;
   #reader: Worker | null = null;
   #asked = 0;
   readonly #waiting = new Map<number, { resolve: (rows: unknown[]) => void; reject: (err: Error) => void }>();
@@ -72,6 +76,8 @@ export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
     // (https://www.sqlite.org/pragma.html#pragma_synchronous).
     this.#db.exec('pragma journal_mode = wal; pragma busy_timeout = 0; pragma synchronous = normal;');
     this.#db.exec(SCHEMA);
+    this.#db.exec(LEASE_SCHEMA);
+    this.leases = new SqliteLeaseStore(this.#db);
   }
 
   add(rows: readonly UsageRow[], batch: BatchId): Promise<void> {
