@@ -12,7 +12,7 @@ import type { KeyStore } from '../keys/store.ts';
 import type { UsageRow } from '../usage/ledger.ts';
 import { leftFor } from '../usage/left.ts';
 import { periodOf } from '../usage/policy.ts';
-import { readUsageStore } from '../usage/open.ts';
+import { LedgerDamaged, readUsageStore } from '../usage/open.ts';
 import { applyLimits, describeLimits, LIMIT_OPTIONS, limitChanges } from './limits.ts';
 import { printable, table } from './table.ts';
 import type { UpstreamSpec } from '../request/routes.ts';
@@ -96,7 +96,7 @@ function keysAction(sub: string, rest: string[], command: string, help: string, 
       const { values } = parse(rest, { json: { type: 'boolean' } }, help);
       return async (store, io) => {
         const [records, used] = await Promise.all([listKeys(store), store.lastUse()]);
-        const usage = await usageThisMonth(store, records);
+        const usage = await usageThisMonth(store, records, (text) => line(io.stderr, text));
         const left = new Map(records.map((r) => [r.id, leftFor(r, usage)]));
         if (values.json === true) {
           line(io.stdout, JSON.stringify(records.map((r) => ({ ...publicView(r, used.get(r.id) ?? null), ...(left.get(r.id) ? { left: left.get(r.id) } : {}) }))));
@@ -204,10 +204,18 @@ function readKeysArgument(file: string, costly: readonly string[]): KeyRecord[] 
 
 
 /** This month's ledger rows, when some key has a quota or budget and the store keeps a ledger file. */
-async function usageThisMonth(store: KeyStore, records: readonly KeyRecord[]): Promise<UsageRow[]> {
+async function usageThisMonth(store: KeyStore, records: readonly KeyRecord[], warn: (text: string) => void): Promise<UsageRow[]> {
   if (!records.some((r) => r.limits?.quota !== undefined || r.limits?.budgets !== undefined)) return [];
   const since = `${periodOf('month', Date.now()).key}-01`;
-  const ledger = readUsageStore(store.location, store);
+  let ledger;
+  try {
+    ledger = readUsageStore(store.location, store);
+  } catch (err) {
+    // The keys are listed all the same; what is left of their limits cannot be said.
+    if (!(err instanceof LedgerDamaged)) throw err;
+    warn(`keyward: ${err.message}`);
+    return [];
+  }
   if (ledger === null) return [];
   try {
     return await ledger.rows({ since });

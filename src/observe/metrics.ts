@@ -54,6 +54,7 @@ export class Metrics {
   #usageFlushErrors = 0;
   #lastReload = 0;
   #keystore: KeystoreView | null = null;
+  #ledgerUp: () => boolean = () => true;
 
   /** `routes`: the configured routes' names, in their order (config.routes): the counters are sized from them, once. */
   constructor(options: { defaults?: boolean; routes: readonly string[] }) {
@@ -167,10 +168,16 @@ export class Metrics {
         { labels: {}, value: this.#usageFlushErrors },
       ]),
     );
+    r.registerMetric(scraped('keyward_ledger_up', '1 while the usage ledger can be read (0: keys with a quota or budget get 503 ledger_unavailable).', 'gauge', () => [{ labels: {}, value: this.#ledgerUp() ? 1 : 0 }], 'min'));
     r.registerMetric(
       scraped('keyward_keystore_last_reload_timestamp_seconds', 'When a key set was last loaded.', 'gauge', () => [{ labels: {}, value: this.#lastReload }], 'min'),
     );
     if (options.defaults !== false) collectDefaultMetrics({ register: this.registry });
+  }
+
+  /** Whether the usage ledger can be read (`keyward_ledger_up`). */
+  watchLedger(up: () => boolean): void {
+    this.#ledgerUp = up;
   }
 
   watchKeystore(view: KeystoreView): void {

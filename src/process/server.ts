@@ -26,6 +26,7 @@ import { keyStatus } from '../usage/key-status.ts';
 import { renderPage } from '../usage/page.ts';
 import { usagePage } from '../usage/report.ts';
 import { MemoryUsageStore } from '../usage/memory-store.ts';
+import type { UsageStore } from '../usage/ledger.ts';
 import { pageThread, pageSource } from '../usage/page-thread.ts';
 
 /** The least time the ledger and the key store get after the last connection closed, ms. */
@@ -103,6 +104,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
   );
   const sweeper = new Sweeper(() => runtime.config, expire, (seconds) => metrics.task('timer_sweep', seconds));
   const { ledger, leases, spend, admit, statusSources, units, usageStore } = await startUsage(config, store, logger, metrics, options);
+  metrics.watchLedger(() => usageStore.damaged === undefined);
   const pages = usageStore instanceof MemoryUsageStore ? null : pageThread(pageSource(config, units));
   const credentialParams = (): ReadonlySet<string> => {
     const names = new Set<string>();
@@ -114,6 +116,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     runtime: () => runtime,
     keys: () => keys.current(),
     draining: () => draining,
+    ledgerDamaged: () => usageStore.damaged !== undefined,
     sweeper,
     metrics,
     lastUse,
@@ -149,7 +152,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
       runtime = buildRuntime(next);
       applyToServer(server, previous, next, sweeper, logger);
     },
-    readiness: () => readinessOf(keys, draining, runtime.config),
+    readiness: () => withLedger(readinessOf(keys, draining, runtime.config), usageStore),
     keyCount: () => keys.loaded?.size ?? 0,
     // In memory (no ledger file could be opened) the figures are this process's own, and few: built here.
     usagePage: pages === null ? usagePage(usageStore, () => keys.loaded?.records ?? [], config.routes.map((r) => r.name), units, renderPage) : (params) => pages.page(params),
@@ -211,6 +214,13 @@ interface DrainParts {
   readonly sweeper: Sweeper;
   readonly store: KeyStore;
   readonly logger: Logger;
+}
+
+/** Readiness with the ledger's problem, if any: still ready (keys without a quota or budget are served), and saying why the others are refused. */
+function withLedger(r: Readiness, store: UsageStore): Readiness {
+  if (store.damaged === undefined) return r;
+  const problem = `usage ledger ${store.location} cannot be read (${store.damaged}); keys with a quota or budget get 503 ledger_unavailable`;
+  return { ...r, problem: r.problem === undefined ? problem : `${r.problem}; ${problem}` };
 }
 
 /** Stop accepting, let requests in flight finish up to the drain deadline, then close the stores; never longer (docs/operations.md, "Signals"). */

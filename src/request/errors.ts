@@ -22,6 +22,7 @@ export type ErrorCode =
   | 'route_not_configured'
   | 'shutting_down'
   | 'keystore_unavailable'
+  | 'ledger_unavailable'
   | 'upstream_timeout';
 
 interface Entry {
@@ -57,6 +58,8 @@ const entries = {
   routeNotConfigured: { status: 503, code: 'route_not_configured', message: 'This route has no upstream credential configured.' },
   shuttingDown: { status: 503, code: 'shutting_down', message: 'The gateway is shutting down.' },
   keystoreUnavailable: { status: 503, code: 'keystore_unavailable', message: 'No key set is available.' },
+  // docs/limits.md, "Limits under faults": a quota or budget is never decided without the ledger.
+  ledgerUnavailable: { status: 503, code: 'ledger_unavailable', message: "The usage ledger cannot be read; this key's quota or budget cannot be checked." },
   upstreamTimeout: { status: 504, code: 'upstream_timeout', message: 'Upstream did not answer in time.' },
 } as const satisfies Record<string, Entry>;
 

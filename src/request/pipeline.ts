@@ -40,6 +40,8 @@ export interface PipelineDeps {
   /** The key set, or null while none could be loaded yet (503 keystore_unavailable). */
   keys(): KeySet | null;
   draining(): boolean;
+  /** The usage ledger file cannot be read: keys with a quota or budget are refused (503 ledger_unavailable). */
+  ledgerDamaged(): boolean;
   readonly sweeper: Sweeper;
   readonly metrics: Metrics;
   readonly lastUse: LastUse;
@@ -214,6 +216,7 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
     // A key without limits pays one property read here.
     const policy = principal.limits === undefined ? null : policyFor(principal);
     if (policy === null) return forwardAdmitted(a);
+    if (deps.ledgerDamaged() && (policy.quota !== null || policy.budgets.has(route.name))) return refuse(ex, req, res, ERRORS.ledgerUnavailable);
     const admitted = deps.admit(principal, policy, route.name, Date.now());
     if (!(admitted instanceof Promise)) return admittedOrNot(admitted, a);
     // A worker waits for its primary's answer; the request is not read meanwhile.

@@ -78,6 +78,8 @@ export interface UsageStore {
   readonly report?: ReportQueries;
   /** Where alerts are recorded as fired, once per key, limit, period and threshold (alerts.ts). */
   readonly alerts?: AlertStore;
+  /** Set when a ledger file exists but cannot be opened or read: why (usage/open.ts). Nothing is read or written then. */
+  readonly damaged?: string;
   /** Where one machine's quotas and budgets are leased before they are admitted (the SQLite file); a fleet's are `fleet.leases`. */
   readonly leases?: LeaseStore;
   /** Stored rows from `since` (a UTC day) on, optionally for one key or route. */

@@ -2,7 +2,8 @@
 // for keys (for a gateway, and for the commands that read it): the key store's own (PostgreSQL, shared by the fleet), else the
 // SQLite file beside the keys file, else (that file cannot be opened)
 // memory, said loudly.
-import { existsSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
+import { DatabaseSync } from 'node:sqlite';
 import type { Config } from '../config/load.ts';
 import type { KeyStore } from '../keys/store.ts';
 import type { Logger } from '../observe/log.ts';
@@ -11,10 +12,26 @@ import type { Ledger, UsageStore } from './ledger.ts';
 import { MemoryUsageStore } from './memory-store.ts';
 import { SqliteUsageStore, usagePath } from './sqlite-store.ts';
 
+/** The ledger file exists but cannot be read; the message says how to recover. */
+export class LedgerDamaged extends Error {
+  constructor(path: string, problem: string) {
+    super(
+      `usage ledger ${path} cannot be read (${problem}). Stop the gateway, keep the file for inspection (mv ${path} ${path}.damaged) and start again: a new ledger starts from zero, so quotas and budgets count this period again from nothing; restore a backup instead to keep them`,
+    );
+  }
+}
+
 export function openUsageStore(config: Pick<Config, 'keysFile'>, store: KeyStore, logger: Logger): UsageStore {
   const shared = store.usage?.();
   if (shared !== undefined) return shared;
   const path = usagePath(config.keysFile);
+  const problem = damage(path);
+  if (problem !== null) {
+    // A ledger that was there and cannot be read is a fault, never a fresh ledger: its
+    // quotas and budgets would start again from zero (docs/limits.md, "Limits under faults").
+    logger.error({ usageLedger: path, problem }, 'usage ledger cannot be read; keys with a quota or budget get 503 ledger_unavailable until it is repaired or moved aside');
+    return damagedLedger(path, problem);
+  }
   try {
     return new SqliteUsageStore(path);
   } catch (err) {
@@ -22,6 +39,31 @@ export function openUsageStore(config: Pick<Config, 'keysFile'>, store: KeyStore
     logger.error({ err, usageLedger: path }, 'usage ledger cannot be opened; counting in memory only');
     return new MemoryUsageStore();
   }
+}
+
+/** Why the ledger file at `path` cannot be used, or null (it is sound, or there is none yet). */
+export function damage(path: string): string | null {
+  if (!existsSync(path)) return null;
+  if (statSync(path).size === 0) return 'the file is empty (a ledger that was there is gone)';
+  try {
+    const db = new DatabaseSync(path, { readOnly: true });
+    try {
+      // Every page the schema and this period's totals need is read: a truncated or overwritten file fails here.
+      const [r] = db.prepare('pragma quick_check(1)').all() as Array<{ quick_check: string }>;
+      if (r?.quick_check !== 'ok') return `damaged: ${r?.quick_check ?? 'unknown'}`;
+    } finally {
+      db.close();
+    }
+  } catch (err) {
+    return (err as Error).message;
+  }
+  return null;
+}
+
+/** A ledger that cannot be read: nothing is counted from it or written to it (counts are kept for a later start). */
+function damagedLedger(path: string, problem: string): UsageStore {
+  const fault = (): Promise<never> => Promise.reject(new Error(`usage ledger ${path} cannot be read (${problem})`));
+  return { location: path, damaged: problem, add: fault, rows: () => Promise.resolve([]), close: () => Promise.resolve() };
 }
 
 /**
@@ -33,6 +75,8 @@ export function readUsageStore(keysFile: string, store: KeyStore): UsageStore | 
   const shared = store.usage?.();
   if (shared !== undefined) return shared;
   const path = usagePath(keysFile);
+  const problem = damage(path);
+  if (problem !== null) throw new LedgerDamaged(path, problem);
   return existsSync(path) ? new SqliteUsageStore(path) : null;
 }
 

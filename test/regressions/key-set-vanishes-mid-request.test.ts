@@ -53,6 +53,7 @@ test('a key set that vanishes after its first read in a request neither crashes 
       runtime: () => runtime,
       keys: () => (++perRequest % 2 === 1 ? set : null),
       draining: () => false,
+    ledgerDamaged: () => false,
       sweeper: new Sweeper(() => config, expire),
       metrics,
       lastUse: new LastUse(store, 60_000, () => undefined),
