@@ -52,6 +52,7 @@ export class Metrics {
   readonly #masked = new Map<string, number>();
   #reloadErrors = 0;
   #usageFlushErrors = 0;
+  #usageSetAside = 0;
   #lastReload = 0;
   #keystore: KeystoreView | null = null;
   #ledgerUp: () => boolean = () => true;
@@ -168,6 +169,9 @@ export class Metrics {
         { labels: {}, value: this.#usageFlushErrors },
       ]),
     );
+    r.registerMetric(
+      scraped('keyward_usage_set_aside_total', 'Batches of kept usage set aside, not written, because they break the ledger\'s rules (logged with why).', 'counter', () => [{ labels: {}, value: this.#usageSetAside }]),
+    );
     r.registerMetric(scraped('keyward_ledger_up', '1 while the usage ledger can be read (0: keys with a quota or budget get 503 ledger_unavailable).', 'gauge', () => [{ labels: {}, value: this.#ledgerUp() ? 1 : 0 }], 'min'));
     r.registerMetric(
       scraped('keyward_keystore_last_reload_timestamp_seconds', 'When a key set was last loaded.', 'gauge', () => [{ labels: {}, value: this.#lastReload }], 'min'),
@@ -191,6 +195,11 @@ export class Metrics {
   /** One run of a periodic task took `seconds` of the event loop. */
   task(kind: LoopTask, seconds: number): void {
     this.#tasks.observe(LOOP_TASKS.indexOf(kind), seconds);
+  }
+
+  /** Kept usage set aside because it breaks the ledger's rules (spool.ts). */
+  usageSetAside(batches: number): void {
+    this.#usageSetAside += batches;
   }
 
   usageFlushFailed(): void {

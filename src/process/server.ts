@@ -103,7 +103,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     (seconds) => metrics.task('last_use_write', seconds),
   );
   const sweeper = new Sweeper(() => runtime.config, expire, (seconds) => metrics.task('timer_sweep', seconds));
-  const { ledger, leases, spend, admit, statusSources, units, usageStore } = await startUsage(config, store, logger, metrics, options);
+  const { ledger, leases, spend, admit, statusSources, units, usageStore } = await startUsage(config, store, logger, metrics, { ...options, keyIds: () => (keys.loaded === null ? null : new Set(keys.loaded.records.map((r) => r.id))) });
   metrics.watchLedger(() => usageStore.damaged === undefined);
   const pages = usageStore instanceof MemoryUsageStore ? null : pageThread(pageSource(config, units));
   const credentialParams = (): ReadonlySet<string> => {

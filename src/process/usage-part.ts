@@ -23,6 +23,8 @@ export interface UsageOptions {
   readonly admit?: Admit;
   /** The clock a fleet corrects by the database's. */
   readonly clock?: Clock;
+  /** Every key id in the loaded set (spooled usage of another key is set aside); null: not known. */
+  readonly keyIds?: () => ReadonlySet<string> | null;
   /** A worker's view of where a key's limits stand, asked of its primary (GET /keyward/key). */
   readonly limitStatus?: (principal: Principal) => Promise<readonly LimitState[] | null>;
 }
@@ -40,6 +42,8 @@ export interface UsagePart {
 /** The ledger started (what a drain kept written first), the leases claimed, the limiter and seeing spend ready. */
 export async function startUsage(config: Config, store: KeyStore, logger: Logger, metrics: Metrics, options: UsageOptions): Promise<UsagePart> {
   const usageStore = options.usageStore ?? openUsageStore(config, store, logger);
+  /** The key ids, read once and only when kept usage is checked. */
+  let ids: ReadonlySet<string> | null = null;
   const ledger = new Ledger(
     // A worker writes its counts; the primary decides limits and speaks for the machine in the fleet.
     options.admit === undefined ? usageStore : writeOnly(usageStore),
@@ -51,9 +55,18 @@ export async function startUsage(config: Config, store: KeyStore, logger: Logger
     () => logger.info('usage written again'),
     {
       prefix: spoolPrefix(config.keysFile),
-      onRead: (files, batches, bad) => {
+      onRead: (files, batches, bad, setAside) => {
         if (files.length > 0) logger.info({ files, batches }, 'usage kept by an earlier drain found; writing it');
         if (bad.length > 0) logger.error({ files: bad }, 'usage files that cannot be read left in place');
+        for (const s of setAside) {
+          metrics.usageSetAside(s.batches);
+          logger.error({ file: s.file, batches: s.batches, reasons: s.reasons }, 'kept usage that breaks the ledger\'s rules set aside, not written');
+        }
+      },
+      known: (keyId, route) => {
+        if (!config.routes.some((r) => r.name === route)) return `route ${route} is not one of this gateway's`;
+        ids ??= options.keyIds?.() ?? null;
+        return ids !== null && !ids.has(keyId) ? `key ${keyId} is not in the key set` : null;
       },
       onKept: (file, requests) => logger.warn({ file, requests }, 'usage not written before the drain deadline; kept on disk and written at the next start'),
     },

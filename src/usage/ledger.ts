@@ -12,7 +12,7 @@ import type { AlertStore } from './alerts.ts';
 import type { PeriodUse } from './limiter.ts';
 import type { ReportQueries } from './report.ts';
 import type { LeaseStore } from './leases.ts';
-import { readSpool, writeSpool, type Batch } from './spool.ts';
+import { readSpool, writeSpool, type Batch, type Known, type SetAside } from './spool.ts';
 import { periodOf, type Period } from './policy.ts';
 
 export interface UsageRow {
@@ -52,7 +52,9 @@ const STOP_RETRY_EVERY_MS = 25;
 export interface Spool {
   readonly prefix: string;
   /** At start: the files found, how many batches they held, and files that could not be read (left in place). */
-  onRead(files: readonly string[], batches: number, bad: readonly string[]): void;
+  onRead(files: readonly string[], batches: number, bad: readonly string[], setAside: readonly SetAside[]): void;
+  /** Whether a spooled row's key and route are known here (a reason when not). */
+  readonly known?: Known;
   /** At a drain: usage not written by its deadline was kept in `file`, `requests` requests of it. */
   onKept(file: string, requests: number): void;
 }
@@ -187,10 +189,10 @@ export class Ledger implements PeriodUse {
   /** What a drain kept on disk is written first; then this month's totals are read, and the ledger written every `flushMs`. */
   async start(flushMs: number, now = Date.now()): Promise<void> {
     if (this.#spool !== null) {
-      const kept = readSpool(this.#spool.prefix);
+      const kept = readSpool(this.#spool.prefix, this.#spool.known);
       this.#queue.push(...kept.batches);
       this.#spooled = kept.files;
-      this.#spool.onRead(kept.files, kept.batches.length, kept.bad);
+      this.#spool.onRead(kept.files, kept.batches.length, kept.bad, kept.setAside);
       if (kept.batches.length > 0) await this.flush();
     }
     try {

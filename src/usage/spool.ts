@@ -17,49 +17,98 @@ export const spoolPrefix = (keysFile: string): string => `${keysFile}.usage-unwr
 
 const fileOf = (prefix: string, gateway: string): string => `${prefix}.${gateway.replace(/[^A-Za-z0-9_-]/g, '_')}.json`;
 
-const NUMBERS = ['requests', 's2xx', 's3xx', 's4xx', 's5xx', 'other', 'limited', 'bytesIn', 'bytesOut', 'cost'] as const;
+const COUNTS = ['requests', 's2xx', 's3xx', 's4xx', 's5xx', 'other', 'limited', 'bytesIn', 'bytesOut'] as const;
+/** No call costs more than this in any unit a route reports (US dollars, characters): a larger figure is damage. */
+const MOST_COST = 1e12;
 
-function isRow(r: unknown): r is UsageRow {
-  if (typeof r !== 'object' || r === null) return false;
+/** Whether `route`/`keyId` are ones this gateway knows (its routes, its keys): a reason, or null. */
+export type Known = (keyId: string, route: string) => string | null;
+
+/**
+ * Why a spooled row cannot be written, or null: the same rules as the
+ * stores' (a UTC day that exists, counts that are whole and not negative
+ * and fit a bigint, a finite cost that is not negative), and a key and route
+ * this gateway knows. A row that fails them was written by hand or damaged;
+ * sent to the store it failed there for ever (a day of 9999-99-99, a count
+ * of 1e300) or was counted as it was (a cost of -1e300).
+ */
+export function rowProblem(r: unknown, known: Known): string | null {
+  if (typeof r !== 'object' || r === null) return 'not a row';
   const o = r as Record<string, unknown>;
-  return typeof o.keyId === 'string' && typeof o.route === 'string' && typeof o.day === 'string' && /^\d{4}-\d{2}-\d{2}$/.test(o.day) && NUMBERS.every((k) => typeof o[k] === 'number' && Number.isFinite(o[k]));
+  if (typeof o.keyId !== 'string' || typeof o.route !== 'string') return 'no key or route';
+  if (typeof o.day !== 'string' || !/^\d{4}-\d{2}-\d{2}$/.test(o.day)) return `day ${String(o.day)} is not YYYY-MM-DD`;
+  const t = Date.parse(`${o.day}T00:00:00Z`);
+  if (!Number.isFinite(t) || new Date(t).toISOString().slice(0, 10) !== o.day || o.day < '1970-01-01') return `day ${o.day} does not exist`;
+  for (const k of COUNTS) if (!Number.isSafeInteger(o[k]) || (o[k] as number) < 0) return `${k} ${String(o[k])} is not a whole number from 0 to 2^53`;
+  if (typeof o.cost !== 'number' || !Number.isFinite(o.cost) || o.cost < 0 || o.cost > MOST_COST) return `cost ${String(o.cost)} is not a figure from 0 to ${MOST_COST}`;
+  return known(o.keyId, o.route);
 }
 
-function isBatch(b: unknown): b is Batch {
-  if (typeof b !== 'object' || b === null) return false;
+/** Why a spooled batch cannot be written, or null. */
+function batchProblem(b: unknown, known: Known): string | null {
+  if (typeof b !== 'object' || b === null) return 'not a batch';
   const o = b as Record<string, unknown>;
-  return typeof o.gateway === 'string' && Number.isSafeInteger(o.seq) && Array.isArray(o.rows) && o.rows.every(isRow);
+  if (typeof o.gateway !== 'string' || !Number.isSafeInteger(o.seq) || !Array.isArray(o.rows)) return 'no gateway, number or rows';
+  for (const r of o.rows) {
+    const p = rowProblem(r, known);
+    if (p !== null) return p;
+  }
+  return null;
+}
+
+export interface SetAside {
+  /** The file the batches were set aside to (beside the spool, never read again by a gateway). */
+  readonly file: string;
+  readonly batches: number;
+  readonly reasons: readonly string[];
 }
 
 /**
  * Every batch kept under `prefix`, oldest file first, with the files they
  * came from; a file that is not one of ours (or damaged) is left where it is
- * and named in `bad`.
+ * and named in `bad`. A batch that fails the stores' rules is set aside
+ * (written to `<file>.set-aside`, with why) and never blocks the others.
  */
-export function readSpool(prefix: string): { batches: Batch[]; files: string[]; bad: string[] } {
+export function readSpool(prefix: string, known: Known = () => null): { batches: Batch[]; files: string[]; bad: string[]; setAside: SetAside[] } {
   const dir = dirname(prefix);
   const start = `${basename(prefix)}.`;
   let names: string[];
   try {
     names = readdirSync(dir).filter((n) => n.startsWith(start) && n.endsWith('.json'));
   } catch {
-    return { batches: [], files: [], bad: [] };
+    return { batches: [], files: [], bad: [], setAside: [] };
   }
   const batches: Batch[] = [];
   const files: string[] = [];
   const bad: string[] = [];
+  const setAside: SetAside[] = [];
   for (const name of names.sort()) {
     const file = join(dir, name);
+    let kept: unknown;
     try {
-      const kept = (JSON.parse(readFileSync(file, 'utf8')) as { batches?: unknown }).batches;
-      if (!Array.isArray(kept) || !kept.every(isBatch)) throw new Error('not a usage spool');
-      batches.push(...kept);
-      files.push(file);
+      kept = (JSON.parse(readFileSync(file, 'utf8')) as { batches?: unknown }).batches;
     } catch {
       bad.push(file);
+      continue;
     }
+    if (!Array.isArray(kept)) {
+      bad.push(file);
+      continue;
+    }
+    const aside: Array<{ batch: unknown; reason: string }> = [];
+    for (const b of kept) {
+      const reason = batchProblem(b, known);
+      if (reason === null) batches.push(b as Batch);
+      else aside.push({ batch: b, reason });
+    }
+    if (aside.length > 0) {
+      const to = `${file}.set-aside`;
+      writeFileSync(to, `${JSON.stringify({ setAside: aside })}\n`, { mode: 0o600 });
+      setAside.push({ file: to, batches: aside.length, reasons: [...new Set(aside.map((a) => a.reason))] });
+    }
+    files.push(file);
   }
-  return { batches, files, bad };
+  return { batches, files, bad, setAside };
 }
 
 /**

@@ -91,19 +91,22 @@ test('a drain whose store does not answer ends by its deadline and keeps the bat
   }
 });
 
-test('a damaged spool file is left where it is and named; the others are written', async () => {
+test('a damaged spool file is left where it is and named; a batch of the wrong shape is set aside; the others are written', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'keyward-spool-bad-'));
   try {
     const prefix = spoolPrefix(join(dir, 'keys.json'));
-    writeFileSync(`${prefix}.x.json`, '{"batches": [{"gateway": "x", "seq": "one"}]}');
+    writeFileSync(`${prefix}.x.json`, '{"batches": [{"gateway": "x", "se');
     writeFileSync(`${prefix}.y.json`, JSON.stringify({ batches: [{ gateway: 'y', seq: 1, rows: [row('key_b', 3)] }] }));
+    writeFileSync(`${prefix}.z.json`, JSON.stringify({ batches: [{ gateway: 'z', seq: 'one', rows: [] }, { gateway: 'z', seq: 2, rows: [row('key_c', 4)] }] }));
     const store = new MemoryUsageStore();
     const bad: string[] = [];
-    const ledger = new Ledger(store, () => undefined, () => undefined, { prefix, onRead: (_f, _n, b) => bad.push(...b), onKept: () => undefined });
+    const aside: string[] = [];
+    const ledger = new Ledger(store, () => undefined, () => undefined, { prefix, onRead: (_f, _n, b, s) => (bad.push(...b), aside.push(...s.flatMap((x) => x.reasons))), onKept: () => undefined });
     await ledger.start(3_600_000);
     assert.deepEqual(bad, [`${prefix}.x.json`]);
-    assert.equal(total(await store.rows({})), 3);
-    assert.deepEqual(readdirSync(dir), ['keys.json.usage-unwritten.x.json']);
+    assert.deepEqual(aside, ['no gateway, number or rows']);
+    assert.equal(total(await store.rows({})), 3 + 4);
+    assert.deepEqual(readdirSync(dir).sort(), ['keys.json.usage-unwritten.x.json', 'keys.json.usage-unwritten.z.json.set-aside']);
     await ledger.stop();
   } finally {
     rmSync(dir, { recursive: true, force: true });
