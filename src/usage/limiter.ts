@@ -75,6 +75,12 @@ export interface PeriodUse {
 
 const NOTHING: Admission = { done: () => undefined };
 const seconds = (ms: number): number => Math.max(1, Math.ceil(ms / 1000));
+/**
+ * The longest a key's calls on a budgeted route wait for its first call's
+ * cost (docs/limits.md, "Reserved at admission"); then they go on at the
+ * route's estimate, if any was learnt meanwhile, else at none.
+ */
+export const PROBE_MS = 2_000;
 /** Weight of the newest cost in a budget's estimate: recent calls count most, one odd call does not swing it. */
 const NEWEST = 0.5;
 
@@ -97,7 +103,7 @@ export class Limiter {
   /** What a call costs, learnt per key and route, and per route for a key's first calls. */
   readonly #estimates = new Map<string, number>();
   readonly #routeEstimates = new Map<string, number>();
-  /** By route: the first call with a budget, while its cost is not known yet. */
+  /** By key and route: the key's first call with a budget, while its cost is not known yet. */
   readonly #probes = new Map<string, Promise<void>>();
 
   constructor(use: PeriodUse, leases: Leases | null = null) {
@@ -119,20 +125,26 @@ export class Limiter {
    */
   admit(keyId: string, policy: Policy, route: string, now: number, share = 1): Admission | Refused | Promise<Admission | Refused> {
     // A budget on a route whose cost was never seen here has nothing to
-    // reserve: its first call goes alone, and the calls that overlap it wait
-    // for its cost (else all of them would pass at an estimate of 0).
+    // reserve: the key's first call goes alone, and that key's calls that
+    // overlap it wait for its cost (else all of them would pass at an
+    // estimate of 0). Other keys never wait for it, and nobody waits longer
+    // than PROBE_MS: a stream that keeps moving has no end to wait for.
     // No closure on the common path: it runs for every request of a key with limits.
     if (!policy.budgets.has(route) || this.#known(keyId, route)) return this.#decide(keyId, policy, route, now, share);
-    const waiting = this.#probes.get(route);
+    const slot = `${keyId}\u0000${route}`;
+    const waiting = this.#probes.get(slot);
     if (waiting !== undefined) return waiting.then(() => this.admit(keyId, policy, route, Date.now(), share));
-    // This call is the probe: the route's calls that come while it runs wait for it.
+    // This call is the probe: the key's calls on the route that come while it runs wait for it.
     let over: () => void = () => undefined;
     const probe = new Promise<void>((resolve) => (over = resolve));
-    this.#probes.set(route, probe);
+    this.#probes.set(slot, probe);
     const release = (): void => {
-      if (this.#probes.get(route) === probe) this.#probes.delete(route);
+      clearTimeout(timer);
+      if (this.#probes.get(slot) === probe) this.#probes.delete(slot);
       over();
     };
+    const timer = setTimeout(release, PROBE_MS);
+    timer.unref();
     const wrap = (r: Admission | Refused): Admission | Refused => {
       if ('code' in r) {
         release();

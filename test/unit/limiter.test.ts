@@ -90,3 +90,39 @@ test('a budget reserves the key\'s learnt cost per call, then the route\'s, then
   held[1]?.done(false, 0);
   held[2]?.done(false, 0);
 });
+
+test("a key's first budgeted call on a route holds up only that key's calls, and only until its cost is known or PROBE_MS passed", async () => {
+  const totals = new Totals();
+  const limiter = new Limiter(totals);
+  const p = policy({ budgets: { seo: '1/day' } });
+  const now = Date.now();
+  const aliceFirst = admitted(limiter.admit('alice', p, 'seo', now));
+  // Bob's first call is his own probe: it does not wait for alice's.
+  const bobFirst = admitted(limiter.admit('bob', p, 'seo', now));
+  // Alice's second call waits for her first one's cost.
+  const aliceSecond = limiter.admit('alice', p, 'seo', now);
+  assert.ok(aliceSecond instanceof Promise, "alice's overlapping call waits for her first one's cost");
+  let settled = false;
+  void aliceSecond.then(() => (settled = true));
+  await new Promise((r) => setTimeout(r, 20));
+  assert.equal(settled, false);
+  totals.count('alice', 'seo', 0.4);
+  aliceFirst.done(true, 0.4);
+  const second = admitted(await aliceSecond);
+  assert.equal(limiter.estimate('alice', 'seo'), 0.4, 'it reserved what the first one cost');
+  second.done(false, 0);
+  bobFirst.done(false, 0);
+});
+
+test('a first budgeted call that never ends holds its key\'s next calls for PROBE_MS at most', { timeout: 10_000 }, async () => {
+  const { PROBE_MS } = await import('../../src/usage/limiter.ts');
+  const limiter = new Limiter(new Totals());
+  const p = policy({ budgets: { speech: '100/day' } });
+  const stream = admitted(limiter.admit('carol', p, 'speech', Date.now()));
+  const t = performance.now();
+  const next = admitted(await limiter.admit('carol', p, 'speech', Date.now()));
+  const waited = performance.now() - t;
+  assert.ok(waited >= PROBE_MS - 50 && waited < PROBE_MS + 1_000, `waited ${waited.toFixed(0)} ms for a stream that had not ended`);
+  next.done(false, 0);
+  stream.done(false, 0);
+});
