@@ -174,6 +174,14 @@ export const MIGRATIONS: readonly string[] = [
      sending_until timestamptz not null default '-infinity'
    );
    create index keyward_alerts_undelivered on keyward_alerts (at) where not delivered;`,
+  // 8: what a call costs per route, as the gateways learnt it (docs/limits.md,
+  // "Across a fleet"): a cold gateway in a warm fleet reserves the fleet's
+  // figure for its first budgeted call instead of nothing.
+  `create table keyward_costs (
+     route text primary key,
+     per_call double precision not null,
+     at timestamptz not null default now()
+   );`,
 ];
 
 export interface Row {

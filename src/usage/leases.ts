@@ -41,6 +41,14 @@ export interface LeaseStore {
   renew(gateway: string, leases: readonly LeaseUse[], ttlS: number): Promise<{ now: number; lost: number }>;
   /** Give back what these leases did not use, and end them. */
   release(gateway: string, leases: readonly LeaseUse[]): Promise<void>;
+  /** Share what a call costs per route: this gateway's figures written, the fleet's read back (a fleet's store only). */
+  costs?(mine: ReadonlyArray<readonly [string, number]>): Promise<Array<readonly [string, number]>>;
+}
+
+/** A limiter's learnt costs per call by route, and how it takes the fleet's for routes it has not seen. */
+export interface CostShare {
+  learnt(): ReadonlyMap<string, number>;
+  adopt(route: string, perCall: number): void;
 }
 
 /** Time as the fleet reads it: this machine's clock corrected by the store's, learnt at each claim and renewal. */
@@ -84,6 +92,9 @@ export class Leases {
   #stopped = false;
   /** Round trips made for claims (the bench reads it). */
   claims = 0;
+  /** The limiter's costs per call, shared with the fleet at each renewal (set by the limiter). */
+  costs: CostShare | null = null;
+  readonly #sharedCosts = new Map<string, number>();
   /** Told when a renewal found leases of this gateway swept (it was frozen or cut off past their expiry). */
   onLost: (count: number) => void = () => undefined;
 
@@ -183,6 +194,14 @@ export class Leases {
     // What was spent beyond the grant is in the allowance now: the grant covers it.
     for (const l of live) l.held = Math.max(l.held, l.used);
     if (lost > 0) this.onLost(lost);
+    if (this.costs !== null && this.#store.costs !== undefined) {
+      // What calls cost, learnt anywhere in the fleet: written when learnt here, read where not.
+      const mine = [...this.costs.learnt()].filter(([route, c]) => this.#sharedCosts.get(route) !== c);
+      for (const [route, perCall] of await this.#store.costs(mine)) {
+        this.#sharedCosts.set(route, perCall);
+        this.costs.adopt(route, perCall);
+      }
+    }
     if (ended.length > 0) {
       await this.#store.release(this.#gateway, ended.map(use));
       for (const l of ended) this.#leases.delete(`${l.keyId}\u0000${l.kind}\u0000${l.period}`);

@@ -109,6 +109,15 @@ export class Limiter {
   constructor(use: PeriodUse, leases: Leases | null = null) {
     this.#use = use;
     this.#leases = leases;
+    if (leases !== null) {
+      leases.costs = {
+        learnt: () => this.#routeEstimates,
+        // A route this gateway has not seen: the fleet's figure, so its first call reserves it instead of nothing.
+        adopt: (route, perCall) => {
+          if (!this.#routeEstimates.has(route) && Number.isFinite(perCall) && perCall >= 0) this.#routeEstimates.set(route, perCall);
+        },
+      };
+    }
   }
 
   /** The estimate a budget reserves for the next call of `keyId` on `route`: its recent cost per call, else the route's, else 0. */

@@ -75,6 +75,20 @@ export class PgLeaseStore implements LeaseStore {
     ) as Promise<{ now: number; lost: number }>;
   }
 
+  async costs(mine: ReadonlyArray<readonly [string, number]>): Promise<Array<readonly [string, number]>> {
+    await this.#pool.migrate();
+    return this.#pool.within(async (sql) => {
+      if (mine.length > 0) {
+        await sql`
+          insert into keyward_costs (route, per_call)
+          select * from unnest(${mine.map((m) => m[0])}::text[], ${mine.map((m) => m[1])}::float8[])
+          on conflict (route) do update set per_call = excluded.per_call, at = now()`;
+      }
+      const rows = await sql<Array<{ route: string; per_call: number }>>`select route, per_call from keyward_costs`;
+      return rows.map((r) => [r.route, r.per_call] as const);
+    });
+  }
+
   async release(gateway: string, leases: readonly LeaseUse[]): Promise<void> {
     await this.#pool.migrate();
     const col = <K extends keyof LeaseUse>(k: K): Array<LeaseUse[K]> => leases.map((l) => l[k]);
