@@ -88,6 +88,18 @@ export class StoreView {
     this.#freshWithinMs = freshWithinMs;
   }
 
+  /** The key's figures as last read plus this gateway's unwritten, at once (null: never read); a read is started when they are older than the TTL. */
+  cached(keyId: string, now: number): RouteUsage | null {
+    const last = this.#last.get(keyId);
+    if (last === undefined) {
+      // Read now, for the next refusal.
+      void this.usage(keyId, now).catch(() => undefined);
+      return null;
+    }
+    if (Date.now() - last.at >= this.#ttlMs) void this.usage(keyId, now).catch(() => undefined);
+    return usageFrom([...last.rows, ...(this.#ledger?.unwritten(keyId) ?? [])], now);
+  }
+
   async usage(keyId: string, now: number): Promise<RouteUsage> {
     const month = usageFrom([], now).month;
     let read = this.#read.get(keyId);

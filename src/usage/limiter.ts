@@ -174,6 +174,21 @@ export class Limiter {
     return this.#leases !== null && (policy.quota !== null || policy.budgets.has(route)) ? this.#leased(this.#leases, keyId, policy, route, now, share, 0) : this.#admit(keyId, policy, route, now, share);
   }
 
+  /**
+   * The key's figures across the fleet as last read from the store (what
+   * GET /keyward/key shows), for a refusal the leases decided; this
+   * gateway's own when none was read. Never waits.
+   */
+  figures: ((keyId: string, now: number) => PeriodUse | null) | null = null;
+
+  #fleetRequests(keyId: string, period: Period, now: number): number {
+    return (this.figures?.(keyId, now) ?? this.#use).requests(keyId, period, now);
+  }
+
+  #fleetCost(keyId: string, route: string, period: Period, now: number): number {
+    return (this.figures?.(keyId, now) ?? this.#use).cost(keyId, route, period, now);
+  }
+
   #known(keyId: string, route: string): boolean {
     return this.#routeEstimates.has(route) || this.#estimates.has(`${keyId}\u0000${route}`);
   }
@@ -229,7 +244,8 @@ export class Limiter {
     if (quota !== null) {
       const took = leases.take(keyId, 'quota', q, quota.count, 1);
       // The fleet's allowance is taken (spent or leased to gateways): all of it is in use.
-      const refused = periodOver('quota_exceeded', quota.count, quota.period, at, quota.count, null);
+      // The fleet's allowance is all granted: the key's figure is what the fleet counted (as last read), at least the quota.
+      const refused = periodOver('quota_exceeded', quota.count, quota.period, at, Math.max(quota.count, this.#fleetRequests(keyId, quota.period, at) + leases.reserved(keyId, 'quota', q)), null);
       if (took instanceof Promise) return later(took, refused);
       if (!took) return refused;
     }
@@ -238,7 +254,7 @@ export class Limiter {
     };
     if (budget !== undefined) {
       const took = leases.take(keyId, kind, b, budget.amount, estimate);
-      const refused = periodOver('budget_exceeded', budget.amount, budget.period, at, budget.amount, route);
+      const refused = periodOver('budget_exceeded', budget.amount, budget.period, at, Math.max(budget.amount, this.#fleetCost(keyId, route, budget.period, at) + leases.reserved(keyId, kind, b)), route);
       if (took !== true) untake();
       if (took instanceof Promise) return later(took, refused);
       if (!took) return refused;
@@ -275,7 +291,8 @@ export class Limiter {
     const running = this.#inFlight.get(keyId) ?? 0;
     // The key's concurrency, not this gateway's share of it: the client's view. No time window, so no policy.
     if (limit !== null && running >= limit) {
-      const detail: LimitDetail = { kind: 'concurrency', route: null, value: policy.concurrency as number, used: running, period: null, window: null, resetsAt: null };
+      // In a fleet this gateway holds ⌈c/N⌉ of the key's c: full here, the key's figure is all of it in use.
+      const detail: LimitDetail = { kind: 'concurrency', route: null, value: policy.concurrency as number, used: Math.max(running, policy.concurrency as number), period: null, window: null, resetsAt: null };
       return { code: 'concurrency_limited', detail, retryAfter: 1, limit: policy.concurrency, remaining: 0, reset: 1, policy: null };
     }
     if (policy.rate !== null) {
@@ -310,11 +327,11 @@ export class Limiter {
     const out: LimitState[] = [];
     const q = policy.quota;
     if (q !== null) {
-      const used = use.requests(keyId, q.period, now) + (this.#units.get(keyId) ?? 0);
+      const used = use.requests(keyId, q.period, now) + (this.#units.get(keyId) ?? 0) + (this.#leases?.reserved(keyId, 'quota', this.#leases.periodKey(q.period)) ?? 0);
       out.push({ kind: 'quota', route: null, value: q.count, used, remaining: Math.max(0, q.count - used), period: q.period, window: null, resetsAt: rfc3339(periodOf(q.period, now).ends) });
     }
     for (const [route, b] of policy.budgets) {
-      const spent = use.cost(keyId, route, b.period, now) + (this.#reserved.get(`${keyId}\u0000${route}`) ?? 0);
+      const spent = use.cost(keyId, route, b.period, now) + (this.#reserved.get(`${keyId}\u0000${route}`) ?? 0) + (this.#leases?.reserved(keyId, `budget:${route}`, this.#leases.periodKey(b.period)) ?? 0);
       const used = Math.round(spent * 1e6) / 1e6;
       out.push({ kind: 'budget', route, value: b.amount, used, remaining: Math.max(0, Math.round((b.amount - spent) * 1e6) / 1e6), period: b.period, window: null, resetsAt: rfc3339(periodOf(b.period, now).ends) });
     }

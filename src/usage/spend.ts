@@ -101,6 +101,13 @@ export function createSpend(o: SpendOptions): Spend {
     // A fleet's totals are read from the store: once per flush interval, not after each request.
     everyMs: fleet ? o.config.usageFlushMs : 0,
   });
+  if (view !== null) {
+    // A refusal the fleet's leases decided gives the key's fleet figures as /keyward/key last read them.
+    o.limiter.figures = (keyId, now) => {
+      const u = view.cached(keyId, now);
+      return u === null ? null : periodUse(u);
+    };
+  }
   const status: StatusSources = {
     usage: (keyId, now) => (view === null ? o.ledger.usage(keyId, now) : view.usage(keyId, now)),
     limits: (principal: Principal, use, now) => {
