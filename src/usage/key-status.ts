@@ -112,7 +112,10 @@ export class StoreView {
       this.#read.set(keyId, r);
       // A failed read is not kept: the next call tries again.
       r.rows.then(
-        (rows) => this.#last.set(keyId, { at: r.at, rows }),
+        (rows) => {
+          // Reads may end out of order: an older one never replaces a newer one's rows.
+          if ((this.#last.get(keyId)?.at ?? -Infinity) <= r.at) this.#last.set(keyId, { at: r.at, rows });
+        },
         () => this.#read.delete(keyId),
       );
     }
