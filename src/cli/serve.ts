@@ -125,7 +125,7 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io): Pr
     if (first) log.logger.warn({ err }, 'usage totals not read; kept and retried');
   });
   await ledger.start(config.usageFlushMs);
-  const leases = await fleetLeases(usage, ledger, config);
+  const leases = await fleetLeases(usage, ledger, config, undefined, log.logger);
   const limiter = new Limiter(ledger, leases);
   // The primary decides limits, so it fires their alerts and says where a key stands; its own metric is added to the workers'.
   const registry = newRegistry();

@@ -73,7 +73,7 @@ export async function startUsage(config: Config, store: KeyStore, logger: Logger
   );
   ledger.timed = (seconds) => metrics.task('ledger_write', seconds);
   await ledger.start(config.usageFlushMs);
-  const leases = options.admit === undefined ? await fleetLeases(usageStore, ledger, config, options.clock) : null;
+  const leases = options.admit === undefined ? await fleetLeases(usageStore, ledger, config, options.clock, logger) : null;
   const limiter = new Limiter(ledger, leases);
   const units = costUnits(config);
   // The process that decides limits answers where a key stands and fires its alerts; a worker asks its primary.

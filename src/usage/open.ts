@@ -109,12 +109,14 @@ export function countOnly(store: UsageStore): UsageStore {
  * renewed at every flush, and the ledger counting days by the fleet's clock.
  * Null for a store of one machine.
  */
-export async function fleetLeases(store: UsageStore, ledger: Ledger, config: Pick<Config, 'leaseTtlMs' | 'usageFlushMs'>, clock = new Clock()): Promise<Leases | null> {
+export async function fleetLeases(store: UsageStore, ledger: Ledger, config: Pick<Config, 'leaseTtlMs' | 'usageFlushMs'>, clock = new Clock(), logger?: Logger): Promise<Leases | null> {
   // A fleet's leases in PostgreSQL; one machine's in its SQLite file (none when counting in memory).
   const leaseStore = store.fleet?.leases ?? store.leases;
   if (leaseStore === undefined) return null;
   const leases = new Leases(leaseStore, ledger.id, clock, () => ledger.gateways, Math.max(1, Math.ceil(config.leaseTtlMs / 1000)));
   ledger.now = () => clock.now();
+  // Frozen or cut off past the TTL: its leases were swept (their units stay granted) and are written back now.
+  leases.onLost = (count) => logger?.warn({ leases: count }, 'leases found swept at renewal (this gateway was frozen or cut off past KEYWARD_LEASE_TTL); written back, their units were never handed out again');
   await leases.start(config.usageFlushMs);
   return leases;
 }

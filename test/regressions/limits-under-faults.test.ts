@@ -123,6 +123,7 @@ test('one gateway frozen (SIGSTOP) past the lease TTL with requests admitted, th
     frozen.delete(2);
     await held;
     await sleep(2_000);
+    assert.match(g.output(), /leases found swept at renewal/, 'the thawed gateway learnt at once that its leases were swept');
   });
   assert.ok(r.forwarded <= quota, `${r.forwarded} forwarded for a quota of ${quota}`);
   console.log(`one gateway frozen 5 s (lease TTL 2 s): ${r.forwarded} forwarded for a quota of ${quota}`);
