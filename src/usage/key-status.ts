@@ -123,7 +123,7 @@ export class StoreView {
     // The request path never waits on the store (keys and leases are in
     // memory); nor does a key asking where it stands: while the store is
     // down or frozen, it gets the figures last read and this gateway's own
-    // since, said to be stale (docs/limits.md, "A key's own status").
+    // not yet written, said to be stale (docs/limits.md, "A key's own status").
     if (!Number.isFinite(this.#freshWithinMs)) return usageFrom([...(await read.rows), ...unwritten], now);
     const rows = await within(read.rows.catch(() => null), this.#freshWithinMs, null);
     if (rows !== null) return usageFrom([...rows, ...unwritten], now);
