@@ -173,6 +173,8 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
   if (reported.header !== null) {
     ex.cost = reported.header.value;
     ex.costBad = reported.header.bad;
+    // A key's first budgeted call: its overlapping calls need not wait for the end of a stream.
+    ex.admission?.costKnown?.(ex.cost);
   }
   const cost = reported.body;
   if (decoders.list.length === 0) {

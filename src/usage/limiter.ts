@@ -65,6 +65,12 @@ export interface Admission {
    * the upstream reported. Once, whatever calls it.
    */
   done(reached: boolean, cost: number): void;
+  /**
+   * The call's cost is known before it ends (a header at the response's
+   * head): a key's first budgeted call then lets its overlapping calls go on
+   * at once. Only a probe has it.
+   */
+  costKnown?(cost: number): void;
 }
 
 /** What the ledger knows of a period: requests forwarded for a key, cost reported for a key on a route. */
@@ -162,6 +168,13 @@ export class Limiter {
       return {
         done: (reached, cost) => {
           r.done(reached, cost);
+          release();
+        },
+        costKnown: (cost) => {
+          // Learnt now, so the calls that waited reserve it; the call itself settles at its end.
+          if (!Number.isFinite(cost) || this.#known(keyId, route)) return release();
+          learn(this.#estimates, slot, cost);
+          learn(this.#routeEstimates, route, cost);
           release();
         },
       };

@@ -126,3 +126,18 @@ test('a first budgeted call that never ends holds its key\'s next calls for PROB
   next.done(false, 0);
   stream.done(false, 0);
 });
+
+test("a first budgeted call whose cost arrives at its head lets its key's waiting calls go on at once, reserving that cost", async () => {
+  const limiter = new Limiter(new Totals());
+  const p = policy({ budgets: { speech: '100/day' } });
+  const first = admitted(limiter.admit('dora', p, 'speech', Date.now()));
+  const waiting = limiter.admit('dora', p, 'speech', Date.now());
+  assert.ok(waiting instanceof Promise);
+  const t = performance.now();
+  first.costKnown?.(12);
+  const next = admitted(await waiting);
+  assert.ok(performance.now() - t < 500, 'not held until the first call ends');
+  assert.equal(limiter.estimate('dora', 'speech'), 12);
+  next.done(false, 0);
+  first.done(true, 12);
+});
