@@ -1,8 +1,8 @@
 // In a fleet, refusals spoke of one gateway: a concurrency of 3 over three
 // gateways refused 147 of 150 overlapping requests saying `used: 1` with
 // `RateLimit-Remaining: 0`, and a quota refused by the leases said what it
-// would have said alone. A refusal now gives the key's figures (design §10;
-// docs/limits.md, "Refusals"), as GET /keyward/key does.
+// would have said alone. A refusal now gives the key's figures
+// (docs/limits.md, "Refusals"), as GET /keyward/key does.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
