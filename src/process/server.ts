@@ -26,17 +26,13 @@ import { keyStatus } from '../usage/key-status.ts';
 import { renderPage } from '../usage/page.ts';
 import { usagePage } from '../usage/report.ts';
 import { MemoryUsageStore } from '../usage/memory-store.ts';
+import { within } from '../lib/deadline.ts';
 import type { UsageStore } from '../usage/ledger.ts';
 import { pageThread, pageSource } from '../usage/page-thread.ts';
 
 /** The least time the ledger and the key store get after the last connection closed, ms. */
 const FINAL_WRITE_MS = 500;
 
-/** `p`, or nothing once `ms` have passed. */
-function within(p: Promise<unknown>, ms: number): Promise<unknown> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([p, new Promise((resolve) => (timer = setTimeout(resolve, ms)))]).finally(() => clearTimeout(timer));
-}
 
 export interface Readiness {
   readonly ready: boolean;
@@ -246,8 +242,8 @@ function drain({ server, runtime, keys, ledger, leases, spend, lastUse, sweeper,
       const left = Math.max(FINAL_WRITE_MS, endBy - Date.now());
       // Leases give back what they did not use, so the others may admit it at once.
       spend?.stop();
-      void Promise.all([within(lastUse.stop(), left), within(leases?.stop().catch(() => undefined) ?? Promise.resolve(), left), ledger.stop(left)]).finally(async () => {
-        await within(store.close?.().catch(() => undefined) ?? Promise.resolve(), FINAL_WRITE_MS);
+      void Promise.all([within(lastUse.stop(), left, undefined), within(leases?.stop().catch(() => undefined) ?? Promise.resolve(), left, undefined), ledger.stop(left)]).finally(async () => {
+        await within(store.close?.().catch(() => undefined) ?? Promise.resolve(), FINAL_WRITE_MS, undefined);
         logger.info('stopped');
         resolve();
       });

@@ -40,6 +40,16 @@ async function traffic(targets: () => string[], token: string, parallel: number,
   return ok;
 }
 
+/** An upstream that answers every request `ms` later: requests overlap. */
+function slowUpstream(ms: number): ReturnType<typeof startUpstream> {
+  return startUpstream(async (req, res) => {
+    req.resume();
+    await sleep(ms);
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end('{}');
+  });
+}
+
 function via(url: string, proxy: TcpProxy): string {
   const u = new URL(url);
   u.port = String(proxy.port);
@@ -54,12 +64,7 @@ function via(url: string, proxy: TcpProxy): string {
  */
 async function fleetUnderFault(quota: number, fault: (f: { gateways: FleetGateway[]; proxies: TcpProxy[]; frozen: Set<number> }) => Promise<void>): Promise<{ forwarded: number; granted: number }> {
   const db = await startDatabase();
-  const up = await startUpstream(async (req, res) => {
-    req.resume();
-    await sleep(40);
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.end('{}');
-  });
+  const up = await slowUpstream(40);
   const proxies = await Promise.all([0, 1, 2].map(() => startTcpProxy(Number(new URL(db.url).port))));
   const gateways: FleetGateway[] = [];
   try {
@@ -143,12 +148,7 @@ test("one gateway's database path silently cut past the lease TTL, the others he
 
 test('one gateway, no database: killed (SIGKILL) with requests in flight and restarted, it never grants the spent quota again', { timeout: 120_000 }, async () => {
   const dir = mkdtempSync(join(tmpdir(), 'keyward-kill-'));
-  const up = await startUpstream(async (req, res) => {
-    req.resume();
-    await sleep(700);
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.end('{}');
-  });
+  const up = await slowUpstream(700);
   const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p', KEYWARD_ADMIN_PORT: 'off', KEYWARD_LEASE_TTL: '2s' };
   try {
     const key = JSON.parse((await runCli(['keys', 'create', '--name', 'crashy', '--quota', '30/day', '--json'], env)).stdout) as { token: string };
@@ -177,12 +177,7 @@ test('one gateway, no database: killed (SIGKILL) with requests in flight and res
 
 test('KEYWARD_WORKERS=2, one worker killed (SIGKILL) with requests in flight, then the whole machine: the quota holds', { timeout: 120_000 }, async () => {
   const dir = mkdtempSync(join(tmpdir(), 'keyward-kill-worker-'));
-  const up = await startUpstream(async (req, res) => {
-    req.resume();
-    await sleep(700);
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.end('{}');
-  });
+  const up = await slowUpstream(700);
   const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_WORKERS: '2', KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p', KEYWARD_ADMIN_PORT: 'off', KEYWARD_LEASE_TTL: '2s' };
   try {
     const key = JSON.parse((await runCli(['keys', 'create', '--name', 'worky', '--quota', '30/day', '--json'], env)).stdout) as { token: string };
