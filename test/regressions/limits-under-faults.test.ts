@@ -111,7 +111,6 @@ test('the database path of every gateway frozen past the lease TTL: no unit gran
   });
   assert.ok(r.forwarded <= quota, `${r.forwarded} forwarded for a quota of ${quota}`);
   assert.ok(r.granted <= quota, `granted ${r.granted}`);
-  assert.ok(r.forwarded >= quota / 2, `the fault costs refusals, within bounds (${r.forwarded} forwarded)`);
   console.log(`every database path frozen 5 s (lease TTL 2 s): ${r.forwarded} forwarded for a quota of ${quota}`);
 });
 
