@@ -11,7 +11,7 @@ import { createKey } from '../keys/manage.ts';
 import { createLogger, type LogHandle } from '../observe/log.ts';
 import { createGateway, type Gateway } from '../process/server.ts';
 import { providerEnv, type Example, type UpstreamSpec } from '../request/routes.ts';
-import { startStandins } from './standins.ts';
+import { STANDIN_RUN, startStandins } from './standins.ts';
 
 /** One curl command line for `example` on `route` (what the demo prints and its test runs). */
 function curlLine(base: string, route: string, example: Example, auth: string | null): string {
@@ -27,6 +27,8 @@ function curlLine(base: string, route: string, example: Example, auth: string | 
 
 /** The demo budget, in the route's unit: less than one call of its example costs. */
 const BUDGET = 10;
+/** The demo's scraper budget, USD: two stand-in runs spend it. */
+const RUN_BUDGET = 0.5;
 
 export async function runDemo(io: Io, specs: readonly UpstreamSpec[]): Promise<number> {
   const tag = randomBytes(12).toString('hex');
@@ -57,6 +59,9 @@ export async function runDemo(io: Io, specs: readonly UpstreamSpec[]): Promise<n
     // A second key with a small budget on the first route that reports a cost, so a refusal can be tried.
     const costly = specs.find((spec) => spec.cost !== null && spec.demo.examples.some((e) => e.method === 'POST' && e.output !== undefined && e.stream !== true));
     const budgeted = costly === undefined ? null : { spec: costly, example: costly.demo.examples.find((e) => e.method === 'POST' && e.output !== undefined && e.stream !== true) as Example, key: await createKey(store, 'demo-budget', { limits: { budgets: { [costly.name]: `${BUDGET}/day` } } }) };
+    // A key with a budget on the scraper's runs, settled once they end (docs/limits.md, "Scraper runs").
+    const runSpec = specs.find((spec) => spec.cost?.runs !== undefined && spec.demo.examples.some((e) => e.method === 'POST'));
+    const runs = runSpec === undefined ? null : { spec: runSpec, example: runSpec.demo.examples.find((e) => e.method === 'POST') as Example, key: await createKey(store, 'demo-runs', { limits: { budgets: { [runSpec.name]: `${RUN_BUDGET}/day` } } }) };
     // Request logs go to stderr so the instructions on stdout stay readable.
     log = createLogger(config.logLevel, undefined, 2);
     const g = await createGateway(config, store, log.logger);
@@ -79,6 +84,15 @@ export async function runDemo(io: Io, specs: readonly UpstreamSpec[]): Promise<n
             `# key "demo-budget", a budget of ${BUDGET} ${budgeted.spec.cost?.unit ?? ''} a day on ${budgeted.spec.name}: the first call is admitted (and costs more), the next refused (429 budget_exceeded)`,
             curlLine(base, budgeted.spec.name, { ...budgeted.example, output: `budget-${budgeted.example.output ?? 'out'}` }, `-H 'Authorization: Bearer ${budgeted.key.token}'`),
             curlLine(base, budgeted.spec.name, { ...budgeted.example, output: undefined }, `-H 'Authorization: Bearer ${budgeted.key.token}'`),
+            '',
+          ]),
+      ...(runs === null
+        ? []
+        : [
+            `# key "demo-runs", a budget of ${RUN_BUDGET} usd a day on ${runs.spec.name}: a run costs ${STANDIN_RUN.usd} usd, booked once it ended (asked a few seconds after);`,
+            `# each start is capped (maxTotalChargeUsd) at what is left; run it three times, 10 s apart: the third is refused (429 budget_exceeded)`,
+            curlLine(base, runs.spec.name, runs.example, `-H 'Authorization: Bearer ${runs.key.token}'`),
+            `curl -s -H 'Authorization: Bearer ${runs.key.token}' ${base}/keyward/key`,
             '',
           ]),
       'Request logs follow on stderr. Ctrl-C stops the demo.',

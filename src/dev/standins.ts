@@ -38,19 +38,52 @@ function fakeMp3(bytes: number): Buffer {
   return buf;
 }
 
-const scraper: Handler = (req, res, _body, path) => {
-  const run = /^\/v2\/acts\/([^/]+)\/runs$/.exec(path);
-  if (req.method === 'POST' && run) {
-    const now = new Date().toISOString();
-    return json(res, 201, {
-      data: { id: randomBytes(8).toString('hex'), actId: run[1], status: 'READY', startedAt: now, defaultDatasetId: randomBytes(8).toString('hex') },
-    });
-  }
-  if (req.method === 'POST' && /^\/v2\/acts\/[^/]+\/run-sync-get-dataset-items$/.test(path)) {
-    return json(res, 201, [{ url: 'https://example.com/', title: 'Example Domain' }]);
-  }
-  return json(res, 404, { error: { type: 'page-not-found', message: 'Page not found' } });
-};
+/** What a stand-in run costs once it ended, USD (at most its `maxTotalChargeUsd`), and how long it runs. */
+export const STANDIN_RUN = { usd: 0.3, ms: 3_000 } as const;
+
+/**
+ * The scraper platform's runs: a run-start answers a run object (`READY`);
+ * `GET /v2/actor-runs/{id}` answers it `RUNNING` for a few seconds, then
+ * `SUCCEEDED` with its `usageTotalUsd` (capped by the start's
+ * `maxTotalChargeUsd`, as the platform caps a pay-per-event run).
+ */
+function scraperStandin(): Handler {
+  const runs = new Map<string, { actId: string; started: number; cap: number }>();
+  const object = (id: string, r: { actId: string; started: number; cap: number }): object => {
+    const done = Date.now() - r.started >= STANDIN_RUN.ms;
+    return {
+      data: {
+        id,
+        actId: r.actId,
+        status: done ? 'SUCCEEDED' : 'RUNNING',
+        startedAt: new Date(r.started).toISOString(),
+        ...(done ? { finishedAt: new Date(r.started + STANDIN_RUN.ms).toISOString() } : {}),
+        usageTotalUsd: done ? Math.min(STANDIN_RUN.usd, r.cap) : 0,
+      },
+    };
+  };
+  return (req, res, _body, path) => {
+    const run = /^\/v2\/acts\/([^/]+)\/runs$/.exec(path);
+    if (req.method === 'POST' && run) {
+      const id = randomBytes(9).toString('base64url');
+      const cap = Number(new URL(req.url ?? '/', 'http://standin').searchParams.get('maxTotalChargeUsd') ?? Infinity);
+      const r = { actId: run[1] as string, started: Date.now(), cap: Number.isFinite(cap) ? cap : Infinity };
+      runs.set(id, r);
+      const now = new Date(r.started).toISOString();
+      return json(res, 201, { data: { id, actId: r.actId, status: 'READY', startedAt: now, defaultDatasetId: randomBytes(8).toString('hex'), usageTotalUsd: 0 } });
+    }
+    const asked = /^\/v2\/actor-runs\/([^/]+)$/.exec(path);
+    if (req.method === 'GET' && asked) {
+      const r = runs.get(asked[1] as string);
+      if (r !== undefined) return json(res, 200, object(asked[1] as string, r));
+      return json(res, 404, { error: { type: 'record-not-found', message: 'Actor run was not found' } });
+    }
+    if (req.method === 'POST' && /^\/v2\/acts\/[^/]+\/run-sync-get-dataset-items$/.test(path)) {
+      return json(res, 201, [{ url: 'https://example.com/', title: 'Example Domain' }]);
+    }
+    return json(res, 404, { error: { type: 'page-not-found', message: 'Page not found' } });
+  };
+}
 
 const seo: Handler = (req, res, body, path) => {
   // The top-level `cost` is the call's, in US dollars; each task carries its own.
@@ -129,12 +162,12 @@ const generic =
     return json(res, example.status, { ok: true, provider: spec.name, method: req.method, path });
   };
 
-const REALISTIC: Readonly<Record<string, Handler>> = { scraper, seo, speech };
+const REALISTIC: Readonly<Record<string, () => Handler>> = { scraper: scraperStandin, seo: () => seo, speech: () => speech };
 
 /** Answers 401 unless the request carries exactly the credential `spec` injects. */
 function standin(spec: UpstreamSpec, secrets: readonly string[]): Handler {
   const [header, value] = spec.credential(secrets);
-  const answer = REALISTIC[spec.name] ?? generic(spec);
+  const answer = REALISTIC[spec.name]?.() ?? generic(spec);
   return (req, res, body, path) => {
     if (!same(req.headers[header], value)) return json(res, 401, { error: 'invalid credential' });
     answer(req, res, body, path);

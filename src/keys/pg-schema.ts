@@ -182,6 +182,23 @@ export const MIGRATIONS: readonly string[] = [
      per_call double precision not null,
      at timestamptz not null default now()
    );`,
+  // 9: scraper runs whose cost comes when they end (docs/limits.md, "Scraper
+  // runs"): recorded with the batch that booked their start, claimed by one
+  // gateway at a time while it asks the upstream, deleted when settled.
+  `create table keyward_runs (
+     id text primary key,
+     key_id text not null,
+     route text not null,
+     day date not null,
+     booked double precision not null,
+     path text not null,
+     at timestamptz not null,
+     attempts integer not null default 0,
+     next_at timestamptz not null default '-infinity',
+     claimed_by text,
+     claimed_until timestamptz not null default '-infinity'
+   );
+   create index keyward_runs_due on keyward_runs (next_at);`,
 ];
 
 export interface Row {

@@ -293,3 +293,12 @@ export const newRegistry = (): Registry => new Registry();
 export function alertCounter(registry: Registry): { inc(labels: { kind: string; threshold: string }): void } {
   return new Counter({ name: 'keyward_limit_alerts_total', help: 'Limit alerts fired, by limit kind and threshold (percent)', labelNames: ['kind', 'threshold'], registers: [registry] });
 }
+
+/** Scraper runs settled after the fact (docs/limits.md, "Scraper runs"): booked, questions that failed, runs given up. */
+export function runCounters(registry: Registry): { settled: Counter; failed: Counter<'reason'>; gaveUp: Counter } {
+  return {
+    settled: new Counter({ name: 'keyward_runs_settled_total', help: 'Scraper runs whose cost was booked once they ended', registers: [registry] }),
+    failed: new Counter({ name: 'keyward_run_checks_failed_total', help: 'Questions about a pending scraper run that got no usable answer (asked again later), by reason', labelNames: ['reason'], registers: [registry] }),
+    gaveUp: new Counter({ name: 'keyward_runs_unsettled_total', help: 'Scraper runs given up at the give-up age: their reservation stays booked as their cost', registers: [registry] }),
+  };
+}

@@ -99,7 +99,17 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     (seconds) => metrics.task('last_use_write', seconds),
   );
   const sweeper = new Sweeper(() => runtime.config, expire, (seconds) => metrics.task('timer_sweep', seconds));
-  const { ledger, leases, spend, admit, statusSources, units, usageStore } = await startUsage(config, store, logger, metrics, { ...options, keyIds: () => (keys.loaded === null ? null : new Set(keys.loaded.records.map((r) => r.id))) });
+  const { ledger, leases, spend, admit, statusSources, units, usageStore, settler } = await startUsage(config, store, logger, metrics, {
+    ...options,
+    keyIds: () => (keys.loaded === null ? null : new Set(keys.loaded.records.map((r) => r.id))),
+    keyOf: (id) => keys.loaded?.records.find((r) => r.id === id) ?? null,
+    // A scraper run is asked about where the configuration in force points its route, with its credential.
+    runTarget: (name) => {
+      const route = runtime.config.routes.find((r) => r.name === name);
+      const target = runtime.targets.get(name);
+      return route === undefined || target === undefined ? null : { target: route.target, credential: target.credential, upstreamCa: runtime.config.upstreamCa };
+    },
+  });
   metrics.watchLedger(() => usageStore.damaged === undefined);
   const pages = usageStore instanceof MemoryUsageStore ? null : pageThread(pageSource(config, units));
   const credentialParams = (): ReadonlySet<string> => {
@@ -138,7 +148,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     listen: () => listen(server, config, listenFd, (address) => announce(config, keys, store, listenFd, logger, address)),
     shutdown: () => {
       draining = true;
-      closing ??= drain({ server, runtime: () => runtime, keys, ledger, leases, spend, lastUse, sweeper, store, logger });
+      closing ??= drain({ server, runtime: () => runtime, keys, ledger, leases, spend, settler, lastUse, sweeper, store, logger });
       void closing.then(() => pages?.close());
       return closing;
     },
@@ -206,6 +216,7 @@ interface DrainParts {
   readonly ledger: Ledger;
   readonly leases: { stop(): Promise<unknown> } | null;
   readonly spend: { stop(): void } | null;
+  readonly settler: { stop(): Promise<void> } | null;
   readonly lastUse: LastUse;
   readonly sweeper: Sweeper;
   readonly store: KeyStore;
@@ -220,7 +231,7 @@ function withLedger(r: Readiness, store: UsageStore): Readiness {
 }
 
 /** Stop accepting, let requests in flight finish up to the drain deadline, then close the stores; never longer (docs/operations.md, "Signals"). */
-function drain({ server, runtime, keys, ledger, leases, spend, lastUse, sweeper, store, logger }: DrainParts): Promise<void> {
+function drain({ server, runtime, keys, ledger, leases, spend, settler, lastUse, sweeper, store, logger }: DrainParts): Promise<void> {
   return new Promise<void>((resolve) => {
     const { drainTimeoutMs } = runtime().config;
     const endBy = Date.now() + drainTimeoutMs;
@@ -242,7 +253,9 @@ function drain({ server, runtime, keys, ledger, leases, spend, lastUse, sweeper,
       const left = Math.max(FINAL_WRITE_MS, endBy - Date.now());
       // Leases give back what they did not use, so the others may admit it at once.
       spend?.stop();
-      void Promise.all([within(lastUse.stop(), left, undefined), within(leases?.stop().catch(() => undefined) ?? Promise.resolve(), left, undefined), ledger.stop(left)]).finally(async () => {
+      // Pending runs stay in the store: the next start (or another gateway) settles them.
+      // Its questions end first, so that no claim outlives this gateway while the store still takes writes.
+      void within(settler?.stop() ?? Promise.resolve(), Math.min(left, FINAL_WRITE_MS), undefined).then(() => Promise.all([within(lastUse.stop(), left, undefined), within(leases?.stop().catch(() => undefined) ?? Promise.resolve(), left, undefined), ledger.stop(left)])).finally(async () => {
         await within(store.close?.().catch(() => undefined) ?? Promise.resolve(), FINAL_WRITE_MS, undefined);
         logger.info('stopped');
         resolve();

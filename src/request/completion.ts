@@ -7,6 +7,7 @@ import type { Metrics } from '../observe/metrics.ts';
 import { failureLabel, neverConnected } from './outcome.ts';
 import type { Ledger } from '../usage/ledger.ts';
 import { dropParams } from './query.ts';
+import { TERMINAL } from '../usage/runs.ts';
 
 export type Complete = (ex: Exchange, status: number | null, aborted: boolean) => void;
 
@@ -73,7 +74,8 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
     // A request whose connection to the upstream was never made was not forwarded: not counted (docs/limits.md).
     if (ledger !== null && ex.forwardStart > 0 && key !== null && ex.route !== null && !neverConnected(ex.failure)) {
       // The upstream's own status only: one the gateway answered for it counts as `other`.
-      ledger.record(key.id, ex.route.name, ex.ttfbMs >= 0 && !ex.settled ? status : null, bytesIn ?? 0, ex.bytesOut, ex.cost);
+      const run = ex.runPath === null ? null : runBooking(ex, status);
+      ledger.record(key.id, ex.route.name, ex.ttfbMs >= 0 && !ex.settled ? status : null, bytesIn ?? 0, ex.bytesOut, ex.cost, undefined, run);
       if (ex.costBad && !badCost.has(ex.route.name)) {
         badCost.add(ex.route.name);
         logger.warn({ route: ex.route.name }, 'the upstream reported a cost that is not a number; counted as no cost (said once per route)');
@@ -81,4 +83,29 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
     }
     metrics.request(route, req.method as string, status ?? 0, durationMs / 1000, ex.ttfbMs / 1000, bytesIn ?? 0, ex.bytesOut);
   };
+}
+
+/**
+ * A scraper run-start that reached the upstream (docs/limits.md, "Scraper
+ * runs"): what is booked now, set as the call's cost (its admission settles
+ * at it), and the run to settle later. A run that ended already (its start
+ * waited for it) is booked at its cost; a pending one at its reservation and
+ * settled later; a start whose answer was an error started nothing; one
+ * whose answer the gateway did not see whole (the client left) may have
+ * started a run it cannot name: its reservation stays booked, never settled.
+ */
+function runBooking(ex: Exchange, status: number | null): { id: string; path: string } | null {
+  const reserved = ex.admission?.reserved ?? 0;
+  const run = ex.run;
+  if (run === null) {
+    const refused = status !== null && status >= 300 && !ex.settled && ex.upstreamResponse?.complete === true;
+    ex.cost = refused ? 0 : reserved;
+    return null;
+  }
+  if (TERMINAL.has(run.status) && run.usd !== null && run.usd <= (ex.route?.cost?.max ?? 0)) {
+    ex.cost = run.usd;
+    return null;
+  }
+  ex.cost = reserved;
+  return { id: run.id, path: `${ex.runPath ?? ''}/actor-runs/${run.id}` };
 }

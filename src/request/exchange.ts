@@ -8,6 +8,7 @@ import type { Principal } from '../keys/keyset.ts';
 import type { AuthFailure } from '../observe/metrics.ts';
 import type { Failure } from './outcome.ts';
 import type { Admission } from '../usage/limiter.ts';
+import type { RunSeen } from '../usage/runs.ts';
 import type { Route } from './routes.ts';
 
 export class Exchange {
@@ -57,6 +58,10 @@ export class Exchange {
   cost = 0;
   /** The upstream reported a cost that is not a number. */
   costBad = false;
+  /** A scraper run-start request: the upstream path prefix its run is asked about under (`/v2`); null otherwise. */
+  runPath: string | null = null;
+  /** The run its response started, once its body ended (usage/runs.ts). */
+  run: RunSeen | null = null;
   /** Upstream secrets found (and masked) in this response, for the log line and metrics. */
   masked: readonly SecretForm[] | null = null;
 

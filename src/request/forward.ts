@@ -32,6 +32,7 @@ import { exchangeOf, type Exchange, type GatewayRequest } from './exchange.ts';
 import { downstreamResponseHeaders } from './headers.ts';
 import { upstream, type UpstreamReason } from './outcome.ts';
 import { readCost } from '../usage/cost.ts';
+import { RunReader } from '../usage/runs.ts';
 import { type DecodeLimits, decodersFor, relayCompressed, relayPlain } from './relay.ts';
 
 import { answer } from './reply.ts';
@@ -176,7 +177,10 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
     // A key's first budgeted call: its overlapping calls need not wait for the end of a stream.
     ex.admission?.costKnown?.(ex.cost);
   }
-  const cost = reported.body;
+  // A scraper run-start's run object, read as it passes (the filter reads a compressed one decoded).
+  const status = proxyRes.statusCode ?? 0;
+  const cost =
+    ex.runPath !== null && status >= 200 && status < 300 && !ex.bodiless && !(secrets.empty && decoders.list.length > 0) ? new RunReader() : reported.body;
   if (decoders.list.length === 0) {
     // After the rest of this parse: stray bytes behind a complete response
     // fail the upstream request in the same tick (onError), and the client

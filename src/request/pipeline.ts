@@ -18,7 +18,7 @@ import type { KeySet, Principal } from '../keys/keyset.ts';
 import { isWellFormed, redactTokens } from '../keys/token.ts';
 import { neverConnected } from './outcome.ts';
 import type { AuthFailure, Metrics } from '../observe/metrics.ts';
-import { dropParams } from './query.ts';
+import { capParam, dropParams } from './query.ts';
 import { matchRoute, type Route, type RouteTable } from './routes.ts';
 import type { Runtime, Target } from '../process/runtime.ts';
 import type { Sweeper } from './timers.ts';
@@ -26,6 +26,7 @@ import type { Ledger } from '../usage/ledger.ts';
 import type { Admit } from '../usage/admissions.ts';
 import type { Admission, LimitCode, Refused } from '../usage/limiter.ts';
 import { policyFor } from '../usage/policy.ts';
+import { runStartPrefix } from '../usage/runs.ts';
 
 const LIMIT_ERRORS: Readonly<Record<LimitCode, GatewayError>> = {
   rate_limited: ERRORS.rateLimited,
@@ -236,6 +237,8 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
 
   /** The rest of `handle` once admitted: rewrite and forward. */
   function forwardAdmitted({ ex, req, res, expect, route, target, path, forwardQuery }: Admitted): void {
+    // A scraper run-start: its run is settled later, and a key with a budget here has the run capped at what is left.
+    if (route.cost?.runs !== undefined) forwardQuery = runStart(ex, req.method as string, route, path, forwardQuery);
     const suffix = forwardQuery === '' ? path : `${path}?${forwardQuery}`;
     ex.logPath = redactTokens(route.prefix + suffix.slice(1));
     req.url = route.basePath + suffix;
@@ -291,4 +294,18 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
   }
 
   return { handle, refuseRaw };
+}
+
+/**
+ * A request on a route whose cost is settled after the fact: when it starts
+ * a run, where its run is asked about later, and the query with
+ * `maxTotalChargeUsd` capped at what is left of the key's budget
+ * (docs/routes.md, "Capped runs"); otherwise the query as it was.
+ */
+function runStart(ex: Exchange, method: string, route: Route, path: string, query: string): string {
+  const prefix = runStartPrefix(method, path);
+  if (prefix === null) return query;
+  ex.runPath = route.basePath + prefix;
+  const left = ex.admission?.left;
+  return left === undefined ? query : capParam(query, 'maxTotalChargeUsd', left);
 }

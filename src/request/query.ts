@@ -111,3 +111,33 @@ export function hasLookalike(query: string, names: ReadonlySet<string>): boolean
   }
   return false;
 }
+
+/** A dollar figure for a query: at most six decimals, rounded down (a cap never rounds up), no exponent. */
+export function usd(value: number): string {
+  const micro = Math.floor(Math.max(0, value) * 1e6 + 1e-6);
+  const whole = Math.floor(micro / 1e6);
+  const frac = String(micro % 1e6).padStart(6, '0').replace(/0+$/, '');
+  return frac === '' ? String(whole) : `${whole}.${frac}`;
+}
+
+const PLAIN_DECIMAL = /^\d{1,15}(?:\.\d{1,15})?$/;
+
+/**
+ * `query` with `name` at most `max` (docs/routes.md, "Capped runs"): kept
+ * byte for byte when it already carries `name` once as a plain decimal no
+ * larger; otherwise every `name` is removed whole and `name=max` appended
+ * at the end. Nothing else changes.
+ */
+export function capParam(query: string, name: string, max: number): string {
+  const key = name.toLowerCase();
+  const own = query === '' ? [] : query.split('&').filter((p) => canonicalName(p.slice(0, nameEnd(p, 0, p.length))) === key);
+  if (own.length === 1) {
+    const p = own[0] as string;
+    const eq = p.indexOf('=');
+    const v = eq < 0 ? '' : p.slice(eq + 1);
+    if (PLAIN_DECIMAL.test(v) && Number(v) <= max) return query;
+  }
+  const kept = own.length === 0 ? query : dropParams(query, new Set([key]));
+  const cap = `${name}=${usd(max)}`;
+  return kept === '' ? cap : `${kept}&${cap}`;
+}

@@ -17,6 +17,7 @@ import { BodyScan, type SecretForm, type Secrets } from './egress.ts';
 import { exchangeOf, type Exchange } from './exchange.ts';
 import { upstream } from './outcome.ts';
 import { bodyCost, type TopLevelField } from '../usage/cost.ts';
+import { RunReader } from '../usage/runs.ts';
 import { ZstdFrames } from './zstd-frames.ts';
 
 /** What a response found holding a secret does next; called once per response. */
@@ -70,8 +71,16 @@ export function decodersFor(encoding: string | undefined): Decoders | null {
   return list.length === 0 ? NONE : { list, zstd: codings[0] === 'zstd' };
 }
 
-/** The body ended: what its top-level cost field said. */
-function costRead(ex: Exchange, cost: TopLevelField): void {
+/** What watches a body for its cost: a top-level field, or a scraper run's object. */
+export type BodyWatch = TopLevelField | RunReader;
+
+/** The body ended: what its top-level cost field said, or which run it started. */
+function costRead(ex: Exchange, cost: BodyWatch): void {
+  if (cost instanceof RunReader) {
+    cost.end();
+    ex.run = cost.run;
+    return;
+  }
   const c = bodyCost(cost, ex.route?.cost?.max ?? Infinity);
   ex.cost = c.value;
   ex.costBad = c.bad;
@@ -145,14 +154,14 @@ class PlainRelay {
   readonly #secrets: Secrets;
   readonly #limits: DecodeLimits;
   readonly #onSecret: OnSecret;
-  readonly #cost: TopLevelField | null;
+  readonly #cost: BodyWatch | null;
   readonly #scan: BodyScan | null;
   /** The whole body's length when declared: a body that arrives as one chunk goes out with the head in one end(). */
   readonly #whole: number;
   /** The first bytes, until the sniff has enough to say (filter on only); null once it said. */
   #start: Buffer | null;
 
-  constructor(up: IncomingMessage, res: ServerResponse, ex: Exchange, secrets: Secrets, limits: DecodeLimits, onSecret: OnSecret, cost: TopLevelField | null) {
+  constructor(up: IncomingMessage, res: ServerResponse, ex: Exchange, secrets: Secrets, limits: DecodeLimits, onSecret: OnSecret, cost: BodyWatch | null) {
     this.#up = up;
     this.#res = res;
     this.#ex = ex;
@@ -221,7 +230,7 @@ function onPlainEnd(this: Relayed): void {
 }
 
 /** Relay a body that is not labelled compressed, masking secrets as it streams (no secrets: filter off). */
-export function relayPlain(proxyRes: IncomingMessage, res: ServerResponse, ex: Exchange, secrets: Secrets, limits: DecodeLimits, onSecret: OnSecret, cost: TopLevelField | null): void {
+export function relayPlain(proxyRes: IncomingMessage, res: ServerResponse, ex: Exchange, secrets: Secrets, limits: DecodeLimits, onSecret: OnSecret, cost: BodyWatch | null): void {
   const up = proxyRes as Relayed;
   up[RELAY] = new PlainRelay(proxyRes, res, ex, secrets, limits, onSecret, cost);
   up.on('data', onPlainData);
@@ -254,7 +263,7 @@ export function relayCompressed(
   decoders: Decoders,
   limits: DecodeLimits,
   onSecret: OnSecret,
-  cost: TopLevelField | null,
+  cost: BodyWatch | null,
   head: () => boolean,
   undecodable: () => void,
   sniffed: Buffer | null = null,

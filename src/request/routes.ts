@@ -61,6 +61,12 @@ export interface UpstreamSpec {
     readonly jsonField?: string;
     /** The most one call can plausibly cost; a report above it counts as none (a hostile or broken upstream must not lock a budget). */
     readonly max: number;
+    /**
+     * The cost comes after the fact: a run-start response is a run object,
+     * whose cost the gateway asks for once the run ended (usage/runs.ts);
+     * `reserve` is what a run reserves of a budget before one was learnt.
+     */
+    readonly runs?: { readonly reserve: number };
   } | null;
   /** Made-up secrets of the right shape, one per `secretEnvs` entry, for the demo, tests, bench and soak; `tag` makes them unique. */
   readonly sampleSecrets: (tag: string) => readonly string[];
@@ -83,7 +89,10 @@ export const UPSTREAMS: readonly UpstreamSpec[] = [
     overrideQuery: ['method'],
     stripHeaders: [],
     native: { kind: 'query', name: 'token' },
-    cost: null,
+    // The platform bills a run when it ends: settled after the fact from the
+    // run object's `usageTotalUsd` (docs/limits.md, "Scraper runs"). A run
+    // reserves 0.10 USD of a budget until the key's runs taught a figure.
+    cost: { unit: 'usd', max: 10_000, runs: { reserve: 0.1 } },
     sampleSecrets: (tag) => [`apify_api_${tag}`],
     demo: {
       title: 'scraper: start an actor run (JSON with data.status "READY")',

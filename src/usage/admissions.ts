@@ -44,6 +44,9 @@ interface AdmittedMessage {
   readonly type: typeof ADMITTED;
   readonly id: number;
   readonly refused: Refused | null;
+  /** An admission's budget figures (limiter.ts `reserved`, `left`), when its route has a budget. */
+  readonly reserved?: number;
+  readonly left?: number;
 }
 interface DoneMessage {
   readonly type: typeof DONE;
@@ -73,14 +76,15 @@ const sent = (p: Principal): string => {
  */
 export function remoteAdmit(send: (m: AdmitMessage | DoneMessage | StatusMessage) => void, on: (listener: (m: unknown) => void) => void): Admit {
   let next = 0;
-  const waiting = new Map<number, (r: Refused | null) => void>();
+  const waiting = new Map<number, (r: Refused | null, budget: { reserved: number; left: number } | null) => void>();
   on((m) => {
     const msg = m as Partial<AdmittedMessage> | null;
     if (msg?.type !== ADMITTED || typeof msg.id !== 'number') return;
     const settle = waiting.get(msg.id);
     if (settle === undefined) return;
     waiting.delete(msg.id);
-    settle(msg.refused ?? null);
+    const budget = typeof msg.reserved === 'number' && typeof msg.left === 'number' && Number.isFinite(msg.reserved) && Number.isFinite(msg.left) ? { reserved: msg.reserved, left: msg.left } : null;
+    settle(msg.refused ?? null, budget);
   });
   return (principal, _policy, route, now) => {
     const id = ++next;
@@ -90,11 +94,12 @@ export function remoteAdmit(send: (m: AdmitMessage | DoneMessage | StatusMessage
         resolve(NO_ANSWER);
       }, ANSWER_MS);
       timer.unref();
-      waiting.set(id, (refused) => {
+      waiting.set(id, (refused, budget) => {
         clearTimeout(timer);
         if (refused !== null) return resolve(refused);
         let over = false;
         resolve({
+          ...budget,
           done: (reached, cost) => {
             if (over) return;
             over = true;
@@ -185,7 +190,8 @@ export function serveAdmissions(
           if (mine === undefined) open.set(worker, (mine = new Map()));
           mine.set(id, { admission: r, key, policy: policy as Policy, route });
         }
-        worker.send({ type: ADMITTED, id, refused: null } satisfies AdmittedMessage);
+        const budget = r !== null && r.left !== undefined ? { reserved: r.reserved ?? 0, left: r.left } : {};
+        worker.send({ type: ADMITTED, id, refused: null, ...budget } satisfies AdmittedMessage);
       };
       const r = policy === null ? null : limiter.admit(key.id, policy, route, typeof msg.now === 'number' ? msg.now : Date.now(), share());
       // A fleet's lease may have to be claimed first.

@@ -14,6 +14,7 @@ import type { ReportQueries } from './report.ts';
 import type { LeaseStore } from './leases.ts';
 import { readSpool, writeSpool, type Batch, type Known, type SetAside } from './spool.ts';
 import { periodOf, type Period } from './policy.ts';
+import type { PendingRun, RunStore } from './runs.ts';
 
 export interface UsageRow {
   readonly keyId: string;
@@ -63,6 +64,8 @@ export interface Spool {
 export interface BatchId {
   readonly gateway: string;
   readonly seq: number;
+  /** Scraper runs started by this batch's requests: recorded as pending in the same write (runs.ts). */
+  readonly runs?: readonly PendingRun[];
 }
 
 /** Where the ledger is kept: the SQLite file beside the keys file, or PostgreSQL. */
@@ -84,6 +87,8 @@ export interface UsageStore {
   readonly damaged?: string;
   /** Where one machine's quotas and budgets are leased before they are admitted (the SQLite file); a fleet's are `fleet.leases`. */
   readonly leases?: LeaseStore;
+  /** Where scraper runs wait to be settled (runs.ts); absent: their start's booking stays (memory). */
+  readonly runs?: RunStore;
   /** Stored rows from `since` (a UTC day) on, optionally for one key or route. */
   rows(filter: { since?: string; keyId?: string; route?: string }): Promise<UsageRow[]>;
   close(): Promise<void>;
@@ -155,6 +160,8 @@ export class Ledger implements PeriodUse {
   readonly #store: UsageStore;
   /** Counted, not yet written: key|route|day → row. */
   #pending = new Map<string, UsageRow>();
+  /** Scraper runs started since the last flush: written with the rows that booked them. */
+  #runs: PendingRun[] = [];
   /** The pending row of each key and route for the current day, found with two lookups and no string. */
   #current = new Map<string, Map<string, UsageRow>>();
   /** This month's totals known here (stored, re-read in a fleet, plus counted since), for quotas and budgets. */
@@ -228,7 +235,7 @@ export class Ledger implements PeriodUse {
   }
 
   /** A forwarded request, once it completed: its status (null: none reached the client), body bytes and reported cost. */
-  record(keyId: string, route: string, status: number | null, bytesIn: number, bytesOut: number, cost: number, now = this.now()): void {
+  record(keyId: string, route: string, status: number | null, bytesIn: number, bytesOut: number, cost: number, now = this.now(), run: { readonly id: string; readonly path: string } | null = null): void {
     const row = this.#row(keyId, route, now);
     row.requests++;
     if (status === null || status < 200 || status > 599) row.other++;
@@ -242,6 +249,14 @@ export class Ledger implements PeriodUse {
     if (!Number.isFinite(cost)) cost = 0;
     row.cost += cost;
     this.#counted(keyId, route, 1, cost, now);
+    // A scraper run whose cost comes later: `cost` is what its start booked, settled in place later (runs.ts).
+    if (run !== null) this.#runs.push({ id: run.id, keyId, route, day: row.day, booked: cost, path: run.path, at: Math.round(now) });
+  }
+
+  /** A run was settled: its day's cost moved by `delta` (in the store already), so the period totals move too. */
+  adjust(keyId: string, route: string, day: string, delta: number, now = this.now()): void {
+    if (!Number.isFinite(delta) || delta === 0 || !day.startsWith(periodOf('month', now).key)) return;
+    this.#add(keyId, route, 0, delta, day === periodOf('day', now).key, now);
   }
 
   /** A request the key's limits refused. */
@@ -320,14 +335,14 @@ export class Ledger implements PeriodUse {
   }
 
   #unwritten(): boolean {
-    return this.#queue.length > 0 || this.#pending.size > 0;
+    return this.#queue.length > 0 || this.#pending.size > 0 || this.#runs.length > 0;
   }
 
   /** Keep what is not written yet on disk (a batch in flight too: applied once, whichever copy arrives first). */
   #keep(): void {
     if (this.#spool === null) return;
     const batches = [...this.#queue];
-    if (this.#pending.size > 0) batches.push({ gateway: this.#id, seq: ++this.#seq, rows: [...this.#pending.values()] });
+    if (this.#pending.size > 0) batches.push(this.#batch());
     this.#pending = new Map();
     this.#current.clear();
     this.#queue = batches;
@@ -343,7 +358,7 @@ export class Ledger implements PeriodUse {
 
   async #write(): Promise<void> {
     if (this.#pending.size > 0) {
-      this.#queue.push({ gateway: this.#id, seq: ++this.#seq, rows: [...this.#pending.values()] });
+      this.#queue.push(this.#batch());
       this.#pending = new Map();
       // Rows in the batch are no longer the ones to count into.
       this.#current.clear();
@@ -371,6 +386,13 @@ export class Ledger implements PeriodUse {
       this.#onError(err as Error, !this.#failing);
       this.#failing = true;
     }
+  }
+
+  /** What was counted since the last batch, as the next batch (the runs it started with it). */
+  #batch(): Batch {
+    const runs = this.#runs;
+    this.#runs = [];
+    return runs.length === 0 ? { gateway: this.#id, seq: ++this.#seq, rows: [...this.#pending.values()] } : { gateway: this.#id, seq: ++this.#seq, rows: [...this.#pending.values()], runs };
   }
 
   /** The pending row of a key and route for today. */

@@ -71,6 +71,13 @@ export interface Admission {
    * at once. Only a probe has it.
    */
   costKnown?(cost: number): void;
+  /** What a budget on the request's route reserved for it (0: no budget there). */
+  readonly reserved?: number;
+  /**
+   * What is left of that budget for this request (its own reservation not
+   * counted): a scraper run is capped at it (docs/limits.md, "Scraper runs").
+   */
+  readonly left?: number;
 }
 
 /** What the ledger knows of a period: requests forwarded for a key, cost reported for a key on a route. */
@@ -112,9 +119,13 @@ export class Limiter {
   /** By key and route: the key's first call with a budget, while its cost is not known yet. */
   readonly #probes = new Map<string, Promise<void>>();
 
-  constructor(use: PeriodUse, leases: Leases | null = null) {
+  /** Routes whose cost is settled after the fact (the scraper's runs): what a call reserves before any was learnt. */
+  readonly #settled: ReadonlyMap<string, number>;
+
+  constructor(use: PeriodUse, leases: Leases | null = null, settled: ReadonlyMap<string, number> = new Map()) {
     this.#use = use;
     this.#leases = leases;
+    this.#settled = settled;
     if (leases !== null) {
       leases.costs = {
         learnt: () => this.#routeEstimates,
@@ -126,9 +137,14 @@ export class Limiter {
     }
   }
 
-  /** The estimate a budget reserves for the next call of `keyId` on `route`: its recent cost per call, else the route's, else 0. */
+  /** The estimate a budget reserves for the next call of `keyId` on `route`: its recent cost per call, else the route's, else a settled route's default, else 0. */
   estimate(keyId: string, route: string): number {
-    return this.#estimates.get(`${keyId}\u0000${route}`) ?? this.#routeEstimates.get(route) ?? 0;
+    return this.#estimates.get(`${keyId}\u0000${route}`) ?? this.#routeEstimates.get(route) ?? this.#settled.get(route) ?? 0;
+  }
+
+  /** A run was settled at `cost`: the key's and the route's estimates learn it (the response that started it said nothing). */
+  learnSettled(keyId: string, route: string, cost: number): void {
+    this.#learn(keyId, route, cost);
   }
 
   /**
@@ -203,7 +219,8 @@ export class Limiter {
   }
 
   #known(keyId: string, route: string): boolean {
-    return this.#routeEstimates.has(route) || this.#estimates.has(`${keyId}\u0000${route}`);
+    // A settled route's cost is never in its response: nothing to wait for, its default is reserved.
+    return this.#routeEstimates.has(route) || this.#estimates.has(`${keyId}\u0000${route}`) || this.#settled.has(route);
   }
 
   #admit(keyId: string, policy: Policy, route: string, now: number, share: number): Admission | Refused {
@@ -224,7 +241,8 @@ export class Limiter {
     if (quota !== null) this.#units.set(keyId, units + 1);
     const estimate = budget === undefined ? 0 : this.estimate(keyId, route);
     if (budget !== undefined) this.#reserved.set(slot, held + estimate);
-    return this.#admission(keyId, route, limit > 0, budget !== undefined, () => {
+    const left = budget === undefined ? null : budget.amount - spent;
+    return this.#admission(keyId, route, limit > 0, budget !== undefined, left, estimate, () => {
       if (quota !== null) drop(this.#units, keyId, 1);
       if (budget !== undefined) drop(this.#reserved, slot, estimate);
     });
@@ -250,9 +268,12 @@ export class Limiter {
       const used = this.#use.requests(keyId, quota.period, at) + leases.reserved(keyId, 'quota', q);
       if (used >= quota.count) return periodOver('quota_exceeded', quota.count, quota.period, at, used, null);
     }
+    let left: number | null = null;
     if (budget !== undefined) {
       const spent = this.#use.cost(keyId, route, budget.period, at) + leases.reserved(keyId, kind, b);
       if (spent >= budget.amount) return periodOver('budget_exceeded', budget.amount, budget.period, at, spent, route);
+      // The fleet's figure as last read, when larger than what this gateway counted itself.
+      left = budget.amount - Math.max(spent, this.#fleetCost(keyId, route, budget.period, at) + leases.reserved(keyId, kind, b));
     }
     if (quota !== null) {
       const took = leases.take(keyId, 'quota', q, quota.count, 1);
@@ -278,16 +299,17 @@ export class Limiter {
       if (budget !== undefined) leases.settle(keyId, kind, b, estimate, 0);
       return limit;
     }
-    return this.#admission(keyId, route, limit > 0, budget !== undefined, (reached, cost) => {
+    return this.#admission(keyId, route, limit > 0, budget !== undefined, left, estimate, (reached, cost) => {
       if (quota !== null) leases.settle(keyId, 'quota', q, 1, reached ? 1 : 0);
       if (budget !== undefined) leases.settle(keyId, kind, b, estimate, reached ? cost : 0);
     });
   }
 
   /** An admission: once, its slot back (when it took one), `settle` for what the period's limits reserved, the budget's cost learnt. */
-  #admission(keyId: string, route: string, slot: boolean, budget: boolean, settle: (reached: boolean, cost: number) => void): Admission {
+  #admission(keyId: string, route: string, slot: boolean, budget: boolean, left: number | null, reserved: number, settle: (reached: boolean, cost: number) => void): Admission {
     let over = false;
     return {
+      ...(left === null ? {} : { left: Math.max(0, left), reserved }),
       done: (reached, cost) => {
         if (over) return;
         over = true;

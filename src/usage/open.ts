@@ -98,6 +98,7 @@ export function countOnly(store: UsageStore): UsageStore {
     ...(store.alerts === undefined ? {} : { alerts: store.alerts }),
     ...(store.report === undefined ? {} : { report: store.report }),
     ...(store.leases === undefined ? {} : { leases: store.leases }),
+    ...(store.runs === undefined ? {} : { runs: store.runs }),
     add: () => Promise.resolve(),
     rows: (filter) => store.rows(filter),
     close: () => store.close(),

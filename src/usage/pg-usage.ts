@@ -5,10 +5,12 @@
 // (pg-store.ts): an unreachable database fails a flush, never hangs it.
 import type postgres from 'postgres';
 import { PgLeaseStore } from './pg-leases.ts';
+import { PgRunStore } from './pg-runs.ts';
 import type { AlertRow, AlertStore } from './alerts.ts';
 import { rowColumns } from './columns.ts';
 import type { BatchId, FleetView, UsageRow, UsageStore } from './ledger.ts';
 import type { DayTotal, KeyTotal, ReportQueries } from './report.ts';
+import type { PendingRun } from './runs.ts';
 
 /** A gateway not seen for this long has left the fleet. */
 const ALIVE_S = 10;
@@ -29,7 +31,11 @@ export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQu
     this.#pool = pool;
     this.location = location;
     this.leases = new PgLeaseStore(pool);
+    this.runs = new PgRunStore(pool);
   }
+
+  /** Scraper runs waiting for their cost (pg-runs.ts), settled by one gateway each. */
+  readonly runs: PgRunStore;
 
   get fleet(): FleetView {
     return this;
@@ -110,6 +116,17 @@ export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQu
             s5xx = keyward_usage.s5xx + excluded.s5xx, other = keyward_usage.other + excluded.other,
             limited = keyward_usage.limited + excluded.limited, bytes_in = keyward_usage.bytes_in + excluded.bytes_in,
             bytes_out = keyward_usage.bytes_out + excluded.bytes_out, cost = keyward_usage.cost + excluded.cost`;
+        // Pending runs in the same transaction as the rows that booked their start: both or neither.
+        const runs = batch.runs ?? [];
+        if (runs.length > 0) {
+          const rc = <K extends keyof PendingRun>(k: K): Array<PendingRun[K]> => runs.map((r) => r[k]);
+          await tx`
+            insert into keyward_runs (id, key_id, route, day, booked, path, at)
+            select u.id, u.key_id, u.route, u.day, u.booked, u.path, to_timestamp(u.at / 1000.0)
+            from unnest(${rc('id')}::text[], ${rc('keyId')}::text[], ${rc('route')}::text[], ${rc('day')}::date[], ${rc('booked')}::float8[], ${rc('path')}::text[], ${rc('at')}::float8[])
+              as u(id, key_id, route, day, booked, path, at)
+            on conflict (id) do nothing`;
+        }
       }),
     );
   }

@@ -7,9 +7,12 @@
 import { readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import type { BatchId, UsageRow } from './ledger.ts';
+import type { PendingRun } from './runs.ts';
 
 export interface Batch extends BatchId {
   readonly rows: readonly UsageRow[];
+  /** Scraper runs started in this batch's requests, settled later (runs.ts). */
+  readonly runs?: readonly PendingRun[];
 }
 
 /** The spool's prefix for a keys file: `keys.json` → `keys.json.usage-unwritten`. */
@@ -53,7 +56,24 @@ function batchProblem(b: unknown, known: Known): string | null {
     const p = rowProblem(r, known);
     if (p !== null) return p;
   }
+  if (o.runs !== undefined) {
+    if (!Array.isArray(o.runs)) return 'runs is not a list';
+    for (const r of o.runs) {
+      const p = runProblem(r, known);
+      if (p !== null) return p;
+    }
+  }
   return null;
+}
+
+/** Why a spooled pending run cannot be recorded, or null: the row rules for its day, key and route, a run id, what was booked, the path asked. */
+function runProblem(r: unknown, known: Known): string | null {
+  if (typeof r !== 'object' || r === null) return 'not a run';
+  const o = r as Record<string, unknown>;
+  if (typeof o.id !== 'string' || !/^[A-Za-z0-9_-]{1,64}$/.test(o.id)) return 'a run without a run id';
+  if (typeof o.path !== 'string' || !o.path.startsWith('/') || o.path.length > 2048) return `run ${o.id}: no path to ask`;
+  if (!Number.isSafeInteger(o.at) || (o.at as number) < 0) return `run ${o.id}: no start time`;
+  return rowProblem({ ...o, requests: 0, s2xx: 0, s3xx: 0, s4xx: 0, s5xx: 0, other: 0, limited: 0, bytesIn: 0, bytesOut: 0, cost: o.booked }, known);
 }
 
 export interface SetAside {

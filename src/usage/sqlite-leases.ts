@@ -25,6 +25,28 @@ const BUSY_MS = 250;
 
 const busy = (err: unknown): boolean => /locked|busy/i.test((err as Error).message);
 
+/** `work` in one immediate transaction; a file locked by another process is tried again for a moment (never a busy wait on the event loop). */
+export async function immediate<T>(db: DatabaseSync, work: () => T): Promise<T> {
+  const until = Date.now() + BUSY_MS;
+  for (;;) {
+    try {
+      db.exec('begin immediate');
+    } catch (err) {
+      if (!busy(err) || Date.now() > until) throw err;
+      await new Promise((r) => setTimeout(r, 2));
+      continue;
+    }
+    try {
+      const out = work();
+      db.exec('commit');
+      return out;
+    } catch (err) {
+      if (db.isTransaction) db.exec('rollback');
+      throw err;
+    }
+  }
+}
+
 export class SqliteLeaseStore implements LeaseStore {
   readonly #db: DatabaseSync;
   readonly #now: () => number;
@@ -34,26 +56,8 @@ export class SqliteLeaseStore implements LeaseStore {
     this.#now = now;
   }
 
-  /** `work` in one immediate transaction; a file locked by another process is tried again (never a busy wait on the event loop). */
-  async #tx<T>(work: () => T): Promise<T> {
-    const until = Date.now() + BUSY_MS;
-    for (;;) {
-      try {
-        this.#db.exec('begin immediate');
-      } catch (err) {
-        if (!busy(err) || Date.now() > until) throw err;
-        await new Promise((r) => setTimeout(r, 2));
-        continue;
-      }
-      try {
-        const out = work();
-        this.#db.exec('commit');
-        return out;
-      } catch (err) {
-        if (this.#db.isTransaction) this.#db.exec('rollback');
-        throw err;
-      }
-    }
+  #tx<T>(work: () => T): Promise<T> {
+    return immediate(this.#db, work);
   }
 
   claim(gateway: string, u: { keyId: string; kind: string; period: string }, want: { least: number; share: number; whole: boolean }, limit: number, ttlS: number): Promise<{ got: number; now: number }> {

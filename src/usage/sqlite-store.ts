@@ -11,6 +11,8 @@ import type { BatchId, UsageRow, UsageStore } from './ledger.ts';
 import type { DayTotal, KeyTotal, ReportQueries } from './report.ts';
 import type { LeaseStore } from './leases.ts';
 import { LEASE_SCHEMA, SqliteLeaseStore } from './sqlite-leases.ts';
+import type { RunStore } from './runs.ts';
+import { RUN_INSERT, RUN_SCHEMA, SqliteRunStore } from './sqlite-runs.ts';
 
 const SCHEMA = `
   create table if not exists usage (
@@ -49,6 +51,8 @@ export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
   readonly #db: DatabaseSync;
   /** Quotas and budgets move in the file before a unit is admitted (sqlite-leases.ts). */
   readonly leases: LeaseStore;
+  /** Scraper runs waiting for their cost (sqlite-runs.ts). */
+  readonly runs: RunStore;
   #reader: Worker | null = null;
   #asked = 0;
   readonly #waiting = new Map<number, { resolve: (rows: unknown[]) => void; reject: (err: Error) => void }>();
@@ -77,7 +81,9 @@ export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
     this.#db.exec('pragma journal_mode = wal; pragma busy_timeout = 0; pragma synchronous = normal;');
     this.#db.exec(SCHEMA);
     this.#db.exec(LEASE_SCHEMA);
+    this.#db.exec(RUN_SCHEMA);
     this.leases = new SqliteLeaseStore(this.#db);
+    this.runs = new SqliteRunStore(this.#db);
   }
 
   add(rows: readonly UsageRow[], batch: BatchId): Promise<void> {
@@ -87,6 +93,11 @@ export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
     try {
       if (this.#db.prepare(BATCH).get(batch.gateway, batch.seq, new Date().toISOString()) !== undefined) {
         for (const r of rows) upsert.run(r.keyId, r.route, r.day, r.requests, r.s2xx, r.s3xx, r.s4xx, r.s5xx, r.other, r.limited, r.bytesIn, r.bytesOut, r.cost);
+        // Pending runs in the same transaction as the rows that booked their start: both or neither.
+        if (batch.runs !== undefined && batch.runs.length > 0) {
+          const run = this.#db.prepare(RUN_INSERT);
+          for (const r of batch.runs) run.run(r.id, r.keyId, r.route, r.day, r.booked, r.path, r.at);
+        }
       }
       this.#db.exec('commit');
     } catch (err) {

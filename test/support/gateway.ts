@@ -11,7 +11,7 @@ import { FileKeyStore } from '../../src/keys/file-store.ts';
 import { createKey } from '../../src/keys/manage.ts';
 import { createLogger } from '../../src/observe/log.ts';
 import { providerEnv, UPSTREAMS, type UpstreamSpec } from '../../src/request/routes.ts';
-import { createGateway, type Gateway } from '../../src/process/server.ts';
+import { createGateway, type GatewayOptions as GatewayCreateOptions, type Gateway } from '../../src/process/server.ts';
 import type { UsageStore } from '../../src/usage/ledger.ts';
 import type { Limits } from '../../src/usage/policy.ts';
 
@@ -58,6 +58,10 @@ export interface GatewayOptions {
   readonly limits?: Limits;
   /** The test key's name (default `tester`). */
   readonly keyName?: string;
+  /** A folder to keep the keys file and ledger in, kept at close (a restart in the same place); default: a new one, removed at close. */
+  readonly dir?: string;
+  /** The scraper settler's pace (usage/runs.ts). */
+  readonly settle?: GatewayCreateOptions['settle'];
 }
 
 /** Each provider's sample secrets (routes.ts), by route name, with a tag of their own. */
@@ -74,7 +78,7 @@ export function makeSecrets(byRoute: Readonly<Record<string, readonly string[]>>
 }
 
 export async function startGateway(options: GatewayOptions = {}): Promise<TestGateway> {
-  const dir = mkdtempSync(join(tmpdir(), 'keyward-test-'));
+  const dir = options.dir ?? mkdtempSync(join(tmpdir(), 'keyward-test-'));
   const providers = options.providers ?? UPSTREAMS;
   const byRoute = options.secrets ?? sampleSecrets(providers);
   const secrets = makeSecrets(byRoute);
@@ -105,6 +109,7 @@ export async function startGateway(options: GatewayOptions = {}): Promise<TestGa
   const gateway = await createGateway(config, store, log.logger, {
     ...(options.lastUseFlushMs === undefined ? {} : { lastUseFlushMs: options.lastUseFlushMs }),
     ...(options.usageStore === undefined ? {} : { usageStore: options.usageStore }),
+    ...(options.settle === undefined ? {} : { settle: options.settle }),
   });
   const address = await gateway.listen();
   return {
@@ -125,7 +130,7 @@ export async function startGateway(options: GatewayOptions = {}): Promise<TestGa
     close: async () => {
       gateway.server.closeAllConnections();
       await gateway.shutdown();
-      rmSync(dir, { recursive: true, force: true });
+      if (options.dir === undefined) rmSync(dir, { recursive: true, force: true });
     },
   };
 }

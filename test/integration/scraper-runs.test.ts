@@ -1,0 +1,162 @@
+// Scraper runs settled after the fact (docs/limits.md, "Scraper runs"), one
+// gateway over real sockets with the SQLite ledger beside the keys file and
+// a stand-in platform (test/support/platform.ts).
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { DatabaseSync } from 'node:sqlite';
+import { test } from 'node:test';
+import { request } from '../support/client.ts';
+import { eventually } from '../support/deadline.ts';
+import { startGateway, type TestGateway } from '../support/gateway.ts';
+import { startPlatform } from '../support/platform.ts';
+import { parseProm } from '../support/prom.ts';
+
+const auth = (token: string): Record<string, string> => ({ authorization: `Bearer ${token}` });
+/** Settling at a test's pace: a round every 50 ms, questions again after 100 ms, 200 ms, … */
+const QUICK = { everyMs: 50, backoff: { firstMs: 100, maxMs: 400 } };
+
+/** The scraper's cost and requests in the ledger file, and its pending runs. */
+function ledger(gw: TestGateway): { cost: number; requests: number; pending: number } {
+  const db = new DatabaseSync(`${gw.config.keysFile}.usage.sqlite`, { readOnly: true });
+  try {
+    const row = db.prepare("select coalesce(sum(cost), 0) as cost, coalesce(sum(requests), 0) as requests from usage where route = 'scraper'").get() as { cost: number; requests: number };
+    const runs = db.prepare('select count(*) as n from runs').get() as { n: number };
+    return { cost: Math.round(row.cost * 1e6) / 1e6, requests: row.requests, pending: runs.n };
+  } finally {
+    db.close();
+  }
+}
+
+const start = (gw: TestGateway, actor: string, query = ''): Promise<{ status: number; json: () => unknown }> =>
+  request(`${gw.url}/scraper/v2/acts/${actor}/runs${query}`, { method: 'POST', headers: { ...auth(gw.token), 'content-type': 'application/json' }, body: '{"startUrls":[]}' });
+
+test('runs are settled once they end: each booked once at its usageTotalUsd on its start day, asked with the master credential, never with the client token', async () => {
+  const p = await startPlatform();
+  const gw = await startGateway({ scraper: p.up.url, env: { KEYWARD_USAGE_FLUSH: '100ms' }, settle: QUICK });
+  try {
+    for (const actor of ['quick-0.25', 'slow-0.40', 'fails-0.05']) assert.equal((await start(gw, actor)).status, 201);
+    await eventually(() => ledger(gw).pending === 0 && ledger(gw).requests === 3, 15_000, 'three runs settled');
+    assert.deepEqual(ledger(gw), { cost: 0.7, requests: 3, pending: 0 });
+    // Each run asked until it ended, and not after.
+    for (const run of p.runs.values()) assert.ok(run.asked >= 1, `${run.actor} asked`);
+    const asks = p.up.requests.filter((r) => r.method === 'GET');
+    assert.ok(asks.length >= 3);
+    for (const a of asks) {
+      assert.equal(a.headers.authorization, `Bearer ${gw.secrets.scraperToken}`);
+      assert.match(a.url, /^\/v2\/actor-runs\/run\d+x[a-z0-9]+$/);
+    }
+    assert.equal(p.up.raw().includes(gw.token), false, 'the client token never reached the platform');
+    // A slow run was asked more than once; after it was settled it is asked no more.
+    const after = p.up.requests.length;
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(p.up.requests.length, after, 'nothing asked once every run was settled');
+    const m = parseProm(await gw.gateway.metrics.text());
+    assert.equal(m.sum('keyward_runs_settled_total', {}), 3);
+    assert.equal(gw.logText().includes(gw.secrets.scraperToken), false, 'the master credential is in no log line');
+    const settled = gw.logs().filter((l) => l.msg === 'scraper run settled');
+    assert.deepEqual(settled.map((l) => l.cost).sort(), [0.05, 0.25, 0.4]);
+  } finally {
+    await gw.close();
+    await p.close();
+  }
+});
+
+test('a scraper budget: each run capped at what is left (the query otherwise byte for byte), refused once spent, the key status showing settled spend', async () => {
+  const p = await startPlatform();
+  const gw = await startGateway({ scraper: p.up.url, env: { KEYWARD_USAGE_FLUSH: '100ms' }, settle: QUICK, limits: { budgets: { scraper: '1/day' } } });
+  try {
+    const caps: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const r = await start(gw, 'quick-0.30', '?build=latest&memory=256');
+      assert.equal(r.status, 201, `run ${i + 1}`);
+      await eventually(() => ledger(gw).pending === 0 && ledger(gw).requests === i + 1, 15_000, `run ${i + 1} settled`);
+    }
+    for (const run of p.runs.values()) caps.push(run.query);
+    // 1 - 0.3 - 0.3 - 0.3 leaves 0.1: the fourth run is capped there and costs 0.1.
+    assert.deepEqual(caps, ['?build=latest&memory=256&maxTotalChargeUsd=1', '?build=latest&memory=256&maxTotalChargeUsd=0.7', '?build=latest&memory=256&maxTotalChargeUsd=0.4', '?build=latest&memory=256&maxTotalChargeUsd=0.1']);
+    assert.equal(ledger(gw).cost, 1);
+    const refused = await start(gw, 'quick-0.30');
+    assert.equal(refused.status, 429);
+    const body = refused.json() as { code: string; limit: { kind: string; route: string; value: number; used: number; unit: string } };
+    assert.equal(body.code, 'budget_exceeded');
+    assert.deepEqual({ kind: body.limit.kind, route: body.limit.route, value: body.limit.value, used: body.limit.used, unit: body.limit.unit }, { kind: 'budget', route: 'scraper', value: 1, used: 1, unit: 'usd' });
+    assert.equal(p.runs.size, 4, 'the refused run never reached the platform');
+    const status = (await request(`${gw.url}/keyward/key`, { headers: auth(gw.token) })).json() as { limits: Array<{ kind: string; route: string | null; used: number; remaining: number }> };
+    const budget = status.limits.find((l) => l.kind === 'budget' && l.route === 'scraper');
+    assert.deepEqual({ used: budget?.used, remaining: budget?.remaining }, { used: 1, remaining: 0 });
+  } finally {
+    await gw.close();
+    await p.close();
+  }
+});
+
+test('a client asking for a lower cap keeps it byte for byte; a higher one is replaced by what is left', async () => {
+  const p = await startPlatform();
+  const gw = await startGateway({ scraper: p.up.url, settle: QUICK, limits: { budgets: { scraper: '2/day' } } });
+  try {
+    assert.equal((await start(gw, 'never', '?maxTotalChargeUsd=0.05&x=%20y')).status, 201);
+    assert.equal((await start(gw, 'never', '?maxTotalChargeUsd=99&x=1')).status, 201);
+    const queries = [...p.runs.values()].map((r) => r.query);
+    assert.equal(queries[0], '?maxTotalChargeUsd=0.05&x=%20y');
+    // Two runs pending: the first reserved 0.1 (the default), so 1.9 is left for the second.
+    assert.equal(queries[1], '?x=1&maxTotalChargeUsd=1.9');
+  } finally {
+    await gw.close();
+    await p.close();
+  }
+});
+
+test('pending runs survive a restart and a platform that is down: settled once by the next start, once the platform answers', async () => {
+  const p = await startPlatform();
+  const dir = mkdtempSync(join(tmpdir(), 'keyward-runs-'));
+  p.down = true;
+  try {
+    const first = await startGateway({ dir, scraper: p.up.url, env: { KEYWARD_USAGE_FLUSH: '100ms' }, settle: QUICK });
+    try {
+      for (const actor of ['slow-0.40', 'quick-0.25']) assert.equal((await start(first, actor)).status, 201);
+      await eventually(async () => parseProm(await first.gateway.metrics.text()).sum('keyward_run_checks_failed_total', { reason: 'the upstream answered 503' }) >= 2, 10_000, 'the platform was asked (and was down)');
+    } finally {
+      await first.close();
+    }
+    // Stopped with both runs pending: their reservations (0, no budget) booked, the runs kept.
+    const second = await startGateway({ dir, keyName: 'after-restart', scraper: p.up.url, env: { KEYWARD_USAGE_FLUSH: '100ms' }, settle: QUICK });
+    try {
+      assert.equal(ledger(second).pending, 2);
+      p.down = false;
+      await eventually(() => ledger(second).pending === 0, 15_000, 'settled after the restart');
+      assert.deepEqual(ledger(second), { cost: 0.65, requests: 2, pending: 0 });
+      // Each run was asked once it ended, by the second start only: booked once.
+      assert.equal(second.logs().filter((l) => l.msg === 'scraper run settled').length, 2);
+    } finally {
+      await second.close();
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+    await p.close();
+  }
+});
+
+test('a run that never ends is given up at the give-up age with a warning; answers that are no run object are asked again, nothing crashes', async () => {
+  const p = await startPlatform();
+  const gw = await startGateway({ scraper: p.up.url, env: { KEYWARD_USAGE_FLUSH: '100ms' }, settle: { ...QUICK, giveUpMs: 1_500 }, limits: { budgets: { scraper: '5/day' } } });
+  try {
+    p.garbage = true;
+    assert.equal((await start(gw, 'never')).status, 201);
+    await eventually(() => p.up.requests.filter((r) => r.method === 'GET').length >= 2, 10_000, 'asked twice');
+    p.garbage = false;
+    await eventually(() => gw.logs().some((l) => l.msg?.toString().startsWith('scraper run given up') === true), 10_000, 'given up');
+    const m = parseProm(await gw.gateway.metrics.text());
+    assert.equal(m.sum('keyward_runs_unsettled_total', {}), 1);
+    assert.ok(m.sum('keyward_run_checks_failed_total', { reason: 'the answer is not a run object' }) >= 1);
+    await eventually(() => ledger(gw).pending === 0, 5_000, 'the run forgotten');
+    // Its reservation (the route's default, 0.10) stays booked as its cost: the safe direction.
+    assert.deepEqual(ledger(gw), { cost: 0.1, requests: 1, pending: 0 });
+    // The gateway still serves.
+    assert.equal((await start(gw, 'quick-0.10')).status, 201);
+  } finally {
+    await gw.close();
+    await p.close();
+  }
+});
