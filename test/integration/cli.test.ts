@@ -240,9 +240,9 @@ test('demo: every curl command it prints works as printed', { skip: process.env.
   const demo = await startCli(['demo'], { KEYWARD_PORT: '0' }, 'Ctrl-C stops the demo.', 'stdout', dir);
   try {
     const commands = demo.output().split('\n').filter((l) => l.startsWith('curl '));
-    assert.equal(commands.length, 7);
+    assert.equal(commands.length, 9);
     const outputs: string[] = [];
-    for (const command of commands) {
+    for (const command of commands.slice(0, 7)) {
       const { stdout } = await deadline(exec('sh', ['-c', command], { cwd: dir, encoding: 'utf8' }), 15_000, command);
       outputs.push(stdout);
     }
@@ -254,6 +254,18 @@ test('demo: every curl command it prints works as printed', { skip: process.env.
     // The budgeted key: the stand-in bills 18 characters for "Hello from keyward", over a budget of 10.
     assert.equal(statSync(join(dir, 'budget-hello.mp3')).size, 32_768);
     assert.equal((JSON.parse(outputs[6] ?? '') as { code: string }).code, 'budget_exceeded');
+    // The scraper's budget (0.5 usd a day, runs of 0.3 booked once they end): two runs, each waited for until
+    // booked (the key's status), then the third is refused. The second was capped at the 0.2 left, and cost that.
+    const [run, status] = commands.slice(7) as [string, string];
+    const scraperUsed = async (): Promise<number> => {
+      const s = JSON.parse((await exec('sh', ['-c', status], { cwd: dir, encoding: 'utf8' })).stdout) as { limits: Array<{ kind: string; route: string | null; used: number }> };
+      return s.limits.find((l) => l.kind === 'budget' && l.route === 'scraper')?.used ?? -1;
+    };
+    for (const used of [0.3, 0.5]) {
+      assert.equal((JSON.parse((await exec('sh', ['-c', run], { cwd: dir, encoding: 'utf8' })).stdout) as { data: { status: string } }).data.status, 'READY');
+      await eventually(async () => (await scraperUsed()) === used, 30_000, `the run booked (used ${used})`);
+    }
+    assert.equal((JSON.parse((await exec('sh', ['-c', run], { cwd: dir, encoding: 'utf8' })).stdout) as { code: string }).code, 'budget_exceeded');
     demo.child.kill('SIGINT');
     const result = await deadline(demo.done, 10_000, 'demo exit');
     assert.equal(result.code, 0);
