@@ -74,7 +74,7 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
     // A request whose connection to the upstream was never made was not forwarded: not counted (docs/limits.md).
     if (ledger !== null && ex.forwardStart > 0 && key !== null && ex.route !== null && !neverConnected(ex.failure)) {
       // The upstream's own status only: one the gateway answered for it counts as `other`.
-      const run = ex.runPath === null ? null : runBooking(ex, status);
+      const run = ex.runPath === null && !ex.syncRun ? null : runBooking(ex, status);
       ledger.record(key.id, ex.route.name, ex.ttfbMs >= 0 && !ex.settled ? status : null, bytesIn ?? 0, ex.bytesOut, ex.cost, undefined, run);
       if (ex.costBad && !badCost.has(ex.route.name)) {
         badCost.add(ex.route.name);
@@ -92,7 +92,8 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
  * waited for it) is booked at its cost; a pending one at its reservation and
  * settled later; a start whose answer was an error started nothing; one
  * whose answer the gateway did not see whole (the client left) may have
- * started a run it cannot name: its reservation stays booked, never settled.
+ * started a run it cannot name: its reservation stays booked, never settled,
+ * as does a synchronous run's (its answer names no run).
  */
 function runBooking(ex: Exchange, status: number | null): { id: string; path: string } | null {
   const reserved = ex.admission?.reserved ?? 0;

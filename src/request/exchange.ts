@@ -60,6 +60,8 @@ export class Exchange {
   costBad = false;
   /** A scraper run-start request: the upstream path prefix its run is asked about under (`/v2`); null otherwise. */
   runPath: string | null = null;
+  /** A synchronous scraper run: booked at its reservation, never settled (usage/runs.ts). */
+  syncRun = false;
   /** The run its response started, once its body ended (usage/runs.ts). */
   run: RunSeen | null = null;
   /** Upstream secrets found (and masked) in this response, for the log line and metrics. */

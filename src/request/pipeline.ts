@@ -26,7 +26,7 @@ import type { Ledger } from '../usage/ledger.ts';
 import type { Admit } from '../usage/admissions.ts';
 import type { Admission, LimitCode, Refused } from '../usage/limiter.ts';
 import { policyFor } from '../usage/policy.ts';
-import { runStartPrefix } from '../usage/runs.ts';
+import { isSyncRun, runStartPrefix } from '../usage/runs.ts';
 
 const LIMIT_ERRORS: Readonly<Record<LimitCode, GatewayError>> = {
   rate_limited: ERRORS.rateLimited,
@@ -298,14 +298,16 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
 
 /**
  * A request on a route whose cost is settled after the fact: when it starts
- * a run, where its run is asked about later, and the query with
+ * a run, where its run is asked about later (a synchronous run: marked, its
+ * run cannot be asked about), and the query with
  * `maxTotalChargeUsd` capped at what is left of the key's budget
  * (docs/routes.md, "Capped runs"); otherwise the query as it was.
  */
 function runStart(ex: Exchange, method: string, route: Route, path: string, query: string): string {
   const prefix = runStartPrefix(method, path);
-  if (prefix === null) return query;
-  ex.runPath = route.basePath + prefix;
+  if (prefix !== null) ex.runPath = route.basePath + prefix;
+  else if (isSyncRun(method, path)) ex.syncRun = true;
+  else return query;
   const left = ex.admission?.left;
   return left === undefined ? query : capParam(query, 'maxTotalChargeUsd', left);
 }

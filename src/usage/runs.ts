@@ -62,6 +62,16 @@ export function runStartPrefix(method: string, path: string): string | null {
   return m === null ? null : (m[1] ?? '');
 }
 
+/**
+ * A synchronous run (`run-sync`, `run-sync-get-dataset-items`): its answer
+ * is the run's output, which names no run (the platform sends no run id in a
+ * header either), so its cost cannot be asked for. Capped like a run-start,
+ * booked at its reservation, never settled (docs/limits.md).
+ */
+export function isSyncRun(method: string, path: string): boolean {
+  return method === 'POST' && /^(?:\/[^/?]+)*?\/(?:acts|actor-tasks)\/[^/?]+\/run-sync(?:-get-dataset-items)?\/?$/.test(path);
+}
+
 /** What a run-start response said of its run. */
 export interface RunSeen {
   readonly id: string;

@@ -160,3 +160,23 @@ test('a run that never ends is given up at the give-up age with a warning; answe
     await p.close();
   }
 });
+
+test('synchronous runs are counted, capped like run-starts, booked at their reservation and never settled; an error answer books nothing', async () => {
+  const p = await startPlatform();
+  const gw = await startGateway({ scraper: p.up.url, env: { KEYWARD_USAGE_FLUSH: '100ms' }, settle: QUICK, limits: { budgets: { scraper: '1/day' } } });
+  try {
+    const post = (path: string): Promise<{ status: number }> => request(`${gw.url}/scraper/v2${path}`, { method: 'POST', headers: { ...auth(gw.token), 'content-type': 'application/json' }, body: '{}' });
+    assert.equal((await post('/acts/a~b/run-sync-get-dataset-items?format=json')).status, 201);
+    assert.equal((await post('/actor-tasks/t/run-sync')).status, 201);
+    assert.equal((await post('/acts/missing/run-sync')).status, 404);
+    assert.deepEqual(p.syncQueries, ['?format=json&maxTotalChargeUsd=1', '?maxTotalChargeUsd=0.9', '?maxTotalChargeUsd=0.8']);
+    await eventually(() => ledger(gw).requests === 3, 5_000, 'three counted');
+    await new Promise((r) => setTimeout(r, 300));
+    // Two at the route's default reservation, the refused one at nothing; none pending, none asked about.
+    assert.deepEqual(ledger(gw), { cost: 0.2, requests: 3, pending: 0 });
+    assert.equal(p.up.requests.filter((r) => r.method === 'GET').length, 0);
+  } finally {
+    await gw.close();
+    await p.close();
+  }
+});

@@ -14,6 +14,8 @@ export interface Platform {
   up: MockUpstream;
   /** Runs started, by id: their actor, cap, and how often they were asked about. */
   readonly runs: Map<string, { actor: string; cap: number; started: number; asked: number; cost: number; query: string }>;
+  /** The queries of synchronous runs, in order. */
+  readonly syncQueries: string[];
   down: boolean;
   garbage: boolean;
   slowMs: number;
@@ -31,6 +33,7 @@ export async function startPlatform(): Promise<Platform> {
   const p: Platform = {
     up: null as unknown as MockUpstream,
     runs: new Map(),
+    syncQueries: [],
     down: false,
     garbage: false,
     slowMs: 1_500,
@@ -49,6 +52,12 @@ export async function startPlatform(): Promise<Platform> {
         const price = Number(/-(\d+\.\d+)$/.exec(actor)?.[1] ?? '0.25');
         p.runs.set(id, { actor, cap, started: Date.now(), asked: 0, cost: Math.min(price, cap), query: url.search });
         return json(res, 201, { data: { id, actId: actor, status: 'READY', usageTotalUsd: 0, startedAt: new Date().toISOString() } });
+      }
+      const sync = /^(?:\/v2)?\/(?:acts|actor-tasks)\/([^/]+)\/run-sync(?:-get-dataset-items)?$/.exec(url.pathname);
+      if (req.method === 'POST' && sync !== null) {
+        p.syncQueries.push(url.search);
+        if (sync[1] === 'missing') return json(res, 404, { error: { type: 'record-not-found', message: 'Actor was not found' } });
+        return json(res, 201, [{ url: 'https://example.com/', title: 'Example Domain' }]);
       }
       const asked = /^(?:\/v2)?\/actor-runs\/([^/]+)$/.exec(url.pathname);
       if (req.method === 'GET' && asked !== null) {

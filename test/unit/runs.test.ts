@@ -1,0 +1,170 @@
+// Scraper runs (docs/limits.md, "Scraper runs"): which requests start a run,
+// the run object read at any chunk boundary, the cap on a query, and the
+// settler's decisions, driven without sockets.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import fc from 'fast-check';
+import { capParam, usd } from '../../src/request/query.ts';
+import { isSyncRun, RunReader, runOf, runStartPrefix, Settler, type DueRun, type PendingRun, type RunAnswer, type RunStore } from '../../src/usage/runs.ts';
+
+test('run-starts and synchronous runs by path, under any prefix; nothing else', () => {
+  assert.equal(runStartPrefix('POST', '/v2/acts/apify~web-scraper/runs'), '/v2');
+  assert.equal(runStartPrefix('POST', '/acts/x/runs'), '');
+  assert.equal(runStartPrefix('POST', '/v2/actor-tasks/t1/runs/'), '/v2');
+  assert.equal(runStartPrefix('POST', '/api/v2/acts/x/runs'), '/api/v2');
+  for (const p of ['/v2/acts/x/runs/last', '/v2/acts/x/run-sync', '/v2/acts/runs', '/v2/actor-runs/abc', '/v2/acts/x/runs/abc/abort']) assert.equal(runStartPrefix('POST', p), null, p);
+  assert.equal(runStartPrefix('GET', '/v2/acts/x/runs'), null);
+  assert.equal(isSyncRun('POST', '/v2/acts/x/run-sync'), true);
+  assert.equal(isSyncRun('POST', '/v2/actor-tasks/x/run-sync-get-dataset-items'), true);
+  assert.equal(isSyncRun('POST', '/v2/acts/x/runs'), false);
+  assert.equal(isSyncRun('POST', '/v2/acts/x/run-sync/more'), false);
+});
+
+test('a run object read whole at every chunk boundary; anything else is no run', () => {
+  const body = Buffer.from(JSON.stringify({ data: { id: 'HG7ML7M8z78YcAPEB', actId: 'a', status: 'READY', usageTotalUsd: 0, nested: { id: 'no' } } }));
+  fc.assert(
+    fc.property(fc.array(fc.integer({ min: 0, max: body.length }), { maxLength: 6 }), (cuts) => {
+      const r = new RunReader();
+      const at = [...new Set([0, ...cuts.sort((a, b) => a - b), body.length])];
+      for (let i = 1; i < at.length; i++) r.push(body.subarray(at[i - 1], at[i]));
+      r.end();
+      assert.deepEqual(r.run, { id: 'HG7ML7M8z78YcAPEB', status: 'READY', usd: 0 });
+    }),
+  );
+  for (const bad of [null, [], { data: null }, { data: { id: 5, status: 'READY' } }, { data: { id: '../x', status: 'READY' } }, { data: { id: 'a', status: 3 } }]) assert.equal(runOf(bad), null, JSON.stringify(bad));
+  assert.deepEqual(runOf({ data: { id: 'a', status: 'SUCCEEDED', usageTotalUsd: -1 } }), { id: 'a', status: 'SUCCEEDED', usd: null });
+  const big = new RunReader();
+  big.push(Buffer.alloc(300 * 1024, 0x20));
+  big.push(Buffer.from('{"data":{"id":"a","status":"READY"}}'));
+  big.end();
+  assert.equal(big.run, null, 'a body past the bound is no run object');
+  const broken = new RunReader();
+  broken.push(Buffer.from('{"data":{"id":"a"'));
+  broken.end();
+  assert.equal(broken.run, null);
+});
+
+test('the cap: appended at what is left, the rest byte for byte; a lower cap of the client kept; dollars never rounded up', () => {
+  assert.equal(capParam('', 'maxTotalChargeUsd', 1), 'maxTotalChargeUsd=1');
+  assert.equal(capParam('build=latest&x=%20', 'maxTotalChargeUsd', 0.7), 'build=latest&x=%20&maxTotalChargeUsd=0.7');
+  assert.equal(capParam('maxTotalChargeUsd=0.05&b=1', 'maxTotalChargeUsd', 0.7), 'maxTotalChargeUsd=0.05&b=1');
+  assert.equal(capParam('a=1&maxTotalChargeUsd=5&b=2', 'maxTotalChargeUsd', 0.7), 'a=1&b=2&maxTotalChargeUsd=0.7');
+  // Twice, a spelling that is no plain number, another case: all removed, ours appended.
+  assert.equal(capParam('maxTotalChargeUsd=0.1&maxTotalChargeUsd=0.2', 'maxTotalChargeUsd', 1), 'maxTotalChargeUsd=1');
+  assert.equal(capParam('maxTotalChargeUsd=1e-3', 'maxTotalChargeUsd', 1), 'maxTotalChargeUsd=1');
+  assert.equal(capParam('MAXTOTALCHARGEUSD=0.1&maxTotalChargeUsd%5B%5D=0.1', 'maxTotalChargeUsd', 1), 'maxTotalChargeUsd=1');
+  assert.equal(usd(0.1 + 0.2), '0.3');
+  assert.equal(usd(0.6999994), '0.699999');
+  assert.equal(usd(0.7 - 1e-12), '0.7', 'floating-point dust is no fraction of a cent');
+  assert.equal(usd(2), '2');
+  assert.equal(usd(1234.5678919), '1234.567891');
+  assert.equal(usd(-1), '0');
+  fc.assert(
+    fc.property(fc.double({ min: 0, max: 1e6, noNaN: true }), (v) => {
+      const text = usd(v);
+      assert.match(text, /^\d+(?:\.\d{1,6})?$/);
+      assert.ok(Number(text) <= v + 1e-9 && Number(text) >= v - 1.000001e-6, `${v} → ${text}`);
+    }),
+  );
+});
+
+/** A store in memory, recording what the settler did. */
+class Runs implements RunStore {
+  readonly pending = new Map<string, DueRun & { nextAt: number; claimedUntil: number }>();
+  readonly booked: Array<{ id: string; cost: number }> = [];
+  readonly deferred: Array<{ id: string; attempts: number; waitMs: number }> = [];
+  add(run: PendingRun): void {
+    this.pending.set(run.id, { ...run, attempts: 0, nextAt: 0, claimedUntil: 0 });
+  }
+  dueRuns(_gateway: string, now: number, limit: number, forMs: number): Promise<DueRun[]> {
+    const due = [...this.pending.values()].filter((r) => r.nextAt <= now && r.claimedUntil < now).slice(0, limit);
+    for (const r of due) r.claimedUntil = now + forMs;
+    return Promise.resolve(due.map((r) => ({ ...r })));
+  }
+  settleRun(run: PendingRun, cost: number): Promise<boolean> {
+    if (!this.pending.delete(run.id)) return Promise.resolve(false);
+    this.booked.push({ id: run.id, cost });
+    return Promise.resolve(true);
+  }
+  deferRun(id: string, attempts: number, waitMs: number): Promise<void> {
+    const r = this.pending.get(id);
+    if (r !== undefined) this.pending.set(id, { ...r, attempts, nextAt: Date.now() + waitMs, claimedUntil: 0 });
+    this.deferred.push({ id, attempts, waitMs });
+    return Promise.resolve();
+  }
+  dropRun(id: string): Promise<boolean> {
+    return Promise.resolve(this.pending.delete(id));
+  }
+  pendingRuns(): Promise<Array<{ keyId: string; route: string; day: string; runs: number }>> {
+    return Promise.resolve([]);
+  }
+}
+
+const run = (id: string, at = Date.now()): PendingRun => ({ id, keyId: 'k', route: 'scraper', day: '2026-11-26', booked: 0.1, path: `/v2/actor-runs/${id}`, at });
+
+test('the settler: books a run that ended, defers one running or unanswered with a growing wait, gives up one too old, refuses an implausible cost', async () => {
+  const store = new Runs();
+  const answers = new Map<string, RunAnswer>([
+    ['done', { run: { id: 'done', status: 'SUCCEEDED', usd: 0.42 } }],
+    ['running', { run: { id: 'running', status: 'RUNNING', usd: 0.01 } }],
+    ['down', { problem: 'the upstream answered 503' }],
+    ['old', { run: { id: 'old', status: 'RUNNING', usd: 0 } }],
+    ['huge', { run: { id: 'huge', status: 'SUCCEEDED', usd: 1e9 } }],
+    ['nocost', { run: { id: 'nocost', status: 'FAILED', usd: null } }],
+  ]);
+  for (const id of answers.keys()) store.add(run(id, id === 'old' ? Date.now() - 10_000 : Date.now()));
+  const seen = { settled: [] as string[], failed: [] as string[], gaveUp: [] as string[] };
+  const s = new Settler({
+    store,
+    gateway: 'g',
+    ask: (r) => Promise.resolve(answers.get(r.id) ?? { problem: 'unknown' }),
+    max: 10_000,
+    settled: (r, cost) => seen.settled.push(`${r.id}=${cost}`),
+    failed: (r, problem) => seen.failed.push(`${r.id}: ${problem}`),
+    gaveUp: (r) => seen.gaveUp.push(r.id),
+    concurrency: 10,
+    giveUpMs: 5_000,
+    backoff: { firstMs: 1_000, maxMs: 4_000 },
+  });
+  await s.round();
+  assert.deepEqual(store.booked, [{ id: 'done', cost: 0.42 }]);
+  assert.deepEqual(seen.settled, ['done=0.42']);
+  assert.deepEqual(seen.gaveUp, ['old']);
+  assert.deepEqual(seen.failed.sort(), ['down: the upstream answered 503', 'huge: the run reported an implausible cost', 'nocost: the run ended with no usageTotalUsd']);
+  assert.deepEqual(store.deferred.map((d) => `${d.id}:${d.attempts}:${d.waitMs}`).sort(), ['down:1:1000', 'huge:1:1000', 'nocost:1:1000', 'running:1:1000']);
+  // Nothing due until the wait passed: a second round asks nobody.
+  const asked = store.deferred.length;
+  await s.round();
+  assert.equal(store.deferred.length, asked);
+  // Due again: the wait doubles, up to its bound.
+  for (const r of store.pending.values()) store.pending.set(r.id, { ...r, nextAt: 0 });
+  await s.round();
+  assert.deepEqual(store.deferred.slice(asked).map((d) => d.waitMs), [2_000, 2_000, 2_000, 2_000]);
+  await s.stop();
+  for (const r of store.pending.values()) store.pending.set(r.id, { ...r, nextAt: 0 });
+  await s.round();
+  assert.equal(store.deferred.length, asked + 4, 'no round after stop');
+});
+
+test('the settler: a run another gateway settled first is not booked again', async () => {
+  const store = new Runs();
+  store.add(run('twice'));
+  const booked: string[] = [];
+  const s = new Settler({
+    store,
+    gateway: 'g',
+    // While this question is out, another gateway books the run.
+    ask: async () => {
+      await store.settleRun(run('twice'), 0.3);
+      return { run: { id: 'twice', status: 'SUCCEEDED', usd: 0.3 } };
+    },
+    max: 10,
+    settled: (r) => booked.push(r.id),
+    failed: () => undefined,
+    gaveUp: () => undefined,
+  });
+  await s.round();
+  assert.deepEqual(store.booked, [{ id: 'twice', cost: 0.3 }]);
+  assert.deepEqual(booked, [], 'the second settle found it gone');
+  await s.stop();
+});
