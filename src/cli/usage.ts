@@ -37,7 +37,7 @@ export function sinceDay(text: string, now: number, help: string, flag = '--sinc
 type Units = Readonly<Record<string, string | null>>;
 
 /** A row as `--json` prints it. */
-function view(r: UsageRow, names: ReadonlyMap<string, string>, units: Units): Record<string, unknown> {
+function view(r: UsageRow, names: ReadonlyMap<string, string>, units: Units, pending: Pending): Record<string, unknown> {
   return {
     keyId: r.keyId,
     key: names.get(r.keyId) ?? null,
@@ -50,7 +50,29 @@ function view(r: UsageRow, names: ReadonlyMap<string, string>, units: Units): Re
     bytesOut: r.bytesOut,
     cost: r.cost,
     costUnit: units[r.route] ?? null,
+    pendingRuns: pending.of(r),
   };
+}
+
+/**
+ * Scraper runs not settled yet, by key, route and day (docs/limits.md,
+ * "Scraper runs"): a row that holds any is marked, its cost booked at their
+ * reservations until they end.
+ */
+interface Pending {
+  of(r: Pick<UsageRow, 'keyId' | 'route' | 'day'>): number;
+}
+
+function pendingOf(runs: ReadonlyArray<{ keyId: string; route: string; day: string; runs: number }>): Pending {
+  const by = new Map<string, number>();
+  for (const r of runs) {
+    // By day and by month, so that `--by month` rows are marked too.
+    for (const period of [r.day, r.day.slice(0, 7)]) {
+      const k = `${r.keyId}\u0000${r.route}\u0000${period}`;
+      by.set(k, (by.get(k) ?? 0) + r.runs);
+    }
+  }
+  return { of: (r) => by.get(`${r.keyId}\u0000${r.route}\u0000${r.day}`) ?? 0 };
 }
 
 export async function usageCommand(args: string[], io: Io, providers: readonly UpstreamSpec[]): Promise<number> {
@@ -67,6 +89,7 @@ export async function usageCommand(args: string[], io: Io, providers: readonly U
   const keysFile = keysFilePath(env, io.cwd);
   const keys = openKeyStore(storeConfig(env, io.cwd, readText, providers));
   let rows: UsageRow[] = [];
+  let pending = pendingOf([]);
   try {
     const records = await keys.load();
     const names = new Map(records.map((r) => [r.id, r.name]));
@@ -82,6 +105,7 @@ export async function usageCommand(args: string[], io: Io, providers: readonly U
     if (ledger !== null) {
       try {
         rows = await ledger.rows(filter);
+        pending = pendingOf((await ledger.runs?.pendingRuns()) ?? []);
       } finally {
         // The shared ledger's connection is the key store's, closed below.
         await ledger.close();
@@ -92,7 +116,7 @@ export async function usageCommand(args: string[], io: Io, providers: readonly U
       rows = rows.filter((r) => r.day <= until);
     }
     if (values.by === 'month') rows = byMonth(rows);
-    return print(rows, names, units, values, { since, until, by: values.by === 'month' ? 'month' : 'day' }, io);
+    return print(rows, names, units, pending, values, { since, until, by: values.by === 'month' ? 'month' : 'day' }, io);
   } finally {
     await keys.close?.();
   }
@@ -125,22 +149,31 @@ function totals(rows: readonly UsageRow[], units: Units): string[][] {
   });
 }
 
-function print(rows: readonly UsageRow[], names: ReadonlyMap<string, string>, units: Units, values: { json?: unknown; csv?: unknown }, range: { since: string; until: string | null; by: 'day' | 'month' }, io: Io): number {
+function print(rows: readonly UsageRow[], names: ReadonlyMap<string, string>, units: Units, pending: Pending, values: { json?: unknown; csv?: unknown }, range: { since: string; until: string | null; by: 'day' | 'month' }, io: Io): number {
   if (values.json === true) {
-    line(io.stdout, JSON.stringify(rows.map((r) => view(r, names, units))));
+    line(io.stdout, JSON.stringify(rows.map((r) => view(r, names, units, pending))));
     return EXIT_OK;
   }
   const header = [range.by, 'key', 'route', 'requests', '2xx', '3xx', '4xx', '5xx', 'other', 'limited', 'bytesIn', 'bytesOut', 'cost', 'costUnit'];
   const cells = rows.map((r) => [r.day, names.get(r.keyId) ?? r.keyId, r.route, r.requests, r.s2xx, r.s3xx, r.s4xx, r.s5xx, r.other, r.limited, r.bytesIn, r.bytesOut, r.cost, units[r.route] ?? ''].map(String));
   if (cells.length > 0) cells.push(...totals(rows, units));
   if (values.csv === true) {
-    for (const l of csv([header, ...cells])) line(io.stdout, l);
+    // The runs still pending per row, as the last column.
+    const marked = cells.map((c, i) => [...c, String(i < rows.length ? pending.of(rows[i] as UsageRow) : '')]);
+    for (const l of csv([[...header, 'pendingRuns'], ...marked])) line(io.stdout, l);
     return EXIT_OK;
   }
+  // A row with runs still pending: its cost marked, and said once below the table.
+  rows.forEach((r, i) => {
+    const c = cells[i] as string[];
+    if (pending.of(r) > 0) c[12] = `${c[12] ?? ''}*`;
+  });
+  const marks = rows.filter((r) => pending.of(r) > 0).reduce((n, r) => n + pending.of(r), 0);
   if (cells.length === 0) {
     line(io.stdout, range.until === null ? `No usage recorded since ${range.since}.` : `No usage recorded from ${range.since} to ${range.until}.`);
     return EXIT_OK;
   }
   for (const l of table([header.map((h) => h.toUpperCase()), ...cells])) line(io.stdout, l);
+  if (marks > 0) line(io.stdout, `* ${marks} scraper run${marks === 1 ? '' : 's'} still pending: booked at ${marks === 1 ? 'its reservation' : 'their reservations'} until ${marks === 1 ? 'it ends' : 'they end'} and ${marks === 1 ? 'its' : 'their'} cost is asked for.`);
   return EXIT_OK;
 }

@@ -244,14 +244,14 @@ test('a spent quota stays spent across a restart; SIGTERM writes what was counte
     const rows = JSON.parse(usage.stdout) as Array<Record<string, unknown>>;
     assert.equal(rows.length, 1);
     const today = new Date().toISOString().slice(0, 10);
-    assert.deepEqual(Object.keys(rows[0] as object), ['keyId', 'key', 'route', 'day', 'requests', 'status', 'limited', 'bytesIn', 'bytesOut', 'cost', 'costUnit']);
-    assert.deepEqual({ ...rows[0], keyId: 'x', bytesOut: 0 }, { keyId: 'x', key: 'q', route: 'seo', day: today, requests: 3, status: { '2xx': 3, '3xx': 0, '4xx': 0, '5xx': 0, other: 0 }, limited: 2, bytesIn: 0, bytesOut: 0, cost: 0, costUnit: 'usd' });
+    assert.deepEqual(Object.keys(rows[0] as object), ['keyId', 'key', 'route', 'day', 'requests', 'status', 'limited', 'bytesIn', 'bytesOut', 'cost', 'costUnit', 'pendingRuns']);
+    assert.deepEqual({ ...rows[0], keyId: 'x', bytesOut: 0 }, { keyId: 'x', key: 'q', route: 'seo', day: today, requests: 3, status: { '2xx': 3, '3xx': 0, '4xx': 0, '5xx': 0, other: 0 }, limited: 2, bytesIn: 0, bytesOut: 0, cost: 0, costUnit: 'usd', pendingRuns: 0 });
     // keys list says what is left of the period.
     const after = JSON.parse((await runCli(['keys', 'list', '--json'], env)).stdout) as Array<{ left?: unknown }>;
     assert.deepEqual(after[0]?.left, { quota: 0 });
     assert.match((await runCli(['keys', 'list'], env)).stdout, /LIMITS\n.*quota 3\/day \(0 left\)/s);
     const csv = (await runCli(['usage', '--csv', '--key', 'q'], env)).stdout.split('\n');
-    assert.equal(csv[0], 'day,key,route,requests,2xx,3xx,4xx,5xx,other,limited,bytesIn,bytesOut,cost,costUnit');
+    assert.equal(csv[0], 'day,key,route,requests,2xx,3xx,4xx,5xx,other,limited,bytesIn,bytesOut,cost,costUnit,pendingRuns');
     assert.equal(csv.length, 4);
     assert.match(csv[2] as string, /^TOTAL,,,3,3,0,0,0,0,2,/);
   } finally {

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { test } from 'node:test';
 import { request } from '../support/client.ts';
+import { runCli } from '../support/cli.ts';
 import { eventually } from '../support/deadline.ts';
 import { startGateway, type TestGateway } from '../support/gateway.ts';
 import { startPlatform } from '../support/platform.ts';
@@ -120,7 +121,14 @@ test('pending runs survive a restart and a platform that is down: settled once b
     } finally {
       await first.close();
     }
-    // Stopped with both runs pending: their reservations (0, no budget) booked, the runs kept.
+    // Stopped with both runs pending: their reservations (0, no budget) booked, the runs kept;
+    // `keyward usage` marks the day that holds them.
+    const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json') };
+    const rows = JSON.parse((await runCli(['usage', '--json', '--route', 'scraper'], env)).stdout) as Array<{ requests: number; pendingRuns: number }>;
+    assert.deepEqual(rows.map((r) => ({ requests: r.requests, pendingRuns: r.pendingRuns })), [{ requests: 2, pendingRuns: 2 }]);
+    const table = (await runCli(['usage', '--route', 'scraper'], env)).stdout;
+    assert.match(table, /\b0\*\s+usd/);
+    assert.match(table, /^\* 2 scraper runs still pending: booked at their reservations until they end/m);
     const second = await startGateway({ dir, keyName: 'after-restart', scraper: p.up.url, env: { KEYWARD_USAGE_FLUSH: '100ms' }, settle: QUICK });
     try {
       assert.equal(ledger(second).pending, 2);
