@@ -58,6 +58,11 @@ test('runs are settled once they end: each booked once at its usageTotalUsd on i
     assert.equal(gw.logText().includes(gw.secrets.scraperToken), false, 'the master credential is in no log line');
     const settled = gw.logs().filter((l) => l.msg === 'scraper run settled');
     assert.deepEqual(settled.map((l) => l.cost).sort(), [0.05, 0.25, 0.4]);
+    // The usage page charts the scraper's spend per day like the other routes'.
+    const html = await gw.gateway.usagePage(new URLSearchParams());
+    assert.match(html, /Spend per day on scraper \(usd\)/);
+    const today = new Date().toISOString().slice(0, 10);
+    assert.match(html, new RegExp(`<rect class="bar"[^>]*data-day="${today}" data-route="scraper" data-cost="0\\.7"`));
   } finally {
     await gw.close();
     await p.close();
@@ -66,13 +71,17 @@ test('runs are settled once they end: each booked once at its usageTotalUsd on i
 
 test('a scraper budget: each run capped at what is left (the query otherwise byte for byte), refused once spent, the key status showing settled spend', async () => {
   const p = await startPlatform();
-  const gw = await startGateway({ scraper: p.up.url, env: { KEYWARD_USAGE_FLUSH: '100ms' }, settle: QUICK, limits: { budgets: { scraper: '1/day' } } });
+  const gw = await startGateway({ scraper: p.up.url, env: { KEYWARD_USAGE_FLUSH: '100ms' }, settle: QUICK, limits: { budgets: { scraper: '1/day' }, alerts: [50] } });
   try {
     const caps: string[] = [];
+    const alerts = async (): Promise<number> => parseProm(await gw.gateway.metrics.text()).sum('keyward_limit_alerts_total', { kind: 'budget', threshold: '50' });
     for (let i = 0; i < 4; i++) {
       const r = await start(gw, 'quick-0.30', '?build=latest&memory=256');
       assert.equal(r.status, 201, `run ${i + 1}`);
       await eventually(() => ledger(gw).pending === 0 && ledger(gw).requests === i + 1, 15_000, `run ${i + 1} settled`);
+      // The second run was admitted at 0.3 + its 0.1 reservation (40 %); its settling at 0.3 crosses 50 %.
+      if (i === 0) assert.equal(await alerts(), 0);
+      if (i === 1) await eventually(async () => (await alerts()) === 1, 5_000, 'the 50 % alert fired by a settled run');
     }
     for (const run of p.runs.values()) caps.push(run.query);
     // 1 - 0.3 - 0.3 - 0.3 leaves 0.1: the fourth run is capped there and costs 0.1.
