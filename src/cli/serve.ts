@@ -14,6 +14,8 @@ import { createSpend } from '../usage/spend.ts';
 import { costUnits } from '../process/runtime.ts';
 import { pageSource, pageThread, type PageThread } from '../usage/page-thread.ts';
 import { countOnly, fleetLeases, openUsageStore } from '../usage/open.ts';
+import type { Policy } from '../usage/policy.ts';
+import { runSettler, settledRoutes } from '../process/run-settler.ts';
 import { inheritedListenFd } from '../process/systemd.ts';
 import { closest } from '../config/unknown.ts';
 import type { UpstreamSpec } from '../request/routes.ts';
@@ -113,6 +115,9 @@ export async function serveCommand(args: string[], io: Io, providers: readonly U
   });
 }
 
+/** Keys remembered by the primary for the alerts of settled runs (the latest asked about). */
+const RECENT_KEYS = 10_000;
+
 async function servePrimary(config: Config, listenFd: number | null, io: Io): Promise<number> {
   const { decideForWorkers, runPrimary } = await import('../process/workers.ts');
   const log = createLogger(config.logLevel);
@@ -126,18 +131,38 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io): Pr
   });
   await ledger.start(config.usageFlushMs);
   const leases = await fleetLeases(usage, ledger, config, undefined, log.logger);
-  const limiter = new Limiter(ledger, leases);
+  const limiter = new Limiter(ledger, leases, settledRoutes(config));
   // The primary decides limits, so it fires their alerts and says where a key stands; its own metric is added to the workers'.
   const registry = newRegistry();
   const units = costUnits(config);
   const spend = createSpend({ config, store: usage, ledger, limiter, logger: log.logger, registry, unitOf: (r) => units(r) ?? 'usd' });
   await spend.start();
+  // The keys the workers asked about lately (the primary holds no key set): a settled run's alerts need its key's name and policy.
+  const recent = new Map<string, { key: { id: string; name: string }; policy: Policy }>();
+  const settler = runSettler({
+    config,
+    store: usage,
+    ledger,
+    limiter,
+    spend,
+    logger: log.logger,
+    registry,
+    // The primary does not reload its configuration: the routes as it started.
+    target: (name) => {
+      const r = config.routes.find((route) => route.name === name);
+      return r === undefined || r.credential === null ? null : { target: r.target, credential: r.credential, upstreamCa: config.upstreamCa };
+    },
+    keyOf: (id) => recent.get(id) ?? null,
+  });
   decideForWorkers(
     limiter,
     () => ledger.gateways,
     (key, policy, route, cost) => {
       ledger.record(key.id, route, 200, 0, 0, cost);
       spend.counted(key, policy);
+      recent.delete(key.id);
+      recent.set(key.id, { key, policy });
+      if (recent.size > RECENT_KEYS) recent.delete(recent.keys().next().value as string);
     },
     async (keyId, policy) => {
       const now = Date.now();
@@ -165,6 +190,7 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io): Pr
   await admin?.close();
   await pages?.close();
   spend.stop();
+  await settler?.stop();
   await leases?.stop().catch(() => undefined);
   await ledger.stop(1_000);
   await keys.close?.().catch(() => undefined);

@@ -15,9 +15,9 @@ import { fleetLeases, openUsageStore, writeOnly } from '../usage/open.ts';
 import { createSpend, type Spend } from '../usage/spend.ts';
 import { spoolPrefix } from '../usage/spool.ts';
 import { policyFor, type Limits } from '../usage/policy.ts';
-import { asker, type RunTarget } from '../usage/run-ask.ts';
-import { Settler, type SettlerOptions } from '../usage/runs.ts';
-import { runCounters } from '../observe/metrics.ts';
+import type { RunTarget } from '../usage/run-ask.ts';
+import type { Settler, SettlerOptions } from '../usage/runs.ts';
+import { runSettler, settledRoutes } from './run-settler.ts';
 import { costUnits } from './runtime.ts';
 
 export interface UsageOptions {
@@ -86,9 +86,7 @@ export async function startUsage(config: Config, store: KeyStore, logger: Logger
   ledger.timed = (seconds) => metrics.task('ledger_write', seconds);
   await ledger.start(config.usageFlushMs);
   const leases = options.admit === undefined ? await fleetLeases(usageStore, ledger, config, options.clock, logger) : null;
-  // Routes whose cost is settled after the fact: what one call reserves before a cost was learnt.
-  const settled = new Map(config.routes.flatMap((r) => (r.cost?.runs === undefined ? [] : [[r.name, r.cost.runs.reserve] as const])));
-  const limiter = new Limiter(ledger, leases, settled);
+  const limiter = new Limiter(ledger, leases, settledRoutes(config));
   const units = costUnits(config);
   // The process that decides limits answers where a key stands and fires its alerts; a worker asks its primary.
   const spend: Spend | null =
@@ -103,48 +101,27 @@ export async function startUsage(config: Config, store: KeyStore, logger: Logger
       const remote = options.limitStatus ?? (() => Promise.resolve(null));
       return { usage: (keyId, now) => view.usage(keyId, now), limits: (principal) => remote(principal) };
     })();
-  const settler = options.admit === undefined && settled.size > 0 ? runSettler(config, usageStore, ledger, limiter, spend, logger, metrics, options) : null;
-  settler?.start();
+  const { runTarget, keyOf } = options;
+  const settler =
+    options.admit === undefined && runTarget !== undefined
+      ? runSettler({
+          config,
+          store: usageStore,
+          ledger,
+          limiter,
+          spend,
+          logger,
+          registry: metrics.registry,
+          target: runTarget,
+          keyOf: (id) => {
+            const record = keyOf?.(id) ?? null;
+            const policy = record === null ? null : policyFor(record);
+            return record === null || policy === null ? null : { key: record, policy };
+          },
+          ...(options.settle === undefined ? {} : { settle: options.settle }),
+        })
+      : null;
   return { usageStore, ledger, leases, spend, admit, statusSources, units, settler };
-}
-
-/** The settler of scraper runs (runs.ts), where this process decides limits and its store keeps runs. */
-function runSettler(config: Config, store: UsageStore, ledger: Ledger, limiter: Limiter, spend: Spend | null, logger: Logger, metrics: Metrics, options: UsageOptions): Settler | null {
-  const runs = store.runs;
-  const target = options.runTarget;
-  if (runs === undefined || target === undefined) return null;
-  const counters = runCounters(metrics.registry);
-  const maxOf = (route: string): number => config.routes.find((r) => r.name === route)?.cost?.max ?? 0;
-  const askers = new Map<string, ReturnType<typeof asker>>();
-  return new Settler({
-    ...options.settle,
-    store: runs,
-    gateway: ledger.id,
-    ask: (run) => {
-      let a = askers.get(run.route);
-      if (a === undefined) askers.set(run.route, (a = asker(() => target(run.route))));
-      return a(run.path);
-    },
-    max: Math.max(0, ...config.routes.map((r) => (r.cost?.runs === undefined ? 0 : maxOf(r.name)))),
-    settled: (run, cost) => {
-      counters.settled.inc();
-      ledger.adjust(run.keyId, run.route, run.day, cost - run.booked);
-      limiter.learnSettled(run.keyId, run.route, cost);
-      logger.info({ run: run.id, keyId: run.keyId, route: run.route, day: run.day, cost, booked: run.booked }, 'scraper run settled');
-      // A settled run can cross an alert threshold.
-      const key = options.keyOf?.(run.keyId) ?? null;
-      const policy = key === null ? null : policyFor(key);
-      if (key !== null && policy !== null && policy.alerts.length > 0) spend?.counted(key, policy);
-    },
-    failed: (run, problem) => {
-      counters.failed.inc({ reason: problem.replace(/ \(.*\)$/, '') });
-      logger.debug({ run: run.id, route: run.route, attempts: run.attempts + 1, problem }, 'scraper run not settled yet');
-    },
-    gaveUp: (run) => {
-      counters.gaveUp.inc();
-      logger.warn({ run: run.id, keyId: run.keyId, route: run.route, day: run.day, booked: run.booked }, 'scraper run given up unsettled at the give-up age; its reservation stays booked as its cost');
-    },
-  });
 }
 
 /** Admission in this process, its alerts checked once a request that reached the upstream was counted. */

@@ -8,8 +8,8 @@ import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { test } from 'node:test';
 import { request } from '../support/client.ts';
-import { runCli } from '../support/cli.ts';
-import { eventually } from '../support/deadline.ts';
+import { runCli, startCli } from '../support/cli.ts';
+import { deadline, eventually } from '../support/deadline.ts';
 import { startGateway, type TestGateway } from '../support/gateway.ts';
 import { startPlatform } from '../support/platform.ts';
 import { parseProm } from '../support/prom.ts';
@@ -195,5 +195,42 @@ test('synchronous runs are counted, capped like run-starts, booked at their rese
   } finally {
     await gw.close();
     await p.close();
+  }
+});
+
+test('KEYWARD_WORKERS=2: the primary settles the runs the workers started, caps them from one budget, and an alert of a settled run fires', async () => {
+  const p = await startPlatform();
+  const dir = mkdtempSync(join(tmpdir(), 'keyward-runs-w-'));
+  const env = { KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: '0', KEYWARD_WORKERS: '2', KEYWARD_USAGE_FLUSH: '100ms', KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_SCRAPER_URL: p.up.url, KEYWARD_SCRAPER_TOKEN: 'apify_api_workersmaster0123456789' };
+  const key = JSON.parse((await runCli(['keys', 'create', '--name', 'w', '--budget', 'scraper=1/day', '--alert-at', '50%', '--json'], env)).stdout) as { token: string };
+  const serve = await startCli(['serve'], env, '"msg":"admin listening"');
+  try {
+    await eventually(() => serve.output().split('"msg":"keyward listening"').length === 3, 10_000, 'two workers listening');
+    const port = (msg: string): number => (JSON.parse(serve.output().split('\n').find((l) => l.includes(`"msg":"${msg}"`)) as string) as { port: number }).port;
+    const base = `http://127.0.0.1:${port('keyward listening')}`;
+    const admin = `http://127.0.0.1:${port('admin listening')}`;
+    const file = (): { cost: number; pending: number; requests: number } => {
+      const db = new DatabaseSync(join(dir, 'keys.json.usage.sqlite'), { readOnly: true });
+      try {
+        const u = db.prepare("select coalesce(sum(cost), 0) as cost, coalesce(sum(requests), 0) as requests from usage where route = 'scraper'").get() as { cost: number; requests: number };
+        return { cost: Math.round(u.cost * 1e6) / 1e6, requests: u.requests, pending: (db.prepare('select count(*) as n from runs').get() as { n: number }).n };
+      } finally {
+        db.close();
+      }
+    };
+    for (let i = 0; i < 3; i++) {
+      const r = await request(`${base}/scraper/v2/acts/quick-0.30/runs`, { method: 'POST', headers: { authorization: `Bearer ${key.token}` }, body: '{}' });
+      assert.equal(r.status, 201, `run ${i + 1}`);
+      await eventually(() => file().requests === i + 1 && file().pending === 0, 15_000, `run ${i + 1} settled`);
+    }
+    assert.deepEqual([...p.runs.values()].map((r) => r.query), ['?maxTotalChargeUsd=1', '?maxTotalChargeUsd=0.7', '?maxTotalChargeUsd=0.4']);
+    assert.equal(file().cost, 0.9);
+    await eventually(async () => parseProm((await request(`${admin}/metrics`)).body.toString()).sum('keyward_runs_settled_total', {}) === 3, 5_000, 'three settled, by the primary');
+    await eventually(async () => parseProm((await request(`${admin}/metrics`)).body.toString()).sum('keyward_limit_alerts_total', { kind: 'budget', threshold: '50' }) === 1, 5_000, 'the 50 % alert');
+  } finally {
+    serve.child.kill('SIGTERM');
+    await deadline(serve.done, 15_000, 'exit');
+    await p.close();
+    rmSync(dir, { recursive: true, force: true });
   }
 });
