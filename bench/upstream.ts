@@ -22,6 +22,7 @@ export const SMALL_BODY = Buffer.from(
     data: { id: 'HG7ML7M8z78YcAPEB', actId: 'x', userId: 'u', startedAt: '2026-01-01T00:00:00.000Z', status: 'READY', meta: { origin: 'API' }, pad: 'x'.repeat(800) },
   }),
 );
+const RUN_ENDED = Buffer.from(JSON.stringify({ data: { id: 'HG7ML7M8z78YcAPEB', actId: 'x', status: 'SUCCEEDED', usageTotalUsd: 0 } }));
 const READ_BODY = Buffer.from(
   JSON.stringify({ version: '0.1', status_code: 20000, status_message: 'Ok.', tasks: [{ id: 't', status_code: 20000, result: [{ login: 'bench', money: { balance: 42.5 } }] }] }),
 );
@@ -43,6 +44,11 @@ const server = http.createServer({ keepAliveTimeout: 120_000, headersTimeout: 13
     if (!credentialed(req, 'scraper')) return send(res, 401, 'text/plain', Buffer.from('bad credential'));
     req.resume();
     return req.on('end', () => send(res, 200, 'application/json; charset=utf-8', DATASET));
+  }
+  if (url === '/v2/actor-runs/HG7ML7M8z78YcAPEB' && req.method === 'GET') {
+    // The gateway settling the small request's run (docs/limits.md, "Scraper runs"): it ended, free.
+    if (!credentialed(req, 'scraper')) return send(res, 401, 'text/plain', Buffer.from('bad credential'));
+    return send(res, 200, 'application/json', RUN_ENDED);
   }
   if (url.startsWith('/v2/acts/') && req.method === 'POST') {
     if (!credentialed(req, 'scraper')) return send(res, 401, 'text/plain', Buffer.from('bad credential'));

@@ -7,7 +7,6 @@ import type { Metrics } from '../observe/metrics.ts';
 import { failureLabel, neverConnected } from './outcome.ts';
 import type { Ledger } from '../usage/ledger.ts';
 import { dropParams } from './query.ts';
-import { TERMINAL } from '../usage/runs.ts';
 
 export type Complete = (ex: Exchange, status: number | null, aborted: boolean) => void;
 
@@ -88,12 +87,12 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
 /**
  * A scraper run-start that reached the upstream (docs/limits.md, "Scraper
  * runs"): what is booked now, set as the call's cost (its admission settles
- * at it), and the run to settle later. A run that ended already (its start
- * waited for it) is booked at its cost; a pending one at its reservation and
- * settled later; a start whose answer was an error started nothing; one
- * whose answer the gateway did not see whole (the client left) may have
- * started a run it cannot name: its reservation stays booked, never settled,
- * as does a synchronous run's (its answer names no run).
+ * at it), and the run to settle later. A run its answer named is booked at
+ * its reservation and settled later; a start whose answer was an error
+ * started nothing; one whose answer the gateway did not see whole (the
+ * client left) may have started a run it cannot name: its reservation stays
+ * booked, never settled, as does a synchronous run's (its answer names no
+ * run).
  */
 function runBooking(ex: Exchange, status: number | null): { id: string; path: string } | null {
   const reserved = ex.admission?.reserved ?? 0;
@@ -101,10 +100,6 @@ function runBooking(ex: Exchange, status: number | null): { id: string; path: st
   if (run === null) {
     const refused = status !== null && status >= 300 && !ex.settled && ex.upstreamResponse?.complete === true;
     ex.cost = refused ? 0 : reserved;
-    return null;
-  }
-  if (TERMINAL.has(run.status) && run.usd !== null && run.usd <= (ex.route?.cost?.max ?? 0)) {
-    ex.cost = run.usd;
     return null;
   }
   ex.cost = reserved;

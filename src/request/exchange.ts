@@ -8,7 +8,6 @@ import type { Principal } from '../keys/keyset.ts';
 import type { AuthFailure } from '../observe/metrics.ts';
 import type { Failure } from './outcome.ts';
 import type { Admission } from '../usage/limiter.ts';
-import type { RunSeen } from '../usage/runs.ts';
 import type { Route } from './routes.ts';
 
 export class Exchange {
@@ -63,7 +62,7 @@ export class Exchange {
   /** A synchronous scraper run: booked at its reservation, never settled (usage/runs.ts). */
   syncRun = false;
   /** The run its response started, once its body ended (usage/runs.ts). */
-  run: RunSeen | null = null;
+  run: { readonly id: string } | null = null;
   /** Upstream secrets found (and masked) in this response, for the log line and metrics. */
   masked: readonly SecretForm[] | null = null;
 

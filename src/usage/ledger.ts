@@ -160,8 +160,8 @@ export class Ledger implements PeriodUse {
   readonly #store: UsageStore;
   /** Counted, not yet written: key|route|day → row. */
   #pending = new Map<string, UsageRow>();
-  /** Scraper runs started since the last flush: written with the rows that booked them. */
-  #runs: PendingRun[] = [];
+  /** Scraper runs started since the last flush, by id (a run is one run, however often it is named): written with the rows that booked them. */
+  #runs = new Map<string, PendingRun>();
   /** The pending row of each key and route for the current day, found with two lookups and no string. */
   #current = new Map<string, Map<string, UsageRow>>();
   /** This month's totals known here (stored, re-read in a fleet, plus counted since), for quotas and budgets. */
@@ -250,7 +250,7 @@ export class Ledger implements PeriodUse {
     row.cost += cost;
     this.#counted(keyId, route, 1, cost, now);
     // A scraper run whose cost comes later: `cost` is what its start booked, settled in place later (runs.ts).
-    if (run !== null) this.#runs.push({ id: run.id, keyId, route, day: row.day, booked: cost, path: run.path, at: Math.round(now) });
+    if (run !== null && !this.#runs.has(run.id)) this.#runs.set(run.id, { id: run.id, keyId, route, day: row.day, booked: cost, path: run.path, at: Math.round(now) });
   }
 
   /** A run was settled: its day's cost moved by `delta` (in the store already), so the period totals move too. */
@@ -335,7 +335,7 @@ export class Ledger implements PeriodUse {
   }
 
   #unwritten(): boolean {
-    return this.#queue.length > 0 || this.#pending.size > 0 || this.#runs.length > 0;
+    return this.#queue.length > 0 || this.#pending.size > 0 || this.#runs.size > 0;
   }
 
   /** Keep what is not written yet on disk (a batch in flight too: applied once, whichever copy arrives first). */
@@ -390,8 +390,8 @@ export class Ledger implements PeriodUse {
 
   /** What was counted since the last batch, as the next batch (the runs it started with it). */
   #batch(): Batch {
-    const runs = this.#runs;
-    this.#runs = [];
+    const runs = [...this.#runs.values()];
+    this.#runs.clear();
     return runs.length === 0 ? { gateway: this.#id, seq: ++this.#seq, rows: [...this.#pending.values()] } : { gateway: this.#id, seq: ++this.#seq, rows: [...this.#pending.values()], runs };
   }
 

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
 import { capParam, usd } from '../../src/request/query.ts';
-import { isSyncRun, RunReader, runOf, runStartPrefix, Settler, type DueRun, type PendingRun, type RunAnswer, type RunStore } from '../../src/usage/runs.ts';
+import { isSyncRun, leadingId, RunReader, runOf, runStartPrefix, Settler, type DueRun, type PendingRun, type RunAnswer, type RunStore } from '../../src/usage/runs.ts';
 
 test('run-starts and synchronous runs by path, under any prefix; nothing else', () => {
   assert.equal(runStartPrefix('POST', '/v2/acts/apify~web-scraper/runs'), '/v2');
@@ -28,9 +28,17 @@ test('a run object read whole at every chunk boundary; anything else is no run',
       const at = [...new Set([0, ...cuts.sort((a, b) => a - b), body.length])];
       for (let i = 1; i < at.length; i++) r.push(body.subarray(at[i - 1], at[i]));
       r.end();
-      assert.deepEqual(r.run, { id: 'HG7ML7M8z78YcAPEB', status: 'READY', usd: 0 });
+      assert.deepEqual(r.run, { id: 'HG7ML7M8z78YcAPEB' });
     }),
   );
+  // The platform's shape read from the bytes; blanks between tokens; any other order parsed whole.
+  assert.equal(leadingId(Buffer.from('{"data":{"id":"abc","status":"READY"}}')), 'abc');
+  assert.equal(leadingId(Buffer.from(' {\n "data" : {\t"id" :"a_b-C9"}}')), 'a_b-C9');
+  for (const b of ['{"data":{"status":"READY","id":"abc"}}', '{"data":{"id":""}}', '{"data":{"id":"a/b"}}', '{"datum":{"id":"abc"}}', '{"data":{"id":"abc', `{"data":{"id":"${'a'.repeat(70)}"}}`]) assert.equal(leadingId(Buffer.from(b)), null, b);
+  const reordered = new RunReader();
+  reordered.push(Buffer.from('{"data":{"status":"READY","nested":{"id":"no"},"id":"yes1"}}'));
+  reordered.end();
+  assert.deepEqual(reordered.run, { id: 'yes1' });
   for (const bad of [null, [], { data: null }, { data: { id: 5, status: 'READY' } }, { data: { id: '../x', status: 'READY' } }, { data: { id: 'a', status: 3 } }]) assert.equal(runOf(bad), null, JSON.stringify(bad));
   assert.deepEqual(runOf({ data: { id: 'a', status: 'SUCCEEDED', usageTotalUsd: -1 } }), { id: 'a', status: 'SUCCEEDED', usd: null });
   const big = new RunReader();
@@ -38,8 +46,13 @@ test('a run object read whole at every chunk boundary; anything else is no run',
   big.push(Buffer.from('{"data":{"id":"a","status":"READY"}}'));
   big.end();
   assert.equal(big.run, null, 'a body past the bound is no run object');
+  // A body cut short still names its run when the id came whole (the run was started: it is asked about).
+  const cut = new RunReader();
+  cut.push(Buffer.from('{"data":{"id":"a","sta'));
+  cut.end();
+  assert.deepEqual(cut.run, { id: 'a' });
   const broken = new RunReader();
-  broken.push(Buffer.from('{"data":{"id":"a"'));
+  broken.push(Buffer.from('{"data":{"status":"READY","id":"a'));
   broken.end();
   assert.equal(broken.run, null);
 });
