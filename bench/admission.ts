@@ -10,7 +10,7 @@ import { pathToFileURL } from 'node:url';
 import { join, resolve } from 'node:path';
 
 const { values, positionals } = parseArgs({ options: { src: { type: 'string' }, route: { type: 'string' } }, allowPositionals: true });
-// scraper: every limit but a budget (that route reports no cost); seo: the budget too.
+// scraper: every limit but a budget (a run's cost is settled later: bench/run.ts measures that end to end); seo: the budget too.
 const route = values.route ?? 'scraper';
 const n = Number(positionals[0] ?? 1_000_000);
 const src = resolve(values.src ?? new URL('../src', import.meta.url).pathname);

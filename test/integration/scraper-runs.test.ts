@@ -234,3 +234,35 @@ test('KEYWARD_WORKERS=2: the primary settles the runs the workers started, caps 
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('a platform down for a minute: questions back off (a bounded number asked), requests are served meanwhile, and every run is booked once it answers again', { timeout: 150_000 }, async () => {
+  const p = await startPlatform();
+  // The default pace but for the longest wait between questions (5 min by default; 8 s here, so the test ends soon after the outage).
+  const gw = await startGateway({ scraper: p.up.url, env: { KEYWARD_USAGE_FLUSH: '200ms' }, settle: { backoff: { firstMs: 1_000, maxMs: 8_000, jitter: 0.2 } } });
+  try {
+    p.down = true;
+    const downSince = Date.now();
+    for (const actor of ['quick-0.10', 'quick-0.20', 'fails-0.30']) assert.equal((await start(gw, actor)).status, 201);
+    while (Date.now() - downSince < 60_000) {
+      // Served at once while the platform does not answer questions about runs.
+      const t = performance.now();
+      assert.equal((await start(gw, 'never')).status, 201);
+      assert.ok(performance.now() - t < 2_000, 'a run-start is never held up by the settler');
+      await new Promise((r) => setTimeout(r, 10_000));
+    }
+    const asked = p.up.requests.filter((r) => r.method === 'GET').length;
+    // Per run, doubling from 1 s to 8 s over a minute: at most about 11 questions (1+2+4+8×…); 10 runs at most pending.
+    assert.ok(asked <= 10 * 12, `${asked} questions during the outage`);
+    p.down = false;
+    await eventually(() => [...p.runs.values()].filter((r) => !r.actor.startsWith('never')).every((r) => r.asked >= 1) && ledger(gw).cost >= 0.6 - 1e-9, 20_000, 'booked once it answered');
+    await new Promise((r) => setTimeout(r, 500));
+    // The three that ended: 0.6; the never-ending ones are pending at their reservation (0: no budget).
+    assert.equal(ledger(gw).cost, 0.6);
+    const m = parseProm(await gw.gateway.metrics.text());
+    assert.equal(m.sum('keyward_runs_settled_total', {}), 3);
+    assert.ok(m.sum('keyward_run_checks_failed_total', { reason: 'the upstream answered 503' }) >= 3);
+  } finally {
+    await gw.close();
+    await p.close();
+  }
+});
