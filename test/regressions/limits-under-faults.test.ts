@@ -16,7 +16,7 @@ import { test } from 'node:test';
 import { runCli } from '../support/cli.ts';
 import { eventually } from '../support/deadline.ts';
 import { startFleetGateway, statusOf, type FleetGateway } from '../support/fleet.ts';
-import { startDatabase } from '../support/postgres.ts';
+import { startDatabase, type TestDatabase } from '../support/postgres.ts';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.ts';
 import { startUpstream } from '../support/upstream.ts';
 
@@ -62,7 +62,7 @@ function via(url: string, proxy: TcpProxy): string {
  * flows; then traffic until every gateway refuses. The upstream must have
  * seen no more than the quota.
  */
-async function fleetUnderFault(quota: number, fault: (f: { gateways: FleetGateway[]; proxies: TcpProxy[]; frozen: Set<number> }) => Promise<void>): Promise<{ forwarded: number; granted: number }> {
+async function fleetUnderFault(quota: number, fault: (f: { gateways: FleetGateway[]; proxies: TcpProxy[]; frozen: Set<number>; db: TestDatabase }) => Promise<void>): Promise<{ forwarded: number; granted: number }> {
   const db = await startDatabase();
   const up = await slowUpstream(40);
   const proxies = await Promise.all([0, 1, 2].map(() => startTcpProxy(Number(new URL(db.url).port))));
@@ -80,10 +80,14 @@ async function fleetUnderFault(quota: number, fault: (f: { gateways: FleetGatewa
     const targets = (): string[] => gateways.filter((_, i) => !frozen.has(i)).map((g) => g.base);
     let faulting = true;
     const during = traffic(targets, key.token, 6, () => !faulting);
-    await sleep(300);
-    await fault({ gateways, proxies, frozen });
-    faulting = false;
-    await during;
+    try {
+      await sleep(300);
+      await fault({ gateways, proxies, frozen, db });
+    } finally {
+      // Whatever the fault did (an assertion in it may have failed), the traffic ends.
+      faulting = false;
+      await during;
+    }
     // Then until every gateway refuses: what was left, and nothing more.
     for (let round = 0; round < 40; round++) {
       const codes = await Promise.all(gateways.map((g) => statusOf(g.base, key.token)));
@@ -116,9 +120,11 @@ test('the database path of every gateway frozen past the lease TTL: no unit gran
 
 test('one gateway frozen (SIGSTOP) past the lease TTL with requests admitted, then thawed: no unit granted twice', { timeout: 120_000 }, async () => {
   const quota = 50;
-  const r = await fleetUnderFault(quota, async ({ gateways, frozen }) => {
+  const r = await fleetUnderFault(quota, async ({ gateways, frozen, db }) => {
     const g = gateways[2] as FleetGateway;
-    // Requests it admitted are in flight when it stops; the others keep going.
+    // It holds a lease when it stops (a loaded machine may take a while to route it a request).
+    await eventually(async () => (await db.admin<Array<{ n: number }>>`select count(*)::int as n from keyward_leases where gateway like ${`${g.pid}-%`}`)[0]?.n !== 0, 20_000, 'the gateway to be frozen holds a lease');
+    // Requests in flight when it stops; the others keep going.
     const held = Promise.all(Array.from({ length: 3 }, () => statusOf(g.base, 'unused').catch(() => 0)));
     frozen.add(2);
     process.kill(g.pid, 'SIGSTOP');
@@ -126,8 +132,8 @@ test('one gateway frozen (SIGSTOP) past the lease TTL with requests admitted, th
     process.kill(g.pid, 'SIGCONT');
     frozen.delete(2);
     await held;
-    await sleep(2_000);
-    assert.match(g.output(), /leases found swept at renewal/, 'the thawed gateway learnt at once that its leases were swept');
+    // Its first renewal after the thaw finds them swept (log lines are written in batches: waited for, with a deadline).
+    await eventually(() => /leases found swept at renewal/.test(g.output()), 15_000, 'the thawed gateway to learn that its leases were swept');
   });
   assert.ok(r.forwarded <= quota, `${r.forwarded} forwarded for a quota of ${quota}`);
   console.log(`one gateway frozen 5 s (lease TTL 2 s): ${r.forwarded} forwarded for a quota of ${quota}`);
