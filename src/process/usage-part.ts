@@ -10,7 +10,7 @@ import type { Admit } from '../usage/admissions.ts';
 import { StoreView, type StatusSources } from '../usage/key-status.ts';
 import { Ledger, type UsageStore } from '../usage/ledger.ts';
 import type { Clock, Leases } from '../usage/leases.ts';
-import { Limiter, type Admission, type LimitState, type Refused } from '../usage/limiter.ts';
+import { Limiter, withDone, type Admission, type LimitState, type Refused } from '../usage/limiter.ts';
 import { fleetLeases, openUsageStore, writeOnly } from '../usage/open.ts';
 import { createSpend, type Spend } from '../usage/spend.ts';
 import { spoolPrefix } from '../usage/spool.ts';
@@ -132,13 +132,10 @@ function alerting(limiter: Limiter, ledger: Ledger, spend: Spend): Admit {
     const watch = (a: Admission | Refused): Admission | Refused =>
       'code' in a
         ? a
-        : {
-            ...a,
-            done: (reached, cost) => {
-              a.done(reached, cost);
-              if (reached) spend.counted(principal, policy);
-            },
-          };
+        : withDone(a, (reached, cost) => {
+            a.done(reached, cost);
+            if (reached) spend.counted(principal, policy);
+          });
     return r instanceof Promise ? r.then(watch) : watch(r);
   };
 }

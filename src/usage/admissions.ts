@@ -98,14 +98,12 @@ export function remoteAdmit(send: (m: AdmitMessage | DoneMessage | StatusMessage
         clearTimeout(timer);
         if (refused !== null) return resolve(refused);
         let over = false;
-        resolve({
-          ...budget,
-          done: (reached, cost) => {
-            if (over) return;
-            over = true;
-            send({ type: DONE, id, reached, cost });
-          },
-        });
+        const done = (reached: boolean, cost: number): void => {
+          if (over) return;
+          over = true;
+          send({ type: DONE, id, reached, cost });
+        };
+        resolve(budget === null ? { done } : { done, left: budget.left, reserved: budget.reserved });
       });
       send({ type: ADMIT, id, key: principal.id, name: principal.name, limits: sent(principal), route, now });
     });

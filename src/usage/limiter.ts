@@ -308,16 +308,15 @@ export class Limiter {
   /** An admission: once, its slot back (when it took one), `settle` for what the period's limits reserved, the budget's cost learnt. */
   #admission(keyId: string, route: string, slot: boolean, budget: boolean, left: number | null, reserved: number, settle: (reached: boolean, cost: number) => void): Admission {
     let over = false;
-    return {
-      ...(left === null ? {} : { left: Math.max(0, left), reserved }),
-      done: (reached, cost) => {
-        if (over) return;
-        over = true;
-        if (slot) drop(this.#inFlight, keyId, 1);
-        settle(reached, cost);
-        if (budget && reached) this.#learn(keyId, route, cost);
-      },
+    const done = (reached: boolean, cost: number): void => {
+      if (over) return;
+      over = true;
+      if (slot) drop(this.#inFlight, keyId, 1);
+      settle(reached, cost);
+      if (budget && reached) this.#learn(keyId, route, cost);
     };
+    // What is left is for capping a run (a settled route's): other routes' admissions carry only `done`.
+    return left === null || !this.#settled.has(route) ? { done } : { done, left: Math.max(0, left), reserved };
   }
 
   /** Concurrency and rate, this gateway's share: a refusal, or the concurrency limit whose slot was taken (0: none). */
@@ -391,6 +390,11 @@ export class Limiter {
     learn(this.#estimates, `${keyId}\u0000${route}`, cost);
     learn(this.#routeEstimates, route, cost);
   }
+}
+
+/** `a` with another `done` (a wrapper's), its budget figures kept: one shape per kind, no spread on the request path. */
+export function withDone(a: Admission, done: Admission['done']): Admission {
+  return a.left === undefined ? { done } : { done, left: a.left, reserved: a.reserved ?? 0 };
 }
 
 /** An instant as RFC 3339 in UTC, to the second. */
