@@ -181,3 +181,31 @@ test('the settler: a run another gateway settled first is not booked again', asy
   assert.deepEqual(booked, [], 'the second settle found it gone');
   await s.stop();
 });
+
+test('a spooled batch carries its runs; one whose run breaks the rules is set aside, the others written', async () => {
+  const { mkdtempSync, readFileSync, rmSync, writeFileSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const { readSpool } = await import('../../src/usage/spool.ts');
+  const dir = mkdtempSync(join(tmpdir(), 'keyward-spool-runs-'));
+  try {
+    const prefix = join(dir, 'keys.json.usage-unwritten');
+    const row = { keyId: 'k', route: 'scraper', day: '2026-11-26', requests: 1, s2xx: 1, s3xx: 0, s4xx: 0, s5xx: 0, other: 0, limited: 0, bytesIn: 2, bytesOut: 900, cost: 0.1 };
+    const good = { ...run('good1'), at: 1_795_000_000_000 };
+    const batches = [
+      { gateway: 'g', seq: 1, rows: [row], runs: [good] },
+      { gateway: 'g', seq: 2, rows: [row], runs: [{ ...good, id: '../../etc' }] },
+      { gateway: 'g', seq: 3, rows: [row], runs: [{ ...good, id: 'neg', booked: -5 }] },
+      { gateway: 'g', seq: 4, rows: [row], runs: [{ ...good, id: 'nopath', path: 'http://elsewhere/' }] },
+    ];
+    writeFileSync(`${prefix}.g.json`, JSON.stringify({ batches }));
+    const kept = readSpool(prefix);
+    assert.deepEqual(kept.batches.map((b) => b.seq), [1]);
+    assert.deepEqual(kept.batches[0]?.runs, [good]);
+    assert.equal(kept.setAside[0]?.batches, 3);
+    assert.deepEqual([...(kept.setAside[0]?.reasons ?? [])].sort(), ['a run without a run id', 'run neg: booked -5 is not a figure from 0 to 1000000000000', 'run nopath: no path to ask']);
+    assert.match(readFileSync(`${prefix}.g.json.set-aside`, 'utf8'), /etc/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
