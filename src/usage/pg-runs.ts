@@ -4,8 +4,7 @@
 // moves its day's cost and the key's budget allowances: whichever gateway
 // gets there first books it, and nobody books it twice.
 import type postgres from 'postgres';
-import type { DueRun, PendingRun, RunStore } from './runs.ts';
-import { periodsOf } from './sqlite-runs.ts';
+import { periodsOf, type DueRun, type PendingRun, type RunStore } from './runs.ts';
 
 export interface RunPool {
   within<T>(work: (sql: postgres.Sql) => Promise<T>): Promise<T>;

@@ -50,6 +50,9 @@ export interface RunStore {
   pendingRuns(): Promise<Array<{ keyId: string; route: string; day: string; runs: number }>>;
 }
 
+/** The budget periods a day's cost falls in: the day and its month (an allowance's `period`). */
+export const periodsOf = (day: string): [string, string] => [day, day.slice(0, 7)];
+
 /**
  * The upstream path prefix of a run-start request (`/v2/acts/x/runs` →
  * `/v2`), or null when `path` starts no run. Only the asynchronous

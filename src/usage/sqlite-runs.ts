@@ -2,7 +2,7 @@
 // batch that booked their start (sqlite-store.ts), settled here in one
 // transaction with the row and allowances their cost moves.
 import type { DatabaseSync } from 'node:sqlite';
-import type { DueRun, PendingRun, RunStore } from './runs.ts';
+import { periodsOf, type DueRun, type PendingRun, type RunStore } from './runs.ts';
 import { immediate } from './sqlite-leases.ts';
 
 export const RUN_SCHEMA = `
@@ -15,9 +15,6 @@ export const RUN_SCHEMA = `
 
 /** A run recorded with its start's batch; one recorded already (a batch sent again) is left as it is. */
 export const RUN_INSERT = 'insert into runs (id, key_id, route, day, booked, path, at) values (?, ?, ?, ?, ?, ?, ?) on conflict (id) do nothing';
-
-/** The budget periods a day's cost falls in: the day and its month (allowances.period). */
-export const periodsOf = (day: string): [string, string] => [day, day.slice(0, 7)];
 
 export class SqliteRunStore implements RunStore {
   readonly #db: DatabaseSync;
