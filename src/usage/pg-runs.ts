@@ -3,13 +3,8 @@
 // that lasts a minute), and settled in one transaction that deletes it,
 // moves its day's cost and the key's budget allowances: whichever gateway
 // gets there first books it, and nobody books it twice.
-import type postgres from 'postgres';
+import type { LeasePool as RunPool } from './pg-leases.ts';
 import { periodsOf, type DueRun, type PendingRun, type RunStore } from './runs.ts';
-
-export interface RunPool {
-  within<T>(work: (sql: postgres.Sql) => Promise<T>): Promise<T>;
-  migrate(): Promise<unknown>;
-}
 
 export class PgRunStore implements RunStore {
   readonly #pool: RunPool;
