@@ -101,15 +101,15 @@ test('keyward usage --until, --by month and the TOTAL rows (cost added up per un
 
     const days = await runCli(['usage', '--since', '2026-10-01', '--until', '2026-10-31', '--csv'], env);
     assert.equal(days.code, 0, days.stderr);
-    assert.deepEqual(days.stdout.trim().split('\n').slice(1), ['2026-10-30,finance,seo,2,2,0,0,0,0,0,0,20,0.5,usd', '2026-10-31,finance,seo,3,3,0,0,0,0,0,0,30,0.25,usd', 'TOTAL,,,5,5,0,0,0,0,0,0,50,0.75,usd']);
+    assert.deepEqual(days.stdout.trim().split('\n').slice(1), ['2026-10-30,finance,seo,2,2,0,0,0,0,0,0,20,0.5,usd,0', '2026-10-31,finance,seo,3,3,0,0,0,0,0,0,30,0.25,usd,0', 'TOTAL,,,5,5,0,0,0,0,0,0,50,0.75,usd,']);
 
     const months = await runCli(['usage', '--since', '2026-10-01', '--until', '2026-11-30', '--by', 'month', '--csv'], env);
     assert.deepEqual(months.stdout.trim().split('\n').slice(1), [
-      '2026-10,finance,seo,5,5,0,0,0,0,0,0,50,0.75,usd',
-      '2026-11,finance,seo,4,4,0,0,0,0,0,0,40,1,usd',
-      '2026-11,finance,speech,5,5,0,0,0,0,0,0,50,300,characters',
-      'TOTAL,,,14,14,0,0,0,0,0,0,140,1.75,usd',
-      'TOTAL,,,,,,,,,,,,300,characters',
+      '2026-10,finance,seo,5,5,0,0,0,0,0,0,50,0.75,usd,0',
+      '2026-11,finance,seo,4,4,0,0,0,0,0,0,40,1,usd,0',
+      '2026-11,finance,speech,5,5,0,0,0,0,0,0,50,300,characters,0',
+      'TOTAL,,,14,14,0,0,0,0,0,0,140,1.75,usd,',
+      'TOTAL,,,,,,,,,,,,300,characters,',
     ]);
     const table = await runCli(['usage', '--since', '2026-10-01', '--until', '2026-11-30', '--by', 'month'], env);
     assert.match(table.stdout, /^TOTAL\s+14\s+14\s+0\s+0\s+0\s+0\s+0\s+0\s+140\s+1\.75\s+usd$/m);
