@@ -77,7 +77,7 @@ export function limitChanges(values: Record<string, unknown>, costly: readonly s
       }
       const [, route, amount] = m as unknown as [string, string, string];
       if (!costly.includes(route)) {
-        fail(`--budget: ${route} reports no cost; budgets apply to ${costly.join(', ')}`);
+        fail(`--budget: ${route} is no route that reports a cost; budgets apply to ${costly.join(', ')}`);
         continue;
       }
       if (amount === 'none') {
