@@ -160,6 +160,16 @@ export class Limiter {
     // overlap it wait for its cost (else all of them would pass at an
     // estimate of 0). Other keys never wait for it, and nobody waits longer
     // than PROBE_MS: a stream that keeps moving has no end to wait for.
+    // A run on a settled route in a fleet is capped at what is left of the
+    // fleet's budget: read fresh for it (at most one flush interval old,
+    // bounded by the store's deadline), as a lease claim would be. Runs are
+    // started seconds apart; no other request waits for this.
+    if (this.freshFigures !== null && this.#leases !== null && this.#settled.has(route) && policy.budgets.has(route)) {
+      return this.freshFigures(keyId, now).then(
+        () => this.#decide(keyId, policy, route, Date.now(), share),
+        () => this.#decide(keyId, policy, route, Date.now(), share),
+      );
+    }
     // No closure on the common path: it runs for every request of a key with limits.
     if (!policy.budgets.has(route) || this.#known(keyId, route)) return this.#decide(keyId, policy, route, now, share);
     const slot = `${keyId}\u0000${route}`;
@@ -209,6 +219,9 @@ export class Limiter {
    * gateway's own when none was read. Never waits.
    */
   figures: ((keyId: string, now: number) => PeriodUse | null) | null = null;
+
+  /** Reads the key's fleet figures afresh (at most one flush interval old) before a settled route's run is capped; null alone. */
+  freshFigures: ((keyId: string, now: number) => Promise<unknown>) | null = null;
 
   #fleetRequests(keyId: string, period: Period, now: number): number {
     return (this.figures?.(keyId, now) ?? this.#use).requests(keyId, period, now);

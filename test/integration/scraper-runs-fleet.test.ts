@@ -59,8 +59,7 @@ test('a scraper budget across three gateways (one with workers): each run capped
       const r = await start(gws[i % 3] as FleetGateway, key.token, 'quick-0.30');
       assert.equal(r.status, 201, `run ${i + 1}: ${JSON.stringify(r.json())}`);
       await eventually(async () => (await booked(f)).pending === 0 && (await booked(f)).requests === i + 1, 30_000, `run ${i + 1} booked`);
-      // The others read the fleet's figures at their next flush.
-      await new Promise((resolve) => setTimeout(resolve, 700));
+      // No wait here: a run-start's admission reads the fleet's figures afresh for its cap.
     }
     const caps = [...p.runs.values()].map((r) => r.query);
     assert.deepEqual(caps, ['?build=latest&maxTotalChargeUsd=1', '?build=latest&maxTotalChargeUsd=0.7', '?build=latest&maxTotalChargeUsd=0.4', '?build=latest&maxTotalChargeUsd=0.1']);
