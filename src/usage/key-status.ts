@@ -100,7 +100,31 @@ export class StoreView {
     return usageFrom([...last.rows, ...(this.#ledger?.unwritten(keyId) ?? [])], now);
   }
 
+  /**
+   * The key's rows read afresh when older than the TTL, waited for whole (the
+   * store's own deadline bounds it): what `cached` answers next. Rejects when
+   * the store does not answer.
+   */
+  async refresh(keyId: string, now: number): Promise<void> {
+    await this.#reading(keyId, now).rows;
+  }
+
   async usage(keyId: string, now: number): Promise<RouteUsage> {
+    const read = this.#reading(keyId, now);
+    const unwritten = this.#ledger?.unwritten(keyId) ?? [];
+    // The request path never waits on the store (keys and leases are in
+    // memory); nor does a key asking where it stands: while the store is
+    // down or frozen, it gets the figures last read and this gateway's own
+    // not yet written, said to be stale (docs/limits.md, "A key's own status").
+    if (!Number.isFinite(this.#freshWithinMs)) return usageFrom([...(await read.rows), ...unwritten], now);
+    const rows = await within(read.rows.catch(() => null), this.#freshWithinMs, null);
+    if (rows !== null) return usageFrom([...rows, ...unwritten], now);
+    const last = this.#last.get(keyId) ?? null;
+    return { ...usageFrom([...(last?.rows ?? []), ...unwritten], now), stale: { asOf: last === null ? null : new Date(last.at).toISOString() } };
+  }
+
+  /** The key's read under way, or done within the TTL; else a new one, started now. */
+  #reading(keyId: string, now: number): { at: number; rows: Promise<UsageRow[]> } {
     const month = usageFrom([], now).month;
     let read = this.#read.get(keyId);
     if (read === undefined || Date.now() - read.at >= this.#ttlMs) {
@@ -119,16 +143,7 @@ export class StoreView {
         () => this.#read.delete(keyId),
       );
     }
-    const unwritten = this.#ledger?.unwritten(keyId) ?? [];
-    // The request path never waits on the store (keys and leases are in
-    // memory); nor does a key asking where it stands: while the store is
-    // down or frozen, it gets the figures last read and this gateway's own
-    // not yet written, said to be stale (docs/limits.md, "A key's own status").
-    if (!Number.isFinite(this.#freshWithinMs)) return usageFrom([...(await read.rows), ...unwritten], now);
-    const rows = await within(read.rows.catch(() => null), this.#freshWithinMs, null);
-    if (rows !== null) return usageFrom([...rows, ...unwritten], now);
-    const last = this.#last.get(keyId) ?? null;
-    return { ...usageFrom([...(last?.rows ?? []), ...unwritten], now), stale: { asOf: last === null ? null : new Date(last.at).toISOString() } };
+    return read;
   }
 }
 

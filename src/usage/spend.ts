@@ -108,7 +108,7 @@ export function createSpend(o: SpendOptions): Spend {
       return u === null ? null : periodUse(u);
     };
     // A scraper run's cap is what is left of the fleet's budget: read for it (docs/limits.md, "Scraper runs").
-    o.limiter.freshFigures = (keyId, now) => view.usage(keyId, now);
+    o.limiter.freshFigures = (keyId, now) => view.refresh(keyId, now);
   }
   const status: StatusSources = {
     usage: (keyId, now) => (view === null ? o.ledger.usage(keyId, now) : view.usage(keyId, now)),

@@ -59,7 +59,9 @@ test('a scraper budget across three gateways (one with workers): each run capped
       const r = await start(gws[i % 3] as FleetGateway, key.token, 'quick-0.30');
       assert.equal(r.status, 201, `run ${i + 1}: ${JSON.stringify(r.json())}`);
       await eventually(async () => (await booked(f)).pending === 0 && (await booked(f)).requests === i + 1, 30_000, `run ${i + 1} booked`);
-      // No wait here: a run-start's admission reads the fleet's figures afresh for its cap.
+      // A run-start's admission reads the fleet's figures for its cap when what it holds is older than a
+      // flush interval (200 ms here): the next run starts after that, so its cap counts this one's cost.
+      await new Promise((resolve) => setTimeout(resolve, 700));
     }
     const caps = [...p.runs.values()].map((r) => r.query);
     assert.deepEqual(caps, ['?build=latest&maxTotalChargeUsd=1', '?build=latest&maxTotalChargeUsd=0.7', '?build=latest&maxTotalChargeUsd=0.4', '?build=latest&maxTotalChargeUsd=0.1']);
