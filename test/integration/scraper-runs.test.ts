@@ -266,3 +266,22 @@ test('a platform down for a minute: questions back off (a bounded number asked),
     await p.close();
   }
 });
+
+test('overlapping run-starts against a scraper budget: admitted while spent plus reservations is below it, each capped at what was left then, the rest refused and never forwarded', async () => {
+  const p = await startPlatform();
+  const gw = await startGateway({ scraper: p.up.url, settle: QUICK, limits: { budgets: { scraper: '1/day' } } });
+  try {
+    // Runs that never end: each stays at its reservation, the route's default of 0.10.
+    const replies = await Promise.all(Array.from({ length: 20 }, () => start(gw, 'never')));
+    const admitted = replies.filter((r) => r.status === 201).length;
+    assert.equal(admitted, 10, `statuses ${replies.map((r) => r.status).join(',')}`);
+    for (const r of replies.filter((x) => x.status !== 201)) assert.equal((r.json() as { code: string }).code, 'budget_exceeded');
+    assert.equal(p.runs.size, 10, 'refused run-starts never reached the platform');
+    const caps = [...p.runs.values()].map((r) => Number(new URLSearchParams(r.query).get('maxTotalChargeUsd'))).sort((a, b) => b - a);
+    // Each cap is what was left when it was admitted: 1, 0.9, …, 0.1 in some order.
+    assert.deepEqual(caps, [1, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]);
+  } finally {
+    await gw.close();
+    await p.close();
+  }
+});
