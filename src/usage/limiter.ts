@@ -286,7 +286,14 @@ export class Limiter {
       const spent = this.#use.cost(keyId, route, budget.period, at) + leases.reserved(keyId, kind, b);
       if (spent >= budget.amount) return periodOver('budget_exceeded', budget.amount, budget.period, at, spent, route);
       // The fleet's figure as last read, when larger than what this gateway counted itself.
-      left = budget.amount - Math.max(spent, this.#fleetCost(keyId, route, budget.period, at) + leases.reserved(keyId, kind, b));
+      const fleetSpent = Math.max(spent, this.#fleetCost(keyId, route, budget.period, at) + leases.reserved(keyId, kind, b));
+      left = budget.amount - fleetSpent;
+      // A settled route's figures were read for this admission: spent by
+      // them, it is refused, whatever this gateway's lease still holds (a
+      // run settled below its reservation gives units back to the
+      // allowance, and a lease claimed before may hold them; a run capped
+      // at nothing would still start, and some runs cost without a cap).
+      if (left <= 0 && this.#settled.has(route)) return periodOver('budget_exceeded', budget.amount, budget.period, at, fleetSpent, route);
     }
     if (quota !== null) {
       const took = leases.take(keyId, 'quota', q, quota.count, 1);

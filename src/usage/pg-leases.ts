@@ -53,6 +53,11 @@ export class PgLeaseStore implements LeaseStore {
     return this.#pool.within((sql) =>
       sql.begin(async (tx) => {
         let lost = 0;
+        // Swept first: a lease of this gateway past its expiry that nobody
+        // swept yet (the others' sweeps may have waited on this gateway's own
+        // transaction, frozen with it) is ended here too, so its holder is
+        // told either way, and writes it back below.
+        await sweep(tx);
         if (leases.length > 0) {
           // Spent beyond what was held (a budget's estimate fell short) is added to the allowance.
           await tx`
@@ -68,7 +73,6 @@ export class PgLeaseStore implements LeaseStore {
             returning (xmax = 0) as inserted`;
           lost = rows.filter((r) => r.inserted).length;
         }
-        await sweep(tx);
         const [clock] = await tx<Array<{ now: number }>>`select extract(epoch from clock_timestamp())::float8 * 1000 as now`;
         return { now: clock?.now ?? Date.now(), lost };
       }),

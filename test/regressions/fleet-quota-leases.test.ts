@@ -195,6 +195,10 @@ test('with PostgreSQL unreachable a gateway admits what its lease still holds, a
     assert.equal(statuses.filter((s) => s === 200).length, held - 1, `what the lease held, no more: ${statuses.join(',')}`);
     assert.equal(statuses.filter((s) => s === 429).length, 6);
     assert.equal(up.requests.length, held);
+  } catch (e) {
+    // What the gateway said, to read why (it never logs a secret).
+    console.log(`the gateway's output:\n${g?.output() ?? ''}`);
+    throw e;
   } finally {
     proxy.heal();
     await g?.stop().catch(() => g?.kill());

@@ -133,7 +133,10 @@ test('one gateway frozen (SIGSTOP) past the lease TTL with requests admitted, th
     frozen.delete(2);
     await held;
     // Its first renewal after the thaw finds them swept (log lines are written in batches: waited for, with a deadline).
-    await eventually(() => /leases found swept at renewal/.test(g.output()), 15_000, 'the thawed gateway to learn that its leases were swept');
+    await eventually(() => /leases found swept at renewal/.test(g.output()), 15_000, 'the thawed gateway to learn that its leases were swept').catch((e: unknown) => {
+      console.log(`the thawed gateway's output:\n${g.output()}`);
+      throw e;
+    });
   });
   assert.ok(r.forwarded <= quota, `${r.forwarded} forwarded for a quota of ${quota}`);
   console.log(`one gateway frozen 5 s (lease TTL 2 s): ${r.forwarded} forwarded for a quota of ${quota}`);

@@ -141,3 +141,33 @@ test("a first budgeted call whose cost arrives at its head lets its key's waitin
   next.done(false, 0);
   first.done(true, 12);
 });
+
+test("a settled route's run in a fleet is refused once the fleet's figures read for it say the budget is spent, whatever this gateway's lease still holds", async () => {
+  const { Leases, Clock } = await import('../../src/usage/leases.ts');
+  // A store that grants every claim whole: the lease holds more than the budget has left.
+  const store = {
+    claim: async (_g: string, _l: unknown, want: { least: number }) => ({ got: Math.max(want.least, 0.6), now: Date.now() }),
+    renew: async () => ({ now: Date.now(), lost: 0 }),
+    release: async () => undefined,
+  };
+  const leases = new Leases(store, 'g1', new Clock(), () => 3, 30);
+  const limiter = new Limiter(new Totals(), leases, new Map([['scraper', 0.1]]));
+  // The fleet's figures, as the store last said: 0.7 spent of a 1 USD budget, then all of it.
+  let fleetSpent = 0.7;
+  let reads = 0;
+  limiter.figures = () => ({ requests: () => 0, cost: () => fleetSpent });
+  limiter.freshFigures = async () => {
+    reads++;
+  };
+  const p = policy({ budgets: { scraper: '1/day' } });
+  const first = await limiter.admit('k', p, 'scraper', Date.now(), 3);
+  assert.ok(!('code' in first), 'admitted while the fleet has 0.3 left');
+  assert.ok(Math.abs((first.left ?? -1) - 0.3) < 1e-9, `capped at what the fleet has left (${first.left})`);
+  first.done(true, 0.1);
+  fleetSpent = 1;
+  const second = await limiter.admit('k', p, 'scraper', Date.now(), 3);
+  assert.ok('code' in second, 'refused: the fleet spent the budget, though this lease holds 0.5 more');
+  assert.equal(second.code, 'budget_exceeded');
+  assert.equal(second.detail?.used, 1);
+  assert.equal(reads, 2, 'the figures were read for each run');
+});
