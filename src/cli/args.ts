@@ -4,23 +4,10 @@
 import { readFileSync } from 'node:fs';
 import type { Writable } from 'node:stream';
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
-import type { Env } from '../config/load.ts';
 import type { UpstreamSpec } from '../request/routes.ts';
 import { parseDuration } from '../config/units.ts';
 
-export interface Io {
-  readonly env: Env;
-  readonly cwd: string;
-  readonly pid: number;
-  readonly stdout: Writable;
-  readonly stderr: Writable;
-  /** Where SIGTERM, SIGINT and SIGHUP arrive (the process). */
-  readonly signals: NodeJS.EventEmitter;
-}
-
-export const EXIT_OK = 0;
-export const EXIT_FAILURE = 1;
-export const EXIT_USAGE = 2;
+export { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, type Io } from '../lib/io.ts';
 
 const limitsHelp = (providers: readonly UpstreamSpec[]): string => `limits (each optional; a refused request gets 429 and is not forwarded):
   --rate N/s|N/m|N/h      requests per second, minute or hour (token bucket)

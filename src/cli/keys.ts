@@ -9,7 +9,6 @@ import { createKey, importKeys, KeyUsageError, listKeys, revokeKey, rotateKey, u
 import { openKeyStore } from '../keys/open.ts';
 import { costRoutes } from '../request/routes.ts';
 import type { KeyStore } from '../keys/store.ts';
-import type { UsageRow } from '../usage/ledger.ts';
 import { leftFor } from '../usage/left.ts';
 import { periodOf } from '../usage/policy.ts';
 import { LedgerDamaged, readUsageStore } from '../usage/open.ts';
@@ -17,6 +16,7 @@ import { applyLimits, describeLimits, LIMIT_OPTIONS, limitChanges } from './limi
 import { printable, table } from './table.ts';
 import type { UpstreamSpec } from '../request/routes.ts';
 import { durationOption, EXIT_OK, helpTexts, HelpRequested, line, parse, readText, routesOption, UsageError, type Io } from './args.ts';
+import type { UsageRow } from '../usage/store.ts';
 
 const KEYS_COMMANDS = ['create', 'list', 'revoke', 'rotate', 'update', 'import', 'export', 'help'];
 

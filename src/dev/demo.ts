@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Io } from '../cli/args.ts';
+import type { Io } from '../lib/io.ts';
 import { loadConfig } from '../config/load.ts';
 import { openKeyStore } from '../keys/open.ts';
 import { createKey } from '../keys/manage.ts';

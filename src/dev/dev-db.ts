@@ -6,7 +6,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, lstatSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import type { Io } from '../cli/args.ts';
+import type { Io } from '../lib/io.ts';
 import { freePort } from '../process/listen.ts';
 import { createDatabase, initialise, NoBinaries, pgBinaries, startServer, unreachableAncestor, type PgBinaries } from './postgres.ts';
 

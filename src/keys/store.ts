@@ -1,8 +1,8 @@
 // The key store seam (docs/keys.md): load the full set, watch for changes, apply
 // a change. The file store is one implementation; a shared store for a fleet
 // implements the same calls and the request path does not change.
-import type { UsageStore } from '../usage/ledger.ts';
 import type { KeyRecord } from './keyset.ts';
+import type { UsageStore } from '../usage/store.ts';
 
 export interface Change<T> {
   readonly records: readonly KeyRecord[];

@@ -5,12 +5,13 @@
 import type { Config } from '../config/load.ts';
 import type { Logger } from '../observe/log.ts';
 import { runCounters, type Registry } from '../observe/metrics.ts';
-import type { Ledger, UsageStore } from '../usage/ledger.ts';
+import type { Ledger } from '../usage/ledger.ts';
 import type { Limiter } from '../usage/limiter.ts';
 import type { Policy } from '../usage/policy.ts';
 import { asker, type RunTarget } from '../usage/run-ask.ts';
 import { Settler, type SettlerOptions } from '../usage/runs.ts';
 import type { Spend } from '../usage/spend.ts';
+import type { UsageStore } from '../usage/store.ts';
 
 /** Routes whose cost is settled after the fact (the provider table's `runs`): what one call reserves before a cost was learnt. */
 export function settledRoutes(config: Pick<Config, 'routes'>): ReadonlyMap<string, number> {

@@ -1,37 +1,7 @@
-// One configuration generation (docs/configuration.md): what the request
-// path reads, built once from a frozen Config and swapped whole on reload,
-// and what a reload can and cannot change.
+// What a reload can and cannot change (docs/configuration.md), and what a
+// configuration says to the process that runs it; the generation the
+// request path reads is request/runtime.ts's.
 import type { Config } from '../config/load.ts';
-import { secretForms, Secrets } from '../request/egress.ts';
-import { Forwarder } from '../request/forward.ts';
-import { routeTable, type RouteTable } from '../request/routes.ts';
-
-/** Swapped whole on reload; a request keeps the one it started under. */
-export interface Runtime {
-  readonly config: Config;
-  readonly table: RouteTable;
-  readonly forwarders: ReadonlyMap<string, Forwarder>;
-  /** Each configured route's credential and forwarder, typed for the request path; a route without its secrets has none. */
-  readonly targets: ReadonlyMap<string, Target>;
-}
-
-/** Where an admitted request goes: the credential the route injects, and its forwarder. */
-export interface Target {
-  readonly credential: readonly [name: string, value: string];
-  readonly forwarder: Forwarder;
-}
-
-export function buildRuntime(config: Config): Runtime {
-  // Every route's secrets are kept out of every response (egress.ts).
-  const secrets = new Secrets(config.egressFilter ? secretForms(config.routes).forms : []);
-  const forwarders = new Map(config.routes.map((r) => [r.name, new Forwarder(r, config, secrets)]));
-  const targets = new Map<string, Target>();
-  for (const r of config.routes) {
-    const forwarder = forwarders.get(r.name);
-    if (r.credential !== null && forwarder !== undefined) targets.set(r.name, { credential: r.credential, forwarder });
-  }
-  return { config, table: routeTable(config.routes), forwarders, targets };
-}
 
 /**
  * The options a reload cannot apply, by the name users write them: changing

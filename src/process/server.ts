@@ -19,7 +19,8 @@ import { Metrics } from '../observe/metrics.ts';
 import { createPipeline } from '../request/pipeline.ts';
 import { serveEvents } from './events.ts';
 import { startUsage, type UsageOptions } from './usage-part.ts';
-import { buildRuntime, idleReason, restartOnlyChanges, type Runtime } from './runtime.ts';
+import { buildRuntime, type Runtime } from '../request/runtime.ts';
+import { idleReason, restartOnlyChanges } from './runtime.ts';
 import type { Ledger } from '../usage/ledger.ts';
 import { Sweeper } from '../request/timers.ts';
 import { keyStatus } from '../usage/key-status.ts';
@@ -27,8 +28,8 @@ import { renderPage } from '../usage/page.ts';
 import { usagePage } from '../usage/report.ts';
 import { MemoryUsageStore } from '../usage/memory-store.ts';
 import { within } from '../lib/deadline.ts';
-import type { UsageStore } from '../usage/ledger.ts';
 import { pageThread, pageSource } from '../usage/page-thread.ts';
+import type { UsageStore } from '../usage/store.ts';
 
 /** The least time the ledger and the key store get after the last connection closed, ms. */
 const FINAL_WRITE_MS = 500;

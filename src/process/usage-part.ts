@@ -8,7 +8,7 @@ import type { Logger } from '../observe/log.ts';
 import type { Metrics } from '../observe/metrics.ts';
 import type { Admit } from '../usage/admissions.ts';
 import { StoreView, type StatusSources } from '../usage/key-status.ts';
-import { Ledger, type UsageStore } from '../usage/ledger.ts';
+import { Ledger } from '../usage/ledger.ts';
 import type { Clock, Leases } from '../usage/leases.ts';
 import { Limiter, withDone, type Admission, type LimitState, type Refused } from '../usage/limiter.ts';
 import { fleetLeases, openUsageStore, writeOnly } from '../usage/open.ts';
@@ -19,6 +19,7 @@ import type { RunTarget } from '../usage/run-ask.ts';
 import type { Settler, SettlerOptions } from '../usage/runs.ts';
 import { runSettler, settledRoutes } from './run-settler.ts';
 import { costUnits } from './runtime.ts';
+import type { UsageStore } from '../usage/store.ts';
 
 export interface UsageOptions {
   /** Where the usage ledger is kept (default: the SQLite file beside the keys file). */

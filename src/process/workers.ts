@@ -14,7 +14,7 @@
 // /readyz is ready when every worker is.
 import cluster, { type Worker } from 'node:cluster';
 import type { Readable, Writable } from 'node:stream';
-import { EXIT_FAILURE, EXIT_USAGE } from '../cli/args.ts';
+import { EXIT_FAILURE, EXIT_USAGE } from '../lib/io.ts';
 import type { Readiness } from './server.ts';
 import { remoteAdmit, remoteStatus, serveAdmissions, type Admit } from '../usage/admissions.ts';
 import type { LimitState, Limiter } from '../usage/limiter.ts';

@@ -3,7 +3,6 @@
 // Bodies are serialised once at load time, so replying costs one write.
 import { STATUS_CODES } from 'node:http';
 import type { LimitDetail } from '../usage/limiter.ts';
-import type { UpstreamReason } from './outcome.ts';
 
 export type ErrorCode =
   | 'bad_request'
@@ -125,6 +124,24 @@ export function upstreamReason(code: string | undefined): 'timeout' | 'unreachab
       return 'unreachable';
   }
 }
+
+/** The upstream did not give a whole answer. */
+export type UpstreamReason =
+  /** Refused, reset, DNS or TLS failure before the response began; `detail` is the system's code (ECONNREFUSED, CERT_HAS_EXPIRED…). */
+  | 'unreachable'
+  /** No connection, or no response head, in time; `detail` says which timer. */
+  | 'timeout'
+  /** The response began and the upstream stopped sending. */
+  | 'aborted'
+  /** The response body stalled for KEYWARD_IDLE_TIMEOUT. */
+  | 'idle'
+  | 'unexpected_101'
+  /** A status line or header Node refuses to write. */
+  | 'invalid_response'
+  /** A content coding the egress filter cannot read. */
+  | 'unscannable_encoding'
+  /** A compressed body that held an upstream secret: cut. */
+  | 'secret_in_compressed_body';
 
 /**
  * The answer to each upstream failure while nothing of the response went

@@ -3,25 +3,7 @@
 // consequence of the same failure, such as the reset after our own timeout,
 // never overwrites its cause). The log line's `error` field and the
 // `keyward_upstream_errors_total{reason}` label are both read from here.
-import type { ErrorCode } from './errors.ts';
-
-/** The upstream did not give a whole answer. */
-export type UpstreamReason =
-  /** Refused, reset, DNS or TLS failure before the response began; `detail` is the system's code (ECONNREFUSED, CERT_HAS_EXPIRED…). */
-  | 'unreachable'
-  /** No connection, or no response head, in time; `detail` says which timer. */
-  | 'timeout'
-  /** The response began and the upstream stopped sending. */
-  | 'aborted'
-  /** The response body stalled for KEYWARD_IDLE_TIMEOUT. */
-  | 'idle'
-  | 'unexpected_101'
-  /** A status line or header Node refuses to write. */
-  | 'invalid_response'
-  /** A content coding the egress filter cannot read. */
-  | 'unscannable_encoding'
-  /** A compressed body that held an upstream secret: cut. */
-  | 'secret_in_compressed_body';
+import type { ErrorCode, UpstreamReason } from './errors.ts';
 
 export type Failure =
   /** The gateway answered with a catalogue error (a refusal, or the answer to an upstream failure below). */

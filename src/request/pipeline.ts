@@ -20,7 +20,7 @@ import { neverConnected } from './outcome.ts';
 import type { AuthFailure, Metrics } from '../observe/metrics.ts';
 import { capParam, dropParams } from './query.ts';
 import { matchRoute, type Route, type RouteTable } from './routes.ts';
-import type { Runtime, Target } from '../process/runtime.ts';
+import type { Runtime, Target } from './runtime.ts';
 import type { Sweeper } from './timers.ts';
 import type { Ledger } from '../usage/ledger.ts';
 import type { Admit } from '../usage/admissions.ts';

@@ -5,9 +5,10 @@
 // never a secret: the record's id, name, scope and expiry, nothing else of it.
 import type { Principal } from '../keys/keyset.ts';
 import type { LimitState, PeriodUse } from './limiter.ts';
-import { usageFrom, type Ledger, type RouteUsage, type UsageRow, type UsageStore } from './ledger.ts';
+import { usageFrom, type Ledger, type RouteUsage } from './ledger.ts';
 import { policyFor } from './policy.ts';
 import { within } from '../lib/deadline.ts';
+import type { UsageRow, UsageStore } from './store.ts';
 
 /** Where a key's figures come from: this process's limiter and ledger, or the primary and the store (workers, a fleet). */
 export interface StatusSources {

@@ -8,42 +8,11 @@
 // What a drain could not write is kept on local disk (spool.ts) and written
 // at the next start. The period totals that quotas and budgets read are the
 // store's at start plus everything counted since.
-import type { AlertStore } from './alerts.ts';
 import type { PeriodUse } from './limiter.ts';
-import type { ReportQueries } from './report.ts';
-import type { LeaseStore } from './leases.ts';
 import { readSpool, writeSpool, type Batch, type Known, type SetAside } from './spool.ts';
 import { periodOf, type Period } from './policy.ts';
-import type { PendingRun, RunStore } from './runs.ts';
-
-export interface UsageRow {
-  readonly keyId: string;
-  readonly route: string;
-  /** UTC day, `2026-11-23`. */
-  readonly day: string;
-  requests: number;
-  s2xx: number;
-  s3xx: number;
-  s4xx: number;
-  s5xx: number;
-  /** Forwarded but no upstream status reached the client (the client left, the upstream failed). */
-  other: number;
-  /** Refused by the key's limits (429). */
-  limited: number;
-  bytesIn: number;
-  bytesOut: number;
-  cost: number;
-}
-
-/** The gateways sharing a ledger: each says it is alive and learns how many are. */
-export interface FleetView {
-  /** Mark this gateway alive; the number of live gateways, this one included. */
-  heartbeat(id: string): Promise<number>;
-  /** This gateway leaves the fleet (drain): the others take over its share at once. */
-  leave(id: string): Promise<void>;
-  /** Where quotas and budgets are leased (PostgreSQL). */
-  readonly leases?: LeaseStore;
-}
+import type { PendingRun } from './runs.ts';
+import type { UsageRow, UsageStore } from './store.ts';
 
 /** How long, and how often, a final write that failed is tried again before its counts are kept on disk, ms. */
 const STOP_RETRY_MS = 2_000;
@@ -58,40 +27,6 @@ export interface Spool {
   readonly known?: Known;
   /** At a drain: usage not written by its deadline was kept in `file`, `requests` requests of it. */
   onKept(file: string, requests: number): void;
-}
-
-/** Which batch: the gateway that counted it and its number there (1, 2, …, increasing). */
-export interface BatchId {
-  readonly gateway: string;
-  readonly seq: number;
-  /** Scraper runs started by this batch's requests: recorded as pending in the same write (runs.ts). */
-  readonly runs?: readonly PendingRun[];
-}
-
-/** Where the ledger is kept: the SQLite file beside the keys file, or PostgreSQL. */
-export interface UsageStore {
-  readonly location: string;
-  /** Set for a ledger shared by a fleet: totals are re-read at each flush and limits shared. */
-  readonly fleet?: FleetView;
-  /**
-   * Add these counts to the stored ones (additive upserts, one transaction),
-   * unless the store has applied this gateway's batch `seq` or a later one
-   * already: then nothing, so that sending a batch again never doubles it.
-   */
-  add(rows: readonly UsageRow[], batch: BatchId): Promise<void>;
-  /** The usage page's aggregates, when the store computes them itself (report.ts). */
-  readonly report?: ReportQueries;
-  /** Where alerts are recorded as fired, once per key, limit, period and threshold (alerts.ts). */
-  readonly alerts?: AlertStore;
-  /** Set when a ledger file exists but cannot be opened or read: why (usage/open.ts). Nothing is read or written then. */
-  readonly damaged?: string;
-  /** Where one machine's quotas and budgets are leased before they are admitted (the SQLite file); a fleet's are `fleet.leases`. */
-  readonly leases?: LeaseStore;
-  /** Where scraper runs wait to be settled (runs.ts); absent: their start's booking stays (memory). */
-  readonly runs?: RunStore;
-  /** Stored rows from `since` (a UTC day) on, optionally for one key or route. */
-  rows(filter: { since?: string; keyId?: string; route?: string }): Promise<UsageRow[]>;
-  close(): Promise<void>;
 }
 
 function empty(keyId: string, route: string, day: string): UsageRow {

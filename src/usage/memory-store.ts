@@ -1,7 +1,7 @@
 // A usage store that keeps nothing past the process: the fallback when the
 // ledger's file cannot be opened, and the tests' store.
 import { MemoryAlertStore } from './alerts.ts';
-import type { BatchId, UsageRow, UsageStore } from './ledger.ts';
+import type { BatchId, UsageRow, UsageStore } from './store.ts';
 
 /** A store that keeps nothing past the process (no ledger file or table configured). */
 export class MemoryUsageStore implements UsageStore {

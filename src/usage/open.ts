@@ -8,9 +8,10 @@ import type { Config } from '../config/load.ts';
 import type { KeyStore } from '../keys/store.ts';
 import type { Logger } from '../observe/log.ts';
 import { Clock, Leases } from './leases.ts';
-import type { Ledger, UsageStore } from './ledger.ts';
+import type { Ledger } from './ledger.ts';
 import { MemoryUsageStore } from './memory-store.ts';
 import { SqliteUsageStore, usagePath } from './sqlite-store.ts';
+import type { UsageStore } from './store.ts';
 
 /** The ledger file exists but cannot be read; the message says how to recover. */
 export class LedgerDamaged extends Error {

@@ -8,9 +8,8 @@ import { PgLeaseStore } from './pg-leases.ts';
 import { PgRunStore } from './pg-runs.ts';
 import type { AlertRow, AlertStore } from './alerts.ts';
 import { rowColumns } from './columns.ts';
-import type { BatchId, FleetView, UsageRow, UsageStore } from './ledger.ts';
-import type { DayTotal, KeyTotal, ReportQueries } from './report.ts';
 import type { PendingRun } from './runs.ts';
+import type { BatchId, DayTotal, FleetView, KeyTotal, ReportQueries, UsageRow, UsageStore } from './store.ts';
 
 /** A gateway not seen for this long has left the fleet. */
 const ALIVE_S = 10;

@@ -3,30 +3,8 @@
 // route over 30 days, totals per key and route for a day or a month, never
 // a scan of the ledger's whole history.
 import type { KeyRecord } from '../keys/keyset.ts';
-import type { UsageRow, UsageStore } from './ledger.ts';
 import { periodOf, policyFor } from './policy.ts';
-
-export interface DayTotal {
-  readonly day: string;
-  readonly route: string;
-  readonly requests: number;
-  readonly cost: number;
-}
-
-export interface KeyTotal {
-  readonly keyId: string;
-  readonly route: string;
-  readonly requests: number;
-  readonly cost: number;
-}
-
-/** The aggregates a store may answer itself (SQLite, PostgreSQL); else they are made from its rows. */
-export interface ReportQueries {
-  /** Per day and route from `since` (a UTC day) on, optionally for one key or route. */
-  daily(since: string, keyId: string | null, route: string | null): Promise<DayTotal[]>;
-  /** Per key and route from `since` on; only `keyIds` when given. */
-  byKey(since: string, keyIds: readonly string[] | null): Promise<KeyTotal[]>;
-}
+import type { DayTotal, KeyTotal, ReportQueries, UsageRow, UsageStore } from './store.ts';
 
 /** The same aggregates from a store's rows (the memory store's, or any store without its own). */
 function fromRows(store: Pick<UsageStore, 'rows'>): ReportQueries {

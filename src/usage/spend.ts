@@ -7,10 +7,11 @@ import type { Principal } from '../keys/keyset.ts';
 import type { Logger } from '../observe/log.ts';
 import { Alerts, MemoryAlertStore, type Alert, type AlertStore } from './alerts.ts';
 import { periodUse, StoreView, type StatusSources } from './key-status.ts';
-import type { Ledger, UsageStore } from './ledger.ts';
+import type { Ledger } from './ledger.ts';
 import type { Limiter } from './limiter.ts';
 import { policyFor, type Policy } from './policy.ts';
 import { Webhook } from './webhook.ts';
+import type { UsageStore } from './store.ts';
 
 export interface SpendOptions {
   readonly config: {

@@ -6,8 +6,8 @@
 // up on it is skipped there, not counted twice.
 import { readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
-import type { BatchId, UsageRow } from './ledger.ts';
 import type { PendingRun } from './runs.ts';
+import type { BatchId, UsageRow } from './store.ts';
 
 export interface Batch extends BatchId {
   readonly rows: readonly UsageRow[];

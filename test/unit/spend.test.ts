@@ -8,7 +8,6 @@ import { test } from 'node:test';
 import { applyLimits, describeLimits, limitChanges } from '../../src/cli/limits.ts';
 import { UsageError } from '../../src/cli/args.ts';
 import { crossed, MemoryAlertStore } from '../../src/usage/alerts.ts';
-import type { UsageRow } from '../../src/usage/ledger.ts';
 import { MemoryUsageStore } from '../../src/usage/memory-store.ts';
 import { renderPage } from '../../src/usage/page.ts';
 import { limitsProblem, policyOf } from '../../src/usage/policy.ts';
@@ -16,6 +15,7 @@ import { usagePage } from '../../src/usage/report.ts';
 import { signature, Webhook } from '../../src/usage/webhook.ts';
 import { eventually } from '../support/deadline.ts';
 import { costRoutes, UPSTREAMS } from '../../src/request/routes.ts';
+import type { UsageRow } from '../../src/usage/store.ts';
 
 const use = (requests: number, cost: Record<string, number>) => ({ requests: () => requests, cost: (_k: string, route: string) => cost[route] ?? 0 });
 const key = { id: 'key_1', name: 'k' };
