@@ -9,7 +9,7 @@ import { createKey, importKeys, KeyUsageError, listKeys, revokeKey, rotateKey, u
 import { openKeyStore } from '../keys/open.ts';
 import { costRoutes } from '../request/routes.ts';
 import type { KeyStore } from '../keys/store.ts';
-import { leftFor } from '../usage/left.ts';
+import { leftFor } from './left.ts';
 import { periodOf } from '../usage/policy.ts';
 import { LedgerDamaged, readUsageStore } from '../usage/open.ts';
 import { applyLimits, describeLimits, LIMIT_OPTIONS, limitChanges } from './limits.ts';

@@ -1,7 +1,7 @@
 // The limit flags of `keys create` and `keys update` (docs/limits.md):
 // checked before the store is opened, turned into changes of a key's limits.
 import type { ParseArgsOptionsConfig } from 'node:util';
-import type { Left } from '../usage/left.ts';
+import type { Left } from './left.ts';
 import { limitsProblem, type Limits } from '../usage/policy.ts';
 import { UsageError } from './args.ts';
 

@@ -31,7 +31,7 @@ import { ERRORS, UPSTREAM_ANSWERS, upstreamReason, type UpstreamReason } from '.
 import { exchangeOf, type Exchange, type GatewayRequest } from './exchange.ts';
 import { downstreamResponseHeaders } from './headers.ts';
 import { upstream } from './outcome.ts';
-import { readCost } from '../usage/cost.ts';
+import { readCost } from './cost.ts';
 import { RunReader } from '../usage/runs.ts';
 import { type DecodeLimits, decodersFor, relayCompressed, relayPlain } from './relay.ts';
 

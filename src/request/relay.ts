@@ -16,7 +16,7 @@ import type { Transform } from 'node:stream';
 import { BodyScan, type SecretForm, type Secrets } from './egress.ts';
 import { exchangeOf, type Exchange } from './exchange.ts';
 import { upstream } from './outcome.ts';
-import { bodyCost, type TopLevelField } from '../usage/cost.ts';
+import { bodyCost, type TopLevelField } from './cost.ts';
 import { RunReader } from '../usage/runs.ts';
 import { ZstdFrames } from './zstd-frames.ts';
 

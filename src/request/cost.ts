@@ -6,7 +6,7 @@
 // carries its own `cost`). Pure: it returns what it read; the request path
 // records it.
 import type { IncomingHttpHeaders } from 'node:http';
-import type { UpstreamSpec } from '../request/routes.ts';
+import type { UpstreamSpec } from './routes.ts';
 
 /** A reported cost as counted (0 when absent or implausible), and whether the report was unusable. */
 export interface Cost {
