@@ -2,7 +2,7 @@
 // checked before the store is opened, turned into changes of a key's limits.
 import type { ParseArgsOptionsConfig } from 'node:util';
 import type { Left } from './left.ts';
-import { limitsProblem, type Limits } from '../usage/policy.ts';
+import { limitsProblem, type Limits } from '../keys/limits.ts';
 import { UsageError } from './args.ts';
 
 export const LIMIT_OPTIONS = {

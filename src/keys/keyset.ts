@@ -1,6 +1,6 @@
 // The in-memory key set the request path reads. Built whole from a list of
 // records and swapped whole, so a lookup never sees a half-applied change.
-import type { Limits } from '../usage/policy.ts';
+import type { Limits } from './limits.ts';
 import { tokenDigestBytes } from './token.ts';
 
 /** A digest that still opens the key until `until` (the grace period of `keys rotate`). */

@@ -1,6 +1,6 @@
 // What `keyward keys …` does, over any KeyStore (docs/cli.md, keys.md).
 import { randomBytes } from 'node:crypto';
-import type { Limits } from '../usage/policy.ts';
+import type { Limits } from './limits.ts';
 import type { KeyRecord } from './keyset.ts';
 import type { KeyStore, UpdateOptions } from './store.ts';
 import { generateToken, tokenDigest } from './token.ts';

@@ -4,7 +4,7 @@
 // written whole by keyward, so a bad entry means a damaged file and the file
 // is refused whole; a table row can be written by anyone with SQL, so a bad
 // row is skipped alone and the rest of the set serves.
-import { limitsProblem } from '../usage/policy.ts';
+import { limitsProblem } from './limits.ts';
 import type { KeyRecord } from './keyset.ts';
 
 const isString = (v: unknown): v is string => typeof v === 'string';

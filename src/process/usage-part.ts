@@ -14,7 +14,8 @@ import { Limiter, withDone, type Admission, type LimitState, type Refused } from
 import { fleetLeases, openUsageStore, writeOnly } from '../usage/open.ts';
 import { createSpend, type Spend } from '../usage/spend.ts';
 import { spoolPrefix } from '../usage/spool.ts';
-import { policyFor, type Limits } from '../usage/policy.ts';
+import type { Limits } from '../keys/limits.ts';
+import { policyFor } from '../usage/policy.ts';
 import type { RunTarget } from '../usage/run-ask.ts';
 import type { Settler, SettlerOptions } from '../usage/runs.ts';
 import { runSettler, settledRoutes } from './run-settler.ts';

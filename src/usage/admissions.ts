@@ -8,7 +8,8 @@
 import type { Worker } from 'node:cluster';
 import type { Principal } from '../keys/keyset.ts';
 import type { Admission, LimitState, Limiter, Refused } from './limiter.ts';
-import { policyOf, type Limits, type Policy } from './policy.ts';
+import type { Limits } from '../keys/limits.ts';
+import { policyOf, type Policy } from './policy.ts';
 
 /** Admission for one request of a key with limits: at once, or after the primary answered. */
 export type Admit = (principal: Principal, policy: Policy, route: string, now: number) => Admission | Refused | Promise<Admission | Refused>;

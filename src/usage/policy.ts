@@ -1,27 +1,8 @@
-// A key's limits (docs/limits.md): as stored on the key record, as written
-// on the command line, and parsed once into the numbers admission reads.
-// Pure.
+// A key's limits (docs/limits.md) parsed once into the numbers admission
+// reads, and the calendar periods quotas and budgets count in. Pure.
+import { perPeriod, RATE, SECONDS, type Limits, type Period } from '../keys/limits.ts';
 
-/** Limits as stored on a key record (keys file, PostgreSQL): readable strings, parsed when the key set is built. */
-export interface Limits {
-  /** `N/s`, `N/m` or `N/h`: a token bucket refilled at that rate. */
-  readonly rate?: string;
-  /** Bucket size; default the rate's N. */
-  readonly burst?: number;
-  /** Requests of the key in flight at once. */
-  readonly concurrency?: number;
-  /** `N/day` or `N/month`: requests forwarded per UTC calendar period. */
-  readonly quota?: string;
-  /** Route → `AMOUNT/day` or `AMOUNT/month`, in the cost unit the route's upstream reports. */
-  readonly budgets?: Readonly<Record<string, string>>;
-  /**
-   * Percentages of a quota or budget at which an alert fires (`--alert-at`,
-   * docs/limits.md "Alerts"); absent: 80 and 100; empty: none.
-   */
-  readonly alerts?: readonly number[];
-}
-
-export type Period = 'day' | 'month';
+export type { Period } from '../keys/limits.ts';
 
 export interface Policy {
   readonly rate: { readonly count: number; readonly seconds: number; readonly burst: number } | null;
@@ -34,45 +15,6 @@ export interface Policy {
 
 /** The thresholds of a key with a quota or budget whose record names none. */
 const DEFAULT_ALERTS: readonly number[] = [80, 100];
-
-const RATE = /^([1-9]\d{0,8})\/(s|m|h)$/;
-const PER_PERIOD = /^(\d{1,12}(?:\.\d{1,6})?)\/(day|month)$/;
-const SECONDS: Readonly<Record<string, number>> = { s: 1, m: 60, h: 3_600 };
-
-const FIELDS = new Set(['rate', 'burst', 'concurrency', 'quota', 'budgets', 'alerts']);
-
-/**
- * What is wrong with `limits` as stored, as a message tail (`.limits.rate
- * must be …`), or null. A field it does not know (`Quota`, `concurency`) or a
- * budget on a route that reports no cost (`SEO`, `scraper`) is a problem,
- * not something to skip: a typo in SQL must never silently lift a limit.
- * `costRoutes`: the routes whose upstream reports a cost (routes.ts).
- */
-export function limitsProblem(limits: unknown, costRoutes: readonly string[]): string | null {
-  if (limits === undefined || limits === null) return null;
-  if (typeof limits !== 'object' || Array.isArray(limits)) return '.limits must be an object';
-  const l = limits as Record<string, unknown>;
-  const unknown = Object.keys(l).find((k) => !FIELDS.has(k));
-  if (unknown !== undefined) return `.limits.${unknown} is not a limit (rate, burst, concurrency, quota, budgets, alerts)`;
-  if (l.rate !== undefined && !(typeof l.rate === 'string' && RATE.test(l.rate))) return '.limits.rate must be N/s, N/m or N/h';
-  if (l.burst !== undefined && !(Number.isInteger(l.burst) && (l.burst as number) > 0)) return '.limits.burst must be a whole number above 0';
-  if (l.concurrency !== undefined && !(Number.isInteger(l.concurrency) && (l.concurrency as number) > 0)) return '.limits.concurrency must be a whole number above 0';
-  if (l.quota !== undefined && !(typeof l.quota === 'string' && PER_PERIOD.test(l.quota) && Number.isInteger(Number(l.quota.split('/')[0])))) return '.limits.quota must be N/day or N/month';
-  if (l.alerts !== undefined && !(Array.isArray(l.alerts) && l.alerts.length <= 10 && l.alerts.every((a) => Number.isInteger(a) && (a as number) >= 1 && (a as number) <= 100))) return '.limits.alerts must be a list of up to 10 whole percentages from 1 to 100';
-  if (l.budgets !== undefined) {
-    if (typeof l.budgets !== 'object' || l.budgets === null || Array.isArray(l.budgets)) return '.limits.budgets must be an object of route → AMOUNT/day|month';
-    for (const [route, v] of Object.entries(l.budgets)) {
-      if (!costRoutes.includes(route)) return `.limits.budgets.${route}: budgets apply to routes that report a cost (${costRoutes.join(', ')})`;
-      if (!(typeof v === 'string' && PER_PERIOD.test(v))) return '.limits.budgets values must be AMOUNT/day or AMOUNT/month';
-    }
-  }
-  return null;
-}
-
-const perPeriod = (text: string): { n: number; period: Period } => {
-  const m = PER_PERIOD.exec(text) as RegExpExecArray;
-  return { n: Number(m[1]), period: m[2] as Period };
-};
 
 /** The numbers admission reads, from limits that passed `limitsProblem`; null when the key has none. */
 export function policyOf(limits: Limits | undefined | null): Policy | null {

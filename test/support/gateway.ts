@@ -12,7 +12,7 @@ import { createKey } from '../../src/keys/manage.ts';
 import { createLogger } from '../../src/observe/log.ts';
 import { providerEnv, UPSTREAMS, type UpstreamSpec } from '../../src/request/routes.ts';
 import { createGateway, type GatewayOptions as GatewayCreateOptions, type Gateway } from '../../src/process/server.ts';
-import type { Limits } from '../../src/usage/policy.ts';
+import type { Limits } from '../../src/keys/limits.ts';
 import type { UsageStore } from '../../src/usage/store.ts';
 
 export interface Secrets {

@@ -3,7 +3,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Limiter, type Admission, type PeriodUse, type Refused } from '../../src/usage/limiter.ts';
-import { policyOf, type Limits } from '../../src/usage/policy.ts';
+import type { Limits } from '../../src/keys/limits.ts';
+import { policyOf } from '../../src/usage/policy.ts';
 
 /** Period totals as a ledger would keep them, counted by hand. */
 class Totals implements PeriodUse {
