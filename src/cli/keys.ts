@@ -10,13 +10,13 @@ import { openKeyStore } from '../keys/open.ts';
 import { costRoutes } from '../request/routes.ts';
 import type { KeyStore } from '../keys/store.ts';
 import { leftFor } from './left.ts';
-import { periodOf } from '../usage/policy.ts';
-import { LedgerDamaged, readUsageStore } from '../usage/open.ts';
+import { periodOf } from '../limits/policy.ts';
+import { LedgerDamaged, readUsageStore } from '../ledger/open.ts';
 import { applyLimits, describeLimits, LIMIT_OPTIONS, limitChanges } from './limits.ts';
 import { printable, table } from './table.ts';
 import type { UpstreamSpec } from '../request/routes.ts';
 import { durationOption, EXIT_OK, helpTexts, HelpRequested, line, parse, readText, routesOption, UsageError, type Io } from './args.ts';
-import type { UsageRow } from '../usage/store.ts';
+import type { UsageRow } from '../ledger/store.ts';
 
 const KEYS_COMMANDS = ['create', 'list', 'revoke', 'rotate', 'update', 'import', 'export', 'help'];
 

@@ -1,8 +1,8 @@
 // What is left of a key's quota and budgets this period (`keys list`,
 // docs/limits.md), from the ledger's stored rows.
 import type { KeyRecord } from '../keys/keyset.ts';
-import { periodOf, policyFor } from '../usage/policy.ts';
-import type { UsageRow } from '../usage/store.ts';
+import { periodOf, policyFor } from '../limits/policy.ts';
+import type { UsageRow } from '../ledger/store.ts';
 
 export interface Left {
   readonly quota?: number;

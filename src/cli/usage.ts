@@ -4,11 +4,11 @@ import { effectiveEnv, keysFilePath, storeConfig } from '../config/load.ts';
 import { openKeyStore } from '../keys/open.ts';
 import type { UpstreamSpec } from '../request/routes.ts';
 import { parseDuration } from '../config/units.ts';
-import { readUsageStore } from '../usage/open.ts';
-import { usagePath } from '../usage/sqlite-store.ts';
+import { readUsageStore } from '../ledger/open.ts';
+import { usagePath } from '../ledger/sqlite-store.ts';
 import { csv, table } from './table.ts';
 import { EXIT_OK, helpTexts, line, parse, readText, UsageError, type Io } from './args.ts';
-import type { UsageRow } from '../usage/store.ts';
+import type { UsageRow } from '../ledger/store.ts';
 
 const DAY_MS = 86_400_000;
 

@@ -1,7 +1,7 @@
 // A key's limits as stored on its record (docs/limits.md): readable
 // strings, written on the command line or in SQL, and the one check of
 // them that both stores run. Parsed into the numbers admission reads by
-// usage/policy.ts. Pure.
+// limits/policy.ts. Pure.
 
 export type Period = 'day' | 'month';
 

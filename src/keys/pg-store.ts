@@ -8,7 +8,7 @@
 import postgres from 'postgres';
 import type { KeyRecord } from './keyset.ts';
 import { allRows, CHANNEL, instant, isoInstant, MIGRATION_LOCK, MIGRATIONS, msOf, notice, toRecord, UNPLACEABLE, WRITE_LOCK } from './pg-schema.ts';
-import { PgUsageStore } from '../usage/pg-usage.ts';
+import { PgUsageStore } from '../ledger/pg-usage.ts';
 import { reconnectDelayMs, watchTable } from './pg-watch.ts';
 import { validRecords } from './record.ts';
 import type { Change, KeyStore, UpdateOptions } from './store.ts';

@@ -2,7 +2,7 @@
 // a change. The file store is one implementation; a shared store for a fleet
 // implements the same calls and the request path does not change.
 import type { KeyRecord } from './keyset.ts';
-import type { UsageStore } from '../usage/store.ts';
+import type { UsageStore } from '../ledger/store.ts';
 
 export interface Change<T> {
   readonly records: readonly KeyRecord[];

@@ -289,7 +289,7 @@ export type { Registry };
 /** An empty registry (the primary of workers keeps its own series in one). */
 export const newRegistry = (): Registry => new Registry();
 
-/** `keyward_limit_alerts_total`, in the registry of the process that fires alerts (usage/spend.ts); no per-key labels. */
+/** `keyward_limit_alerts_total`, in the registry of the process that fires alerts (alerts/spend.ts); no per-key labels. */
 export function alertCounter(registry: Registry): { inc(labels: { kind: string; threshold: string }): void } {
   return new Counter({ name: 'keyward_limit_alerts_total', help: 'Limit alerts fired, by limit kind and threshold (percent)', labelNames: ['kind', 'threshold'], registers: [registry] });
 }

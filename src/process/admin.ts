@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { listenOn } from './listen.ts';
 import type { Logger } from '../observe/log.ts';
 import type { Readiness } from './server.ts';
-import { PageBusy } from '../usage/page-thread.ts';
+import { PageBusy } from '../views/page-thread.ts';
 
 /** The usage page's policy (docs/limits.md): no script, styles of its own, forms only to itself. */
 export const USAGE_PAGE_CSP = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'";
@@ -14,7 +14,7 @@ export interface AdminSources {
   readiness(): Readiness | Promise<Readiness>;
   metrics(): Promise<string>;
   readonly metricsContentType: string;
-  /** The usage page for these query parameters (usage/page.ts); absent: 404. */
+  /** The usage page for these query parameters (views/page.ts); absent: 404. */
   usage?(params: URLSearchParams): Promise<string>;
 }
 

@@ -1,17 +1,17 @@
-// The settler of scraper runs (usage/runs.ts) put together for the process
+// The settler of scraper runs (ledger/runs.ts) put together for the process
 // that decides limits: a gateway alone, the primary of workers, each gateway
 // of a fleet. A settled run moves the ledger's period totals, teaches the
 // limiter what a run costs, and may cross an alert threshold.
 import type { Config } from '../config/load.ts';
 import type { Logger } from '../observe/log.ts';
 import { runCounters, type Registry } from '../observe/metrics.ts';
-import type { Ledger } from '../usage/ledger.ts';
-import type { Limiter } from '../usage/limiter.ts';
-import type { Policy } from '../usage/policy.ts';
-import { asker, type RunTarget } from '../usage/run-ask.ts';
-import { Settler, type SettlerOptions } from '../usage/runs.ts';
-import type { Spend } from '../usage/spend.ts';
-import type { UsageStore } from '../usage/store.ts';
+import type { Ledger } from '../ledger/ledger.ts';
+import type { Limiter } from '../limits/limiter.ts';
+import type { Policy } from '../limits/policy.ts';
+import { asker, type RunTarget } from '../ledger/run-ask.ts';
+import { Settler, type SettlerOptions } from '../ledger/runs.ts';
+import type { Spend } from '../alerts/spend.ts';
+import type { UsageStore } from '../ledger/store.ts';
 
 /** Routes whose cost is settled after the fact (the provider table's `runs`): what one call reserves before a cost was learnt. */
 export function settledRoutes(config: Pick<Config, 'routes'>): ReadonlyMap<string, number> {

@@ -21,15 +21,15 @@ import { serveEvents } from './events.ts';
 import { startUsage, type UsageOptions } from './usage-part.ts';
 import { buildRuntime, type Runtime } from '../request/runtime.ts';
 import { idleReason, restartOnlyChanges } from './runtime.ts';
-import type { Ledger } from '../usage/ledger.ts';
+import type { Ledger } from '../ledger/ledger.ts';
 import { Sweeper } from '../request/timers.ts';
-import { keyStatus } from '../usage/key-status.ts';
-import { renderPage } from '../usage/page.ts';
-import { usagePage } from '../usage/report.ts';
-import { MemoryUsageStore } from '../usage/memory-store.ts';
+import { keyStatus } from '../views/key-status.ts';
+import { renderPage } from '../views/page.ts';
+import { usagePage } from '../views/report.ts';
+import { MemoryUsageStore } from '../ledger/memory-store.ts';
 import { within } from '../lib/deadline.ts';
-import { pageThread, pageSource } from '../usage/page-thread.ts';
-import type { UsageStore } from '../usage/store.ts';
+import { pageThread, pageSource } from '../views/page-thread.ts';
+import type { UsageStore } from '../ledger/store.ts';
 
 /** The least time the ledger and the key store get after the last connection closed, ms. */
 const FINAL_WRITE_MS = 500;

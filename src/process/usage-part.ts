@@ -6,26 +6,26 @@ import type { Principal } from '../keys/keyset.ts';
 import type { KeyStore } from '../keys/store.ts';
 import type { Logger } from '../observe/log.ts';
 import type { Metrics } from '../observe/metrics.ts';
-import type { Admit } from '../usage/admissions.ts';
-import { StoreView, type StatusSources } from '../usage/key-status.ts';
-import { Ledger } from '../usage/ledger.ts';
-import type { Clock, Leases } from '../usage/leases.ts';
-import { Limiter, withDone, type Admission, type LimitState, type Refused } from '../usage/limiter.ts';
-import { fleetLeases, openUsageStore, writeOnly } from '../usage/open.ts';
-import { createSpend, type Spend } from '../usage/spend.ts';
-import { spoolPrefix } from '../usage/spool.ts';
+import type { Admit } from '../limits/admissions.ts';
+import { StoreView, type StatusSources } from '../views/key-status.ts';
+import { Ledger } from '../ledger/ledger.ts';
+import type { Clock, Leases } from '../limits/leases.ts';
+import { Limiter, withDone, type Admission, type LimitState, type Refused } from '../limits/limiter.ts';
+import { fleetLeases, openUsageStore, writeOnly } from '../ledger/open.ts';
+import { createSpend, type Spend } from '../alerts/spend.ts';
+import { spoolPrefix } from '../ledger/spool.ts';
 import type { Limits } from '../keys/limits.ts';
-import { policyFor } from '../usage/policy.ts';
-import type { RunTarget } from '../usage/run-ask.ts';
-import type { Settler, SettlerOptions } from '../usage/runs.ts';
+import { policyFor } from '../limits/policy.ts';
+import type { RunTarget } from '../ledger/run-ask.ts';
+import type { Settler, SettlerOptions } from '../ledger/runs.ts';
 import { runSettler, settledRoutes } from './run-settler.ts';
 import { costUnits } from './runtime.ts';
-import type { UsageStore } from '../usage/store.ts';
+import type { UsageStore } from '../ledger/store.ts';
 
 export interface UsageOptions {
   /** Where the usage ledger is kept (default: the SQLite file beside the keys file). */
   readonly usageStore?: UsageStore;
-  /** A worker's admission, decided by its primary (usage/admissions.ts); default: in this process. */
+  /** A worker's admission, decided by its primary (limits/admissions.ts); default: in this process. */
   readonly admit?: Admit;
   /** The clock a fleet corrects by the database's. */
   readonly clock?: Clock;

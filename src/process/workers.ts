@@ -16,10 +16,10 @@ import cluster, { type Worker } from 'node:cluster';
 import type { Readable, Writable } from 'node:stream';
 import { EXIT_FAILURE, EXIT_USAGE } from '../lib/io.ts';
 import type { Readiness } from './server.ts';
-import { remoteAdmit, remoteStatus, serveAdmissions, type Admit } from '../usage/admissions.ts';
-import type { LimitState, Limiter } from '../usage/limiter.ts';
+import { remoteAdmit, remoteStatus, serveAdmissions, type Admit } from '../limits/admissions.ts';
+import type { LimitState, Limiter } from '../limits/limiter.ts';
 import type { Principal } from '../keys/keyset.ts';
-import type { Policy } from '../usage/policy.ts';
+import type { Policy } from '../limits/policy.ts';
 
 /** In a worker: admission for keys with limits, asked of the primary. */
 export function primaryAdmit(): Admit {
@@ -37,7 +37,7 @@ export function primaryStatus(): (principal: Principal) => Promise<readonly Limi
   );
 }
 
-/** In the primary: decide admissions for every worker, and answer where a key's limits stand (usage/admissions.ts). */
+/** In the primary: decide admissions for every worker, and answer where a key's limits stand (limits/admissions.ts). */
 export function decideForWorkers(
   limiter: Limiter,
   share: () => number,

@@ -5,7 +5,7 @@ import { redactTokens } from '../keys/token.ts';
 import { requestLogger, type Logger } from '../observe/log.ts';
 import type { Metrics } from '../observe/metrics.ts';
 import { failureLabel, neverConnected } from './outcome.ts';
-import type { Ledger } from '../usage/ledger.ts';
+import type { Ledger } from '../ledger/ledger.ts';
 import { dropParams } from './query.ts';
 
 export type Complete = (ex: Exchange, status: number | null, aborted: boolean) => void;

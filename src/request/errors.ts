@@ -2,7 +2,7 @@
 // one row here: a stable `code` (the contract, docs/responses.md) plus a fixed message.
 // Bodies are serialised once at load time, so replying costs one write.
 import { STATUS_CODES } from 'node:http';
-import type { LimitDetail } from '../usage/limiter.ts';
+import type { LimitDetail } from '../limits/limiter.ts';
 
 export type ErrorCode =
   | 'bad_request'

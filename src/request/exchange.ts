@@ -7,7 +7,7 @@ import type { SecretForm } from './egress.ts';
 import type { Principal } from '../keys/keyset.ts';
 import type { AuthFailure } from '../observe/metrics.ts';
 import type { Failure } from './outcome.ts';
-import type { Admission } from '../usage/limiter.ts';
+import type { Admission } from '../limits/limiter.ts';
 import type { Route } from './routes.ts';
 
 export class Exchange {
@@ -59,9 +59,9 @@ export class Exchange {
   costBad = false;
   /** A scraper run-start request: the upstream path prefix its run is asked about under (`/v2`); null otherwise. */
   runPath: string | null = null;
-  /** A synchronous scraper run: booked at its reservation, never settled (usage/runs.ts). */
+  /** A synchronous scraper run: booked at its reservation, never settled (ledger/runs.ts). */
   syncRun = false;
-  /** The run its response started, once its body ended (usage/runs.ts). */
+  /** The run its response started, once its body ended (ledger/runs.ts). */
   run: { readonly id: string } | null = null;
   /** Upstream secrets found (and masked) in this response, for the log line and metrics. */
   masked: readonly SecretForm[] | null = null;

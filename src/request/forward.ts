@@ -32,7 +32,7 @@ import { exchangeOf, type Exchange, type GatewayRequest } from './exchange.ts';
 import { downstreamResponseHeaders } from './headers.ts';
 import { upstream } from './outcome.ts';
 import { readCost } from './cost.ts';
-import { RunReader } from '../usage/runs.ts';
+import { RunReader } from '../ledger/runs.ts';
 import { type DecodeLimits, decodersFor, relayCompressed, relayPlain } from './relay.ts';
 
 import { answer } from './reply.ts';

@@ -22,11 +22,11 @@ import { capParam, dropParams } from './query.ts';
 import { matchRoute, type Route, type RouteTable } from './routes.ts';
 import type { Runtime, Target } from './runtime.ts';
 import type { Sweeper } from './timers.ts';
-import type { Ledger } from '../usage/ledger.ts';
-import type { Admit } from '../usage/admissions.ts';
-import type { Admission, LimitCode, Refused } from '../usage/limiter.ts';
-import { policyFor } from '../usage/policy.ts';
-import { isSyncRun, runStartPrefix } from '../usage/runs.ts';
+import type { Ledger } from '../ledger/ledger.ts';
+import type { Admit } from '../limits/admissions.ts';
+import type { Admission, LimitCode, Refused } from '../limits/limiter.ts';
+import { policyFor } from '../limits/policy.ts';
+import { isSyncRun, runStartPrefix } from '../ledger/runs.ts';
 
 const LIMIT_ERRORS: Readonly<Record<LimitCode, GatewayError>> = {
   rate_limited: ERRORS.rateLimited,
@@ -50,7 +50,7 @@ export interface PipelineDeps {
   /** Admission against a key's limits: in this process, or asked of the primary (workers). */
   readonly admit: Admit;
   readonly ledger: Ledger;
-  /** GET /keyward/key's body for this key (usage/key-status.ts): at once, or once the primary or the store answered. */
+  /** GET /keyward/key's body for this key (views/key-status.ts): at once, or once the primary or the store answered. */
   keyStatus(principal: Principal, now: number): unknown;
 }
 

@@ -17,7 +17,7 @@ import { BodyScan, type SecretForm, type Secrets } from './egress.ts';
 import { exchangeOf, type Exchange } from './exchange.ts';
 import { upstream } from './outcome.ts';
 import { bodyCost, type TopLevelField } from './cost.ts';
-import { RunReader } from '../usage/runs.ts';
+import { RunReader } from '../ledger/runs.ts';
 import { ZstdFrames } from './zstd-frames.ts';
 
 /** What a response found holding a secret does next; called once per response. */

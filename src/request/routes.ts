@@ -63,7 +63,7 @@ export interface UpstreamSpec {
     readonly max: number;
     /**
      * The cost comes after the fact: a run-start response is a run object,
-     * whose cost the gateway asks for once the run ended (usage/runs.ts);
+     * whose cost the gateway asks for once the run ended (ledger/runs.ts);
      * `reserve` is what a run reserves of a budget before one was learnt.
      */
     readonly runs?: { readonly reserve: number };

@@ -9,7 +9,7 @@ import { eventually } from '../support/deadline.ts';
 import { startGateway } from '../support/gateway.ts';
 import { startUpstream } from '../support/upstream.ts';
 import { createKey, revokeKey } from '../../src/keys/manage.ts';
-import { SqliteUsageStore, usagePath } from '../../src/usage/sqlite-store.ts';
+import { SqliteUsageStore, usagePath } from '../../src/ledger/sqlite-store.ts';
 
 const auth = (token: string): Record<string, string> => ({ authorization: `Bearer ${token}` });
 

@@ -10,8 +10,8 @@ import { deadline, eventually } from '../support/deadline.ts';
 import { startGateway } from '../support/gateway.ts';
 import { parseProm } from '../support/prom.ts';
 import { startUpstream } from '../support/upstream.ts';
-import { MemoryUsageStore } from '../../src/usage/memory-store.ts';
-import type { UsageRow } from '../../src/usage/store.ts';
+import { MemoryUsageStore } from '../../src/ledger/memory-store.ts';
+import type { UsageRow } from '../../src/ledger/store.ts';
 
 const auth = (token: string): Record<string, string> => ({ authorization: `Bearer ${token}` });
 

@@ -93,7 +93,7 @@ test('keyward usage --until, --by month and the TOTAL rows (cost added up per un
   try {
     const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json') };
     const { id } = JSON.parse((await runCli(['keys', 'create', '--name', 'finance', '--json'], env)).stdout) as { id: string };
-    const { SqliteUsageStore, usagePath } = await import('../../src/usage/sqlite-store.ts');
+    const { SqliteUsageStore, usagePath } = await import('../../src/ledger/sqlite-store.ts');
     const store = new SqliteUsageStore(usagePath(env.KEYWARD_KEYS_FILE));
     const row = (route: string, day: string, requests: number, cost: number) => ({ keyId: id, route, day, requests, s2xx: requests, s3xx: 0, s4xx: 0, s5xx: 0, other: 0, limited: 0, bytesIn: 0, bytesOut: 10 * requests, cost });
     await store.add([row('seo', '2026-10-30', 2, 0.5), row('seo', '2026-10-31', 3, 0.25), row('seo', '2026-11-01', 4, 1), row('speech', '2026-11-02', 5, 300)], { gateway: 'seed', seq: 1 });
@@ -140,7 +140,7 @@ test("names a terminal would act on are printed escaped: keys list, usage, revok
     const { serialiseKeysFile, parseKeysFile } = await import('../../src/keys/file-store.ts');
     const records = parseKeysFile(readFileSync(env.KEYWARD_KEYS_FILE, 'utf8'), ['seo', 'speech']);
     writeFileSync(env.KEYWARD_KEYS_FILE, serialiseKeysFile(records.map((r) => ({ ...r, name: evil }))));
-    const { SqliteUsageStore, usagePath } = await import('../../src/usage/sqlite-store.ts');
+    const { SqliteUsageStore, usagePath } = await import('../../src/ledger/sqlite-store.ts');
     const store = new SqliteUsageStore(usagePath(env.KEYWARD_KEYS_FILE));
     await store.add([{ keyId: id, route: 'seo', day: '2026-10-30', requests: 1, s2xx: 1, s3xx: 0, s4xx: 0, s5xx: 0, other: 0, limited: 0, bytesIn: 0, bytesOut: 1, cost: 0 }], { gateway: 'seed', seq: 1 });
     await store.close();

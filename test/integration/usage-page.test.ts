@@ -14,8 +14,8 @@ import { startUpstream } from '../support/upstream.ts';
 import { startAdmin } from '../../src/process/admin.ts';
 import { createKey } from '../../src/keys/manage.ts';
 import { createLogger } from '../../src/observe/log.ts';
-import { SqliteUsageStore, usagePath } from '../../src/usage/sqlite-store.ts';
-import type { UsageRow } from '../../src/usage/store.ts';
+import { SqliteUsageStore, usagePath } from '../../src/ledger/sqlite-store.ts';
+import type { UsageRow } from '../../src/ledger/store.ts';
 
 const CHROMIUM = process.env.KEYWARD_TEST_CHROMIUM ?? '/usr/bin/chromium';
 const ARTIFACTS = join(import.meta.dirname, '..', '..', 'test-artifacts');

@@ -19,7 +19,7 @@ import { deadline, eventually } from '../support/deadline.ts';
 import { startGateway } from '../support/gateway.ts';
 import { startReceiver } from '../support/receiver.ts';
 import { startUpstream } from '../support/upstream.ts';
-import { SqliteUsageStore } from '../../src/usage/sqlite-store.ts';
+import { SqliteUsageStore } from '../../src/ledger/sqlite-store.ts';
 
 test('alerts crossed while another process holds the ledger write lock fire once the lock is gone', { timeout: 60_000 }, async () => {
   const dir = mkdtempSync(join(tmpdir(), 'keyward-alert-locked-'));

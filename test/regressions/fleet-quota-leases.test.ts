@@ -16,7 +16,7 @@ import { createKey } from '../../src/keys/manage.ts';
 import { PgKeyStore } from '../../src/keys/pg-store.ts';
 import { createLogger } from '../../src/observe/log.ts';
 import { createGateway, type Gateway } from '../../src/process/server.ts';
-import { Clock } from '../../src/usage/leases.ts';
+import { Clock } from '../../src/limits/leases.ts';
 import { runCli } from '../support/cli.ts';
 import { request } from '../support/client.ts';
 import { eventually } from '../support/deadline.ts';

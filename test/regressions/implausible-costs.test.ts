@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import { request } from '../support/client.ts';
 import { startGateway } from '../support/gateway.ts';
 import { startUpstream } from '../support/upstream.ts';
-import { MemoryUsageStore } from '../../src/usage/memory-store.ts';
+import { MemoryUsageStore } from '../../src/ledger/memory-store.ts';
 
 test('hexadecimal, exponent, infinite and implausible costs count as none; the ledger stays finite and a budget is not locked', async () => {
   const speechCosts = ['0x10', '1e308', 'Infinity', '2000000', ' 12 '];

@@ -8,8 +8,8 @@ import { test } from 'node:test';
 import { request } from '../support/client.ts';
 import { startGateway } from '../support/gateway.ts';
 import { startUpstream } from '../support/upstream.ts';
-import { MemoryUsageStore } from '../../src/usage/memory-store.ts';
-import type { UsageRow } from '../../src/usage/store.ts';
+import { MemoryUsageStore } from '../../src/ledger/memory-store.ts';
+import type { UsageRow } from '../../src/ledger/store.ts';
 
 const auth = (token: string): Record<string, string> => ({ authorization: `Bearer ${token}` });
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));

@@ -13,7 +13,7 @@ import { request } from '../support/client.ts';
 import { deadline, eventually } from '../support/deadline.ts';
 import { startGateway } from '../support/gateway.ts';
 import { startUpstream } from '../support/upstream.ts';
-import { SqliteUsageStore } from '../../src/usage/sqlite-store.ts';
+import { SqliteUsageStore } from '../../src/ledger/sqlite-store.ts';
 
 const HOLD_MS = 3_000;
 

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import { request } from '../support/client.ts';
 import { startGateway } from '../support/gateway.ts';
 import { startUpstream } from '../support/upstream.ts';
-import { MemoryUsageStore } from '../../src/usage/memory-store.ts';
+import { MemoryUsageStore } from '../../src/ledger/memory-store.ts';
 
 test('a body that does not decode in its declared coding is a 502, logged and counted as such', async () => {
   const up = await startUpstream((req, res) => {

@@ -11,8 +11,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { DatabaseSync } from 'node:sqlite';
-import { Ledger } from '../../src/usage/ledger.ts';
-import { SqliteUsageStore } from '../../src/usage/sqlite-store.ts';
+import { Ledger } from '../../src/ledger/ledger.ts';
+import { SqliteUsageStore } from '../../src/ledger/sqlite-store.ts';
 
 test("a final ledger write that meets another writer's lock waits for it, and keeps nothing on disk", async () => {
   const dir = mkdtempSync(join(tmpdir(), 'keyward-drain-lock-'));

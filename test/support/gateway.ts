@@ -13,7 +13,7 @@ import { createLogger } from '../../src/observe/log.ts';
 import { providerEnv, UPSTREAMS, type UpstreamSpec } from '../../src/request/routes.ts';
 import { createGateway, type GatewayOptions as GatewayCreateOptions, type Gateway } from '../../src/process/server.ts';
 import type { Limits } from '../../src/keys/limits.ts';
-import type { UsageStore } from '../../src/usage/store.ts';
+import type { UsageStore } from '../../src/ledger/store.ts';
 
 export interface Secrets {
   readonly scraperToken: string;
@@ -60,7 +60,7 @@ export interface GatewayOptions {
   readonly keyName?: string;
   /** A folder to keep the keys file and ledger in, kept at close (a restart in the same place); default: a new one, removed at close. */
   readonly dir?: string;
-  /** The scraper settler's pace (usage/runs.ts). */
+  /** The scraper settler's pace (ledger/runs.ts). */
   readonly settle?: GatewayCreateOptions['settle'];
 }
 

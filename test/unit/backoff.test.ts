@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
 import { backoff } from '../../src/lib/backoff.ts';
-import { RETRY } from '../../src/usage/webhook.ts';
+import { RETRY } from '../../src/alerts/webhook.ts';
 
 test('waits double from the first, within the jitter, and never pass the cap, jitter included', () => {
   assert.equal(backoff(1, { firstMs: 250, maxMs: 30_000 }), 250);

@@ -62,7 +62,7 @@ test('every error code the gateway answers with is documented, and the documente
 });
 
 test("every keyward_ metric is in docs/operations.md's list, and the list names no other", async () => {
-  // The gateway's series, and the alerts' and runs' counters of the process that decides limits (metrics.ts, fired by usage/spend.ts and the run settler).
+  // The gateway's series, and the alerts' and runs' counters of the process that decides limits (metrics.ts, fired by alerts/spend.ts and the run settler).
   const alerts = newRegistry();
   alertCounter(alerts).inc({ kind: 'quota', threshold: '80' });
   runCounters(alerts);

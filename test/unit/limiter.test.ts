@@ -2,9 +2,9 @@
 // the budget's estimate, and the numbers a refusal reports.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { Limiter, type Admission, type PeriodUse, type Refused } from '../../src/usage/limiter.ts';
+import { Limiter, type Admission, type PeriodUse, type Refused } from '../../src/limits/limiter.ts';
 import type { Limits } from '../../src/keys/limits.ts';
-import { policyOf } from '../../src/usage/policy.ts';
+import { policyOf } from '../../src/limits/policy.ts';
 
 /** Period totals as a ledger would keep them, counted by hand. */
 class Totals implements PeriodUse {
@@ -116,7 +116,7 @@ test("a key's first budgeted call on a route holds up only that key's calls, and
 });
 
 test('a first budgeted call that never ends holds its key\'s next calls for PROBE_MS at most', { timeout: 10_000 }, async () => {
-  const { PROBE_MS } = await import('../../src/usage/limiter.ts');
+  const { PROBE_MS } = await import('../../src/limits/limiter.ts');
   const limiter = new Limiter(new Totals());
   const p = policy({ budgets: { speech: '100/day' } });
   const stream = admitted(limiter.admit('carol', p, 'speech', Date.now()));
@@ -144,7 +144,7 @@ test("a first budgeted call whose cost arrives at its head lets its key's waitin
 });
 
 test("a settled route's run in a fleet is refused once the fleet's figures read for it say the budget is spent, whatever this gateway's lease still holds", async () => {
-  const { Leases, Clock } = await import('../../src/usage/leases.ts');
+  const { Leases, Clock } = await import('../../src/limits/leases.ts');
   // A store that grants every claim whole: the lease holds more than the budget has left.
   const store = {
     claim: async (_g: string, _l: unknown, want: { least: number }) => ({ got: Math.max(want.least, 0.6), now: Date.now() }),

@@ -1,4 +1,4 @@
-// The usage page's thread (src/usage/page-thread.ts): it opens the keys
+// The usage page's thread (src/views/page-thread.ts): it opens the keys
 // file and the SQLite ledger itself and answers with the page; requests for
 // the same view share one render, and more than PAGE_QUEUE different views
 // waiting are turned away, never queued without bound.
@@ -9,8 +9,8 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { FileKeyStore } from '../../src/keys/file-store.ts';
 import { createKey } from '../../src/keys/manage.ts';
-import { PAGE_QUEUE, PageBusy, pageThread } from '../../src/usage/page-thread.ts';
-import { SqliteUsageStore, usagePath } from '../../src/usage/sqlite-store.ts';
+import { PAGE_QUEUE, PageBusy, pageThread } from '../../src/views/page-thread.ts';
+import { SqliteUsageStore, usagePath } from '../../src/ledger/sqlite-store.ts';
 
 test('the page thread renders from the stores it opens; the same view shares a render; more different views than the queue holds are turned away', { timeout: 60_000 }, async () => {
   const dir = mkdtempSync(join(tmpdir(), 'keyward-page-thread-'));

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
 import { capParam, usd } from '../../src/request/query.ts';
-import { isSyncRun, leadingId, RunReader, runOf, runStartPrefix, Settler, type DueRun, type PendingRun, type RunAnswer, type RunStore } from '../../src/usage/runs.ts';
+import { isSyncRun, leadingId, RunReader, runOf, runStartPrefix, Settler, type DueRun, type PendingRun, type RunAnswer, type RunStore } from '../../src/ledger/runs.ts';
 
 test('run-starts and synchronous runs by path, under any prefix; nothing else', () => {
   assert.equal(runStartPrefix('POST', '/v2/acts/apify~web-scraper/runs'), '/v2');
@@ -186,7 +186,7 @@ test('a spooled batch carries its runs; one whose run breaks the rules is set as
   const { mkdtempSync, readFileSync, rmSync, writeFileSync } = await import('node:fs');
   const { tmpdir } = await import('node:os');
   const { join } = await import('node:path');
-  const { readSpool } = await import('../../src/usage/spool.ts');
+  const { readSpool } = await import('../../src/ledger/spool.ts');
   const dir = mkdtempSync(join(tmpdir(), 'keyward-spool-runs-'));
   try {
     const prefix = join(dir, 'keys.json.usage-unwritten');

@@ -12,13 +12,13 @@ import { UsageError } from '../../src/cli/args.ts';
 import { PgKeyStore } from '../../src/keys/pg-store.ts';
 import { toRecord, type Row } from '../../src/keys/pg-schema.ts';
 import { recordProblem } from '../../src/keys/record.ts';
-import { Ledger } from '../../src/usage/ledger.ts';
-import { MemoryUsageStore } from '../../src/usage/memory-store.ts';
-import { spoolPrefix } from '../../src/usage/spool.ts';
-import { SqliteUsageStore } from '../../src/usage/sqlite-store.ts';
+import { Ledger } from '../../src/ledger/ledger.ts';
+import { MemoryUsageStore } from '../../src/ledger/memory-store.ts';
+import { spoolPrefix } from '../../src/ledger/spool.ts';
+import { SqliteUsageStore } from '../../src/ledger/sqlite-store.ts';
 import { startDatabase } from '../support/postgres.ts';
 import { costRoutes, UPSTREAMS } from '../../src/request/routes.ts';
-import type { BatchId, UsageRow } from '../../src/usage/store.ts';
+import type { BatchId, UsageRow } from '../../src/ledger/store.ts';
 
 const total = (rows: readonly UsageRow[]): number => rows.reduce((n, r) => n + r.requests, 0);
 const row = (keyId: string, requests: number): UsageRow => ({ keyId, route: 'seo', day: '2026-11-24', requests, s2xx: requests, s3xx: 0, s4xx: 0, s5xx: 0, other: 0, limited: 0, bytesIn: 0, bytesOut: 0, cost: 0 });

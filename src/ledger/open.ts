@@ -4,10 +4,9 @@
 // memory, said loudly.
 import { existsSync, statSync } from 'node:fs';
 import { DatabaseSync } from 'node:sqlite';
-import type { Config } from '../config/load.ts';
 import type { KeyStore } from '../keys/store.ts';
 import type { Logger } from '../observe/log.ts';
-import { Clock, Leases } from './leases.ts';
+import { Clock, Leases } from '../limits/leases.ts';
 import type { Ledger } from './ledger.ts';
 import { MemoryUsageStore } from './memory-store.ts';
 import { SqliteUsageStore, usagePath } from './sqlite-store.ts';
@@ -22,7 +21,7 @@ export class LedgerDamaged extends Error {
   }
 }
 
-export function openUsageStore(config: Pick<Config, 'keysFile'>, store: KeyStore, logger: Logger): UsageStore {
+export function openUsageStore(config: { readonly keysFile: string }, store: KeyStore, logger: Logger): UsageStore {
   const shared = store.usage?.();
   if (shared !== undefined) return shared;
   const path = usagePath(config.keysFile);
@@ -111,7 +110,7 @@ export function countOnly(store: UsageStore): UsageStore {
  * renewed at every flush, and the ledger counting days by the fleet's clock.
  * Null for a store of one machine.
  */
-export async function fleetLeases(store: UsageStore, ledger: Ledger, config: Pick<Config, 'leaseTtlMs' | 'usageFlushMs'>, clock = new Clock(), logger?: Logger): Promise<Leases | null> {
+export async function fleetLeases(store: UsageStore, ledger: Ledger, config: { readonly leaseTtlMs: number; readonly usageFlushMs: number }, clock = new Clock(), logger?: Logger): Promise<Leases | null> {
   // A fleet's leases in PostgreSQL; one machine's in its SQLite file (none when counting in memory).
   const leaseStore = store.fleet?.leases ?? store.leases;
   if (leaseStore === undefined) return null;

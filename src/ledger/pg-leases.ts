@@ -8,7 +8,7 @@
 // database's clock decides when a lease expires, and its now() is returned
 // so that gateways read periods from one clock.
 import type postgres from 'postgres';
-import type { LeaseStore, LeaseUse } from './leases.ts';
+import type { LeaseStore, LeaseUse } from '../limits/leases.ts';
 
 /** The key store's pool with deadlines (pg-store.ts). */
 export interface LeasePool {

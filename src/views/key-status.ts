@@ -4,11 +4,11 @@
 // requests and cost by route today and this month. Only the key that asked,
 // never a secret: the record's id, name, scope and expiry, nothing else of it.
 import type { Principal } from '../keys/keyset.ts';
-import type { LimitState, PeriodUse } from './limiter.ts';
-import { usageFrom, type Ledger, type RouteUsage } from './ledger.ts';
-import { policyFor } from './policy.ts';
+import type { LimitState, PeriodUse } from '../limits/limiter.ts';
+import { usageFrom, type Ledger, type RouteUsage } from '../ledger/ledger.ts';
+import { policyFor } from '../limits/policy.ts';
 import { within } from '../lib/deadline.ts';
-import type { UsageRow, UsageStore } from './store.ts';
+import type { UsageRow, UsageStore } from '../ledger/store.ts';
 
 /** Where a key's figures come from: this process's limiter and ledger, or the primary and the store (workers, a fleet). */
 export interface StatusSources {

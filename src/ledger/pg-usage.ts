@@ -6,10 +6,9 @@
 import type postgres from 'postgres';
 import { PgLeaseStore } from './pg-leases.ts';
 import { PgRunStore } from './pg-runs.ts';
-import type { AlertRow, AlertStore } from './alerts.ts';
 import { rowColumns } from './columns.ts';
 import type { PendingRun } from './runs.ts';
-import type { BatchId, DayTotal, FleetView, KeyTotal, ReportQueries, UsageRow, UsageStore } from './store.ts';
+import type { AlertRow, AlertStore, BatchId, DayTotal, FleetView, KeyTotal, ReportQueries, UsageRow, UsageStore } from './store.ts';
 
 /** A gateway not seen for this long has left the fleet. */
 const ALIVE_S = 10;

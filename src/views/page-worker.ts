@@ -6,12 +6,12 @@ import { existsSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
 import type { KeyRecord } from '../keys/keyset.ts';
 import { openKeyStore } from '../keys/open.ts';
-import { MemoryUsageStore } from './memory-store.ts';
+import { MemoryUsageStore } from '../ledger/memory-store.ts';
 import { renderPage } from './page.ts';
 import type { PageSource } from './page-thread.ts';
 import { usagePage } from './report.ts';
-import { SqliteUsageStore, usagePath } from './sqlite-store.ts';
-import type { UsageStore } from './store.ts';
+import { SqliteUsageStore, usagePath } from '../ledger/sqlite-store.ts';
+import type { UsageStore } from '../ledger/store.ts';
 
 const source = workerData as PageSource;
 const keys = openKeyStore({ databaseUrl: source.databaseUrl, databaseTimeoutMs: source.databaseTimeoutMs, keysFile: source.keysFile, costRoutes: source.costRoutes });

@@ -3,8 +3,8 @@
 // route over 30 days, totals per key and route for a day or a month, never
 // a scan of the ledger's whole history.
 import type { KeyRecord } from '../keys/keyset.ts';
-import { periodOf, policyFor } from './policy.ts';
-import type { DayTotal, KeyTotal, ReportQueries, UsageRow, UsageStore } from './store.ts';
+import { periodOf, policyFor } from '../limits/policy.ts';
+import type { DayTotal, KeyTotal, ReportQueries, UsageRow, UsageStore } from '../ledger/store.ts';
 
 /** The same aggregates from a store's rows (the memory store's, or any store without its own). */
 function fromRows(store: Pick<UsageStore, 'rows'>): ReportQueries {

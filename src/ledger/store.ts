@@ -3,8 +3,7 @@
 // it, and what a store offers (SQLite beside the keys file, PostgreSQL for a
 // fleet, memory). Types only: the ledger (ledger.ts), the stores and the
 // usage page (report.ts) each import these, and none of them another.
-import type { AlertStore } from './alerts.ts';
-import type { LeaseStore } from './leases.ts';
+import type { LeaseStore } from '../limits/leases.ts';
 import type { PendingRun, RunStore } from './runs.ts';
 
 export interface UsageRow {
@@ -59,7 +58,7 @@ export interface UsageStore {
   readonly report?: ReportQueries;
   /** Where alerts are recorded as fired, once per key, limit, period and threshold (alerts.ts). */
   readonly alerts?: AlertStore;
-  /** Set when a ledger file exists but cannot be opened or read: why (usage/open.ts). Nothing is read or written then. */
+  /** Set when a ledger file exists but cannot be opened or read: why (ledger/open.ts). Nothing is read or written then. */
   readonly damaged?: string;
   /** Where one machine's quotas and budgets are leased before they are admitted (the SQLite file); a fleet's are `fleet.leases`. */
   readonly leases?: LeaseStore;
@@ -90,4 +89,27 @@ export interface ReportQueries {
   daily(since: string, keyId: string | null, route: string | null): Promise<DayTotal[]>;
   /** Per key and route from `since` on; only `keyIds` when given. */
   byKey(since: string, keyIds: readonly string[] | null): Promise<KeyTotal[]>;
+}
+
+/** One firing as recorded in the store; `id` is unique per key, limit, period and threshold. */
+export interface AlertRow {
+  readonly id: string;
+  readonly keyId: string;
+  /** The webhook's body, sent again as it is. */
+  readonly body: string;
+  /** When it fired, ms since the epoch. */
+  readonly at: number;
+}
+
+/** Where firings are recorded (the ledger's store: SQLite, PostgreSQL, or memory). */
+export interface AlertStore {
+  /** Record `alert` unless its id is recorded already: true when this call recorded it (and so fires it). */
+  claimAlert(alert: AlertRow): Promise<boolean>;
+  /** The webhook took it. */
+  alertDelivered(id: string): Promise<void>;
+  /**
+   * Firings not yet delivered, fired since `since`, that no other process is
+   * sending: each is marked as sent by `by` for `forMs`.
+   */
+  undeliveredAlerts(by: string, since: number, forMs: number): Promise<AlertRow[]>;
 }

@@ -1,7 +1,6 @@
 // A usage store that keeps nothing past the process: the fallback when the
 // ledger's file cannot be opened, and the tests' store.
-import { MemoryAlertStore } from './alerts.ts';
-import type { BatchId, UsageRow, UsageStore } from './store.ts';
+import type { AlertRow, AlertStore, BatchId, UsageRow, UsageStore } from './store.ts';
 
 /** A store that keeps nothing past the process (no ledger file or table configured). */
 export class MemoryUsageStore implements UsageStore {
@@ -24,5 +23,33 @@ export class MemoryUsageStore implements UsageStore {
 
   close(): Promise<void> {
     return Promise.resolve();
+  }
+}
+
+/** Firings recorded in memory (a ledger that could not be opened): once per process. */
+export class MemoryAlertStore implements AlertStore {
+  readonly #rows = new Map<string, AlertRow & { delivered: boolean; until: number }>();
+
+  claimAlert(alert: AlertRow): Promise<boolean> {
+    if (this.#rows.has(alert.id)) return Promise.resolve(false);
+    this.#rows.set(alert.id, { ...alert, delivered: false, until: 0 });
+    return Promise.resolve(true);
+  }
+
+  alertDelivered(id: string): Promise<void> {
+    const row = this.#rows.get(id);
+    if (row !== undefined) row.delivered = true;
+    return Promise.resolve();
+  }
+
+  undeliveredAlerts(_by: string, since: number, forMs: number): Promise<AlertRow[]> {
+    const now = Date.now();
+    const out: AlertRow[] = [];
+    for (const r of this.#rows.values()) {
+      if (r.delivered || r.at < since || r.until > now) continue;
+      r.until = now + forMs;
+      out.push({ id: r.id, keyId: r.keyId, body: r.body, at: r.at });
+    }
+    return Promise.resolve(out);
   }
 }

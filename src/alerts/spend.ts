@@ -5,13 +5,14 @@
 import { alertCounter, type Registry } from '../observe/metrics.ts';
 import type { Principal } from '../keys/keyset.ts';
 import type { Logger } from '../observe/log.ts';
-import { Alerts, MemoryAlertStore, type Alert, type AlertStore } from './alerts.ts';
-import { periodUse, StoreView, type StatusSources } from './key-status.ts';
-import type { Ledger } from './ledger.ts';
-import type { Limiter } from './limiter.ts';
-import { policyFor, type Policy } from './policy.ts';
+import { Alerts, type Alert } from './alerts.ts';
+import { MemoryAlertStore } from '../ledger/memory-store.ts';
+import { periodUse, StoreView, type StatusSources } from '../views/key-status.ts';
+import type { Ledger } from '../ledger/ledger.ts';
+import type { Limiter } from '../limits/limiter.ts';
+import { policyFor, type Policy } from '../limits/policy.ts';
 import { Webhook } from './webhook.ts';
-import type { UsageStore } from './store.ts';
+import type { AlertStore, UsageStore } from '../ledger/store.ts';
 
 export interface SpendOptions {
   readonly config: {

@@ -8,9 +8,9 @@
 // What a drain could not write is kept on local disk (spool.ts) and written
 // at the next start. The period totals that quotas and budgets read are the
 // store's at start plus everything counted since.
-import type { PeriodUse } from './limiter.ts';
+import type { PeriodUse } from '../limits/limiter.ts';
 import { readSpool, writeSpool, type Batch, type Known, type SetAside } from './spool.ts';
-import { periodOf, type Period } from './policy.ts';
+import { periodOf, type Period } from '../limits/policy.ts';
 import type { PendingRun } from './runs.ts';
 import type { UsageRow, UsageStore } from './store.ts';
 

@@ -5,13 +5,12 @@
 import { chmodSync, closeSync, existsSync, openSync } from 'node:fs';
 import { DatabaseSync } from 'node:sqlite';
 import { Worker } from 'node:worker_threads';
-import type { AlertRow, AlertStore } from './alerts.ts';
 import { rowColumns } from './columns.ts';
-import type { LeaseStore } from './leases.ts';
+import type { LeaseStore } from '../limits/leases.ts';
 import { LEASE_SCHEMA, SqliteLeaseStore } from './sqlite-leases.ts';
 import type { RunStore } from './runs.ts';
 import { RUN_INSERT, RUN_SCHEMA, SqliteRunStore } from './sqlite-runs.ts';
-import type { BatchId, DayTotal, KeyTotal, ReportQueries, UsageRow, UsageStore } from './store.ts';
+import type { AlertRow, AlertStore, BatchId, DayTotal, KeyTotal, ReportQueries, UsageRow, UsageStore } from './store.ts';
 
 const SCHEMA = `
   create table if not exists usage (

@@ -7,7 +7,7 @@
 // from the limit): a kill -9 can waste the unused part of a chunk and never
 // grant a unit again. With workers, the primary holds the leases for all.
 import type { DatabaseSync } from 'node:sqlite';
-import type { LeaseStore, LeaseUse } from './leases.ts';
+import type { LeaseStore, LeaseUse } from '../limits/leases.ts';
 
 export const LEASE_SCHEMA = `
   create table if not exists allowances (

@@ -4,31 +4,9 @@
 // whose insert made the row fires it. So a restart, a second gateway or
 // usage hovering at the line never fires it again. Checks run after a key's
 // counts changed, off the request path: a request never waits for one.
-import type { PeriodUse } from './limiter.ts';
-import { periodOf, type Period, type Policy } from './policy.ts';
-
-/** One firing as recorded in the store; `id` is unique per key, limit, period and threshold. */
-export interface AlertRow {
-  readonly id: string;
-  readonly keyId: string;
-  /** The webhook's body, sent again as it is. */
-  readonly body: string;
-  /** When it fired, ms since the epoch. */
-  readonly at: number;
-}
-
-/** Where firings are recorded (the ledger's store: SQLite, PostgreSQL, or memory). */
-export interface AlertStore {
-  /** Record `alert` unless its id is recorded already: true when this call recorded it (and so fires it). */
-  claimAlert(alert: AlertRow): Promise<boolean>;
-  /** The webhook took it. */
-  alertDelivered(id: string): Promise<void>;
-  /**
-   * Firings not yet delivered, fired since `since`, that no other process is
-   * sending: each is marked as sent by `by` for `forMs`.
-   */
-  undeliveredAlerts(by: string, since: number, forMs: number): Promise<AlertRow[]>;
-}
+import type { PeriodUse } from '../limits/limiter.ts';
+import { periodOf, type Period, type Policy } from '../limits/policy.ts';
+import type { AlertStore } from '../ledger/store.ts';
 
 export interface Alert {
   readonly id: string;
@@ -196,33 +174,5 @@ export class Alerts {
     }
     this.#failures = failed ? this.#failures + 1 : 0;
     this.#schedule(failed ? Math.max(this.#everyMs, Math.min(RETRY_MAX_MS, RETRY_MS * 2 ** (this.#failures - 1))) : this.#everyMs);
-  }
-}
-
-/** Firings recorded in memory (a ledger that could not be opened): once per process. */
-export class MemoryAlertStore implements AlertStore {
-  readonly #rows = new Map<string, AlertRow & { delivered: boolean; until: number }>();
-
-  claimAlert(alert: AlertRow): Promise<boolean> {
-    if (this.#rows.has(alert.id)) return Promise.resolve(false);
-    this.#rows.set(alert.id, { ...alert, delivered: false, until: 0 });
-    return Promise.resolve(true);
-  }
-
-  alertDelivered(id: string): Promise<void> {
-    const row = this.#rows.get(id);
-    if (row !== undefined) row.delivered = true;
-    return Promise.resolve();
-  }
-
-  undeliveredAlerts(_by: string, since: number, forMs: number): Promise<AlertRow[]> {
-    const now = Date.now();
-    const out: AlertRow[] = [];
-    for (const r of this.#rows.values()) {
-      if (r.delivered || r.at < since || r.until > now) continue;
-      r.until = now + forMs;
-      out.push({ id: r.id, keyId: r.keyId, body: r.body, at: r.at });
-    }
-    return Promise.resolve(out);
   }
 }
