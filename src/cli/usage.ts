@@ -101,7 +101,7 @@ export async function usageCommand(args: string[], io: Io, providers: readonly U
     }
     const filter = { since, ...(keyId === undefined ? {} : { keyId }), ...(route === undefined ? {} : { route }) };
     const ledger = readUsageStore(keysFile, keys);
-    line(io.stderr, `keyward: usage ledger ${ledger === null ? usagePath(keysFile) : keys.usage === undefined ? ledger.location : `in ${ledger.location}`}`);
+    line(io.stderr, `keyward: usage ledger ${ledger === null ? usagePath(keysFile) : keys.database === undefined ? ledger.location : `in ${ledger.location}`}`);
     if (ledger !== null) {
       try {
         rows = await ledger.rows(filter);

@@ -8,10 +8,9 @@
 import postgres from 'postgres';
 import type { KeyRecord } from './keyset.ts';
 import { allRows, CHANNEL, instant, isoInstant, MIGRATION_LOCK, MIGRATIONS, msOf, notice, toRecord, UNPLACEABLE, WRITE_LOCK } from './pg-schema.ts';
-import { PgUsageStore } from '../ledger/pg-usage.ts';
 import { reconnectDelayMs, watchTable } from './pg-watch.ts';
 import { validRecords } from './record.ts';
-import type { Change, KeyStore, UpdateOptions } from './store.ts';
+import type { Change, Database, KeyStore, UpdateOptions } from './store.ts';
 
 
 /** Where the keys are, for messages: host, port and database, never the password. */
@@ -52,6 +51,8 @@ class DatabaseTimeout extends Error {
 export class PgKeyStore implements KeyStore {
   readonly location: string;
   readonly shared = true;
+  /** The usage ledger is kept in the same database, through this pool (ledger/open.ts). */
+  readonly database: Database = this;
   get title(): string {
     return `keys in ${this.location}`;
   }
@@ -205,10 +206,6 @@ export class PgKeyStore implements KeyStore {
     const rows = await this.within((sql) => sql<Array<{ id: string; last_used: number }>>`select id, ${sql.unsafe(instant('last_used'))} as last_used from keyward_keys where last_used is not null`, this.timeoutMs * FULL_READ_FACTOR);
     // A time JavaScript cannot place (written by SQL) is left out rather than failing the whole list.
     return new Map(rows.map((r) => [r.id, isoInstant(msOf(r.last_used))] as const).filter(([, t]) => t !== UNPLACEABLE));
-  }
-
-  usage(): PgUsageStore {
-    return new PgUsageStore(this, this.location);
   }
 
   async close(): Promise<void> {

@@ -2,7 +2,7 @@
 // a change. The file store is one implementation; a shared store for a fleet
 // implements the same calls and the request path does not change.
 import type { KeyRecord } from './keyset.ts';
-import type { UsageStore } from '../ledger/store.ts';
+import type postgres from 'postgres';
 
 export interface Change<T> {
   readonly records: readonly KeyRecord[];
@@ -12,6 +12,12 @@ export interface Change<T> {
 export interface UpdateOptions {
   /** Replace a store that cannot be read (a corrupt keys file) instead of refusing to write over it. */
   readonly force?: boolean;
+}
+
+/** A database pool with a deadline on every query, and the schema's migrations: what the ledger kept beside the keys uses. */
+export interface Database {
+  within<T>(work: (sql: postgres.Sql) => Promise<T>): Promise<T>;
+  migrate(): Promise<unknown>;
 }
 
 export interface KeyStore {
@@ -39,8 +45,8 @@ export interface KeyStore {
   ): () => void;
   /** A store shared by a fleet (PostgreSQL): a gateway may start before it is reachable. */
   readonly shared?: boolean;
-  /** The usage ledger kept beside these keys, when the store keeps one (PostgreSQL). */
-  usage?(): UsageStore;
+  /** The database these keys are kept in, when they are (PostgreSQL): the usage ledger is kept beside them (ledger/open.ts). */
+  readonly database?: Database;
   /** Release connections (the CLI's exit). */
   close?(): Promise<void>;
   /** Apply `change` to the current set under the store's lock and persist the result. */

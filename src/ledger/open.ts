@@ -9,6 +9,7 @@ import type { Logger } from '../observe/log.ts';
 import { Clock, Leases } from '../limits/leases.ts';
 import type { Ledger } from './ledger.ts';
 import { MemoryUsageStore } from './memory-store.ts';
+import { PgUsageStore } from './pg-usage.ts';
 import { SqliteUsageStore, usagePath } from './sqlite-store.ts';
 import type { UsageStore } from './store.ts';
 
@@ -21,8 +22,13 @@ export class LedgerDamaged extends Error {
   }
 }
 
+/** The ledger kept in the key store's own database (PostgreSQL), or undefined: the key store keeps none. */
+export function sharedUsageStore(store: KeyStore): PgUsageStore | undefined {
+  return store.database === undefined ? undefined : new PgUsageStore(store.database, store.location);
+}
+
 export function openUsageStore(config: { readonly keysFile: string }, store: KeyStore, logger: Logger): UsageStore {
-  const shared = store.usage?.();
+  const shared = sharedUsageStore(store);
   if (shared !== undefined) return shared;
   const path = usagePath(config.keysFile);
   const problem = damage(path);
@@ -72,7 +78,7 @@ function damagedLedger(path: string, problem: string): UsageStore {
  * one; null when nothing was ever counted. The caller closes it.
  */
 export function readUsageStore(keysFile: string, store: KeyStore): UsageStore | null {
-  const shared = store.usage?.();
+  const shared = sharedUsageStore(store);
   if (shared !== undefined) return shared;
   const path = usagePath(keysFile);
   const problem = damage(path);

@@ -3,7 +3,7 @@
 // gateway so that each knows how many share the keys' rates and
 // concurrency. Every query goes through the key store's pool and deadline
 // (pg-store.ts): an unreachable database fails a flush, never hangs it.
-import type postgres from 'postgres';
+import type { Database } from '../keys/store.ts';
 import { PgLeaseStore } from './pg-leases.ts';
 import { PgRunStore } from './pg-runs.ts';
 import { rowColumns } from './columns.ts';
@@ -16,10 +16,7 @@ const ALIVE_S = 10;
 const SKEW_S = 1;
 
 /** The key store's side this ledger uses: its pool with deadlines, and its migrations. */
-export interface Pool {
-  within<T>(work: (sql: postgres.Sql) => Promise<T>): Promise<T>;
-  migrate(): Promise<unknown>;
-}
+export type Pool = Database;
 
 export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQueries {
   readonly location: string;

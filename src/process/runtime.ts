@@ -1,7 +1,29 @@
-// What a reload can and cannot change (docs/configuration.md), and what a
-// configuration says to the process that runs it; the generation the
-// request path reads is request/runtime.ts's.
+// One configuration generation (docs/configuration.md): what the request
+// path reads (request/runtime.ts), built once from a frozen Config and
+// swapped whole on reload, and what a reload can and cannot change.
 import type { Config } from '../config/load.ts';
+import { secretForms, Secrets } from '../request/egress.ts';
+import { Forwarder } from '../request/forward.ts';
+import { routeTable } from '../request/routes.ts';
+import type { Generation, Target } from '../request/runtime.ts';
+
+/** Swapped whole on reload; a request keeps the one it started under. */
+export interface Runtime extends Generation {
+  readonly config: Config;
+  readonly forwarders: ReadonlyMap<string, Forwarder>;
+}
+
+export function buildRuntime(config: Config): Runtime {
+  // Every route's secrets are kept out of every response (egress.ts).
+  const secrets = new Secrets(config.egressFilter ? secretForms(config.routes).forms : []);
+  const forwarders = new Map(config.routes.map((r) => [r.name, new Forwarder(r, config, secrets)]));
+  const targets = new Map<string, Target>();
+  for (const r of config.routes) {
+    const forwarder = forwarders.get(r.name);
+    if (r.credential !== null && forwarder !== undefined) targets.set(r.name, { credential: r.credential, forwarder });
+  }
+  return { config, table: routeTable(config.routes), forwarders, targets };
+}
 
 /**
  * The options a reload cannot apply, by the name users write them: changing

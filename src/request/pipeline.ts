@@ -20,7 +20,7 @@ import { neverConnected } from './outcome.ts';
 import type { AuthFailure, Metrics } from '../observe/metrics.ts';
 import { capParam, dropParams } from './query.ts';
 import { matchRoute, type Route, type RouteTable } from './routes.ts';
-import type { Runtime, Target } from './runtime.ts';
+import type { Generation, Target } from './runtime.ts';
 import type { Sweeper } from './timers.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import type { Admit } from '../limits/admissions.ts';
@@ -37,7 +37,7 @@ const LIMIT_ERRORS: Readonly<Record<LimitCode, GatewayError>> = {
 const LIMIT_METRIC = { rate_limited: 'rate', concurrency_limited: 'concurrency', quota_exceeded: 'quota', budget_exceeded: 'budget' } as const;
 
 export interface PipelineDeps {
-  runtime(): Runtime;
+  runtime(): Generation;
   /** The key set, or null while none could be loaded yet (503 keystore_unavailable). */
   keys(): KeySet | null;
   draining(): boolean;

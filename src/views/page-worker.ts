@@ -6,6 +6,7 @@ import { existsSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
 import type { KeyRecord } from '../keys/keyset.ts';
 import { openKeyStore } from '../keys/open.ts';
+import { sharedUsageStore } from '../ledger/open.ts';
 import { MemoryUsageStore } from '../ledger/memory-store.ts';
 import { renderPage } from './page.ts';
 import type { PageSource } from './page-thread.ts';
@@ -15,7 +16,7 @@ import type { UsageStore } from '../ledger/store.ts';
 
 const source = workerData as PageSource;
 const keys = openKeyStore({ databaseUrl: source.databaseUrl, databaseTimeoutMs: source.databaseTimeoutMs, keysFile: source.keysFile, costRoutes: source.costRoutes });
-let usage: UsageStore | null = keys.usage?.() ?? null;
+let usage: UsageStore | null = sharedUsageStore(keys) ?? null;
 /** The ledger: the key store's own (PostgreSQL), else the SQLite file beside the keys file once it exists. */
 const ledger = (): UsageStore => {
   if (usage === null && existsSync(usagePath(source.keysFile))) usage = new SqliteUsageStore(usagePath(source.keysFile));

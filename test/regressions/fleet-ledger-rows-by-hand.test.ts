@@ -7,6 +7,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { PgKeyStore } from '../../src/keys/pg-store.ts';
+import { sharedUsageStore } from '../../src/ledger/open.ts';
+import type { PgUsageStore } from '../../src/ledger/pg-usage.ts';
 import { recordProblem } from '../../src/keys/record.ts';
 import { startDatabase } from '../support/postgres.ts';
 import { costRoutes, UPSTREAMS } from '../../src/request/routes.ts';
@@ -31,7 +33,7 @@ test('heartbeat rows dated ahead of the database clock are not counted as live g
   const db = await startDatabase();
   const store = new PgKeyStore(db.url, costRoutes(UPSTREAMS));
   try {
-    const usage = store.usage();
+    const usage = sharedUsageStore(store) as PgUsageStore;
     assert.equal(await usage.heartbeat('g1'), 1);
     assert.equal(await usage.heartbeat('g2'), 2);
     await db.admin`insert into keyward_gateways (id, seen) select 'fake-' || i, now() + interval '1 hour' from generate_series(1, 1000) i`;

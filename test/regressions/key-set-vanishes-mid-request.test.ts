@@ -24,7 +24,7 @@ import { createLogger } from '../../src/observe/log.ts';
 import { Metrics } from '../../src/observe/metrics.ts';
 import { createPipeline } from '../../src/request/pipeline.ts';
 import { ERRORS } from '../../src/request/errors.ts';
-import { buildRuntime } from '../../src/request/runtime.ts';
+import { buildRuntime } from '../../src/process/runtime.ts';
 import { Sweeper } from '../../src/request/timers.ts';
 import { Ledger } from '../../src/ledger/ledger.ts';
 import { MemoryUsageStore } from '../../src/ledger/memory-store.ts';

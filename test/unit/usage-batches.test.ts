@@ -10,6 +10,8 @@ import { test } from 'node:test';
 import { sinceDay } from '../../src/cli/usage.ts';
 import { UsageError } from '../../src/cli/args.ts';
 import { PgKeyStore } from '../../src/keys/pg-store.ts';
+import { sharedUsageStore } from '../../src/ledger/open.ts';
+import type { PgUsageStore } from '../../src/ledger/pg-usage.ts';
 import { toRecord, type Row } from '../../src/keys/pg-schema.ts';
 import { recordProblem } from '../../src/keys/record.ts';
 import { Ledger } from '../../src/ledger/ledger.ts';
@@ -119,7 +121,7 @@ test('PostgreSQL and SQLite apply a batch once: again, or an older one after a n
   const dir = mkdtempSync(join(tmpdir(), 'keyward-batches-'));
   const pg = new PgKeyStore(db.url, costRoutes(UPSTREAMS));
   try {
-    for (const store of [pg.usage(), new SqliteUsageStore(join(dir, 'u.sqlite'))]) {
+    for (const store of [sharedUsageStore(pg) as PgUsageStore, new SqliteUsageStore(join(dir, 'u.sqlite'))]) {
       await store.add([row('key_a', 2)], { gateway: 'g1', seq: 1 });
       await store.add([row('key_a', 2)], { gateway: 'g1', seq: 1 });
       await store.add([row('key_a', 5)], { gateway: 'g1', seq: 3 });
