@@ -161,9 +161,9 @@ export class Limiter {
     // estimate of 0). Other keys never wait for it, and nobody waits longer
     // than PROBE_MS: a stream that keeps moving has no end to wait for.
     // A run on a settled route in a fleet is capped at what is left of the
-    // fleet's budget: read fresh for it (at most one flush interval old,
-    // bounded by the store's deadline), as a lease claim would be. Runs are
-    // started seconds apart; no other request waits for this.
+    // fleet's budget: read for it by a query that starts with it (bounded by
+    // the store's deadline), as a lease claim would be. Runs are started
+    // seconds apart; no other request waits for this.
     if (this.freshFigures !== null && this.#leases !== null && this.#settled.has(route) && policy.budgets.has(route)) {
       return this.freshFigures(keyId, now).then(
         () => this.#decide(keyId, policy, route, Date.now(), share),
@@ -220,7 +220,7 @@ export class Limiter {
    */
   figures: ((keyId: string, now: number) => PeriodUse | null) | null = null;
 
-  /** Reads the key's fleet figures afresh (at most one flush interval old) before a settled route's run is capped; null alone. */
+  /** Reads the key's fleet figures afresh (a query started for this admission) before a settled route's run is capped; null alone. */
   freshFigures: ((keyId: string, now: number) => Promise<unknown>) | null = null;
 
   #fleetRequests(keyId: string, period: Period, now: number): number {

@@ -102,12 +102,15 @@ export class StoreView {
   }
 
   /**
-   * The key's rows read afresh when older than the TTL, waited for whole (the
-   * store's own deadline bounds it): what `cached` answers next. Rejects when
-   * the store does not answer.
+   * The key's rows read by a query that started now or later, waited for
+   * whole (the store's own deadline bounds it): what `cached` answers next.
+   * A read under way that started earlier is not enough: it may have begun
+   * before another gateway's last write (a run settled there) and a cap
+   * read from it would be a run behind. Rejects when the store does not
+   * answer.
    */
   async refresh(keyId: string, now: number): Promise<void> {
-    await this.#reading(keyId, now).rows;
+    await this.#reading(keyId, now, true).rows;
   }
 
   async usage(keyId: string, now: number): Promise<RouteUsage> {
@@ -124,11 +127,11 @@ export class StoreView {
     return { ...usageFrom([...(last?.rows ?? []), ...unwritten], now), stale: { asOf: last === null ? null : new Date(last.at).toISOString() } };
   }
 
-  /** The key's read under way, or done within the TTL; else a new one, started now. */
-  #reading(keyId: string, now: number): { at: number; rows: Promise<UsageRow[]> } {
+  /** The key's read under way, or done within the TTL; else (or when `anew`) a new one, started now. */
+  #reading(keyId: string, now: number, anew = false): { at: number; rows: Promise<UsageRow[]> } {
     const month = usageFrom([], now).month;
     let read = this.#read.get(keyId);
-    if (read === undefined || Date.now() - read.at >= this.#ttlMs) {
+    if (anew || read === undefined || Date.now() - read.at >= this.#ttlMs) {
       // Bounded: one key's rows of one month. The maps are bounded too (a flood of keys asking clears them).
       if (this.#read.size >= 10_000) this.#read.clear();
       if (this.#last.size >= 10_000) this.#last.clear();

@@ -75,6 +75,7 @@ test('a scraper budget across three gateways (one with workers): each run capped
       spent += runs[i]?.cost ?? 0;
     });
     assert.equal(caps[0], 1);
+    console.log(`fleet scraper budget: caps ${caps.join(', ')} (what was left: ${caps.map((_, i) => Math.round((1 - runs.slice(0, i).reduce((a, r) => a + r.cost, 0)) * 1e6) / 1e6).join(', ')})`);
     // Each run booked once at what the platform charged.
     assert.equal((await booked(f)).cost, Math.round(spent * 1e6) / 1e6);
     for (const g of gws) {
