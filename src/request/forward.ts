@@ -186,13 +186,13 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
     // fail the upstream request in the same tick (onError), and the client
     // must then be told the connection closes after this response.
     queueMicrotask(() => {
-      if (!ex.settled && !ex.closed && head()) relayPlain(proxyRes, res, ex, secrets, limits, onSecret, cost);
+      if (!ex.settled && !ex.closed && head()) relayPlain({ up: proxyRes, res, ex, secrets, limits, onSecret, cost });
     });
     return;
   }
   // A compressed body's head waits for its first clean decoded bytes: one
   // that does not decode gets a 502, not a 200 and a cut.
-  relayCompressed(proxyRes, res, ex, secrets, decoders, limits, onSecret, cost, head, () => answer(ex, res, UPSTREAM_ANSWERS.unscannable_encoding, true));
+  relayCompressed({ up: proxyRes, res, ex, secrets, limits, onSecret, cost, decoders, head, undecodable: () => answer(ex, res, UPSTREAM_ANSWERS.unscannable_encoding, true), sniffed: null });
 }
 
 

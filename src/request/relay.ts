@@ -99,6 +99,19 @@ function contentLength(res: IncomingMessage): number {
 
 const ignore = (): void => undefined;
 
+/** What a response's relay works with. */
+export interface RelayParts {
+  /** The upstream's response. */
+  readonly up: IncomingMessage;
+  readonly res: ServerResponse;
+  readonly ex: Exchange;
+  readonly secrets: Secrets;
+  readonly limits: DecodeLimits;
+  readonly onSecret: OnSecret;
+  /** Watches the body for its cost or its run, reading only; null: nothing to read. */
+  readonly cost: BodyWatch | null;
+}
+
 /** The relay of a response, kept on the upstream response so its listeners are shared functions, not closures made per response. */
 const RELAY = Symbol('keyward.relay');
 type Relayed = IncomingMessage & { [RELAY]?: PlainRelay };
@@ -148,11 +161,10 @@ const SNIFF_BYTES = 4;
  * after all (sniff) goes to relayCompressed from its first bytes.
  */
 class PlainRelay {
+  readonly #parts: RelayParts;
   readonly #up: IncomingMessage;
   readonly #res: ServerResponse;
   readonly #ex: Exchange;
-  readonly #secrets: Secrets;
-  readonly #limits: DecodeLimits;
   readonly #onSecret: OnSecret;
   readonly #cost: BodyWatch | null;
   readonly #scan: BodyScan | null;
@@ -161,16 +173,15 @@ class PlainRelay {
   /** The first bytes, until the sniff has enough to say (filter on only); null once it said. */
   #start: Buffer | null;
 
-  constructor(up: IncomingMessage, res: ServerResponse, ex: Exchange, secrets: Secrets, limits: DecodeLimits, onSecret: OnSecret, cost: BodyWatch | null) {
-    this.#up = up;
-    this.#res = res;
-    this.#ex = ex;
-    this.#secrets = secrets;
-    this.#limits = limits;
-    this.#onSecret = onSecret;
-    this.#cost = cost;
-    this.#whole = contentLength(up);
-    this.#scan = secrets.empty ? null : new BodyScan(secrets);
+  constructor(parts: RelayParts) {
+    this.#parts = parts;
+    this.#up = parts.up;
+    this.#res = parts.res;
+    this.#ex = parts.ex;
+    this.#onSecret = parts.onSecret;
+    this.#cost = parts.cost;
+    this.#whole = contentLength(parts.up);
+    this.#scan = parts.secrets.empty ? null : new BodyScan(parts.secrets);
     this.#start = this.#scan === null ? null : EMPTY;
   }
 
@@ -188,7 +199,7 @@ class PlainRelay {
     up.removeListener('data', onPlainData);
     up.removeListener('end', onPlainEnd);
     up[RELAY] = undefined;
-    relayCompressed(up, this.#res, this.#ex, this.#secrets, compressed, this.#limits, this.#onSecret, this.#cost, () => true, () => undefined, start);
+    relayCompressed({ ...this.#parts, decoders: compressed, head: () => true, undecodable: () => undefined, sniffed: start });
   }
 
   #relay(chunk: Buffer): void {
@@ -230,9 +241,9 @@ function onPlainEnd(this: Relayed): void {
 }
 
 /** Relay a body that is not labelled compressed, masking secrets as it streams (no secrets: filter off). */
-export function relayPlain(proxyRes: IncomingMessage, res: ServerResponse, ex: Exchange, secrets: Secrets, limits: DecodeLimits, onSecret: OnSecret, cost: BodyWatch | null): void {
-  const up = proxyRes as Relayed;
-  up[RELAY] = new PlainRelay(proxyRes, res, ex, secrets, limits, onSecret, cost);
+export function relayPlain(parts: RelayParts): void {
+  const up = parts.up as Relayed;
+  up[RELAY] = new PlainRelay(parts);
   up.on('data', onPlainData);
   up.on('end', onPlainEnd);
 }
@@ -254,153 +265,201 @@ const RATIO_FROM = 1024 * 1024;
  */
 const MAX_HELD = 1024 * 1024;
 
+/** What a compressed body's relay works with, besides the response's own. */
+export interface CompressedParts extends RelayParts {
+  readonly decoders: Decoders;
+  /** Send the status and headers; false: they could not go (the response is cut). */
+  readonly head: () => boolean;
+  /** The body does not decode before anything went: the caller answers 502. */
+  readonly undecodable: () => void;
+  /** The first bytes of a body not labelled compressed that sniffed as compressed (its head went already); null: labelled. */
+  readonly sniffed: Buffer | null;
+}
+
 /** Relay a compressed body, scanning a decompressed copy (see the header comment). */
-export function relayCompressed(
-  proxyRes: IncomingMessage,
-  res: ServerResponse,
-  ex: Exchange,
-  secrets: Secrets,
-  decoders: Decoders,
-  limits: DecodeLimits,
-  onSecret: OnSecret,
-  cost: BodyWatch | null,
-  head: () => boolean,
-  undecodable: () => void,
-  sniffed: Buffer | null = null,
-): void {
-  /** The status and headers went out (with the first bytes released, or at the end); a sniffed body's went already. */
-  let headed = sniffed !== null;
-  const headOnce = (): boolean => {
-    if (headed) return true;
-    headed = true;
-    return head();
-  };
-  const scan = new BodyScan(secrets);
-  // The compressed bytes themselves, as they are: what decoders skip (gzip's
-  // FNAME, FCOMMENT and FEXTRA, zstd's skippable frames) and literals a
-  // coding stores raw are sent to the client as they are, secret and all.
-  const raw = new BodyScan(secrets);
-  // zstd releases a block's output only once the block is whole (zstd-frames.ts).
-  const frames = decoders.zstd ? new ZstdFrames() : null;
-  let stages: Transform[] = [];
+export function relayCompressed(parts: CompressedParts): void {
+  new CompressedRelay(parts).start();
+}
+
+/**
+ * A compressed body on its way: its raw bytes queued, scanned as they are
+ * (`raw`) and decoded through `stages` into the scan of what they decode to
+ * (`scan`); compressed bytes released up to the last point whose whole
+ * decoded content was scanned clean. It ends in one of four ways: relayed
+ * whole, cut (a secret, a bound passed, a decoder error after the head
+ * went), refused before anything went (`undecodable`), or, for a sniffed
+ * body that is not compressed after all, relayed as plain text from there.
+ */
+export class CompressedRelay {
+  readonly #p: CompressedParts;
+  /** The status and headers went (with the first bytes released, or at the end); a sniffed body's went already. */
+  #headed: boolean;
+  readonly #scan: BodyScan;
+  /**
+   * The compressed bytes themselves, as they are: what decoders skip (gzip's
+   * FNAME, FCOMMENT and FEXTRA, zstd's skippable frames) and literals a
+   * coding stores raw are sent to the client as they are, secret and all.
+   */
+  readonly #raw: BodyScan;
+  /** zstd releases a block's output only once the block is whole (zstd-frames.ts). */
+  readonly #frames: ZstdFrames | null;
+  #stages: Transform[] = [];
   /** Bytes given to each stage: what it must have consumed by its end. */
-  let fed: number[] = [];
+  #fed: number[] = [];
   /** Compressed bytes not yet released, from offset `released` of the body. */
-  let queue: Buffer[] = [];
-  let released = 0;
-  let decoded = 0;
+  #queue: Buffer[] = [];
+  #released = 0;
+  #decoded = 0;
   /**
    * (compressed offset, decoded bytes) after each settled chunk, decoded
-   * strictly increasing: the compressed bytes before the offset decode to
-   * no more than that many bytes. Only the marks still within the scan's
-   * held tail are kept.
+   * strictly increasing: the compressed bytes before the offset decode to no
+   * more than that many bytes. Only the marks still within the scan's held
+   * tail are kept.
    */
-  let marks: number[] = [];
-  let cut = false;
-  const halt = (): void => {
-    cut = true;
-    queue = [];
-    for (const s of stages) s.destroy();
-    proxyRes.destroy();
-  };
-  const stop = (found: readonly SecretForm[] | null): void => {
-    if (cut) return;
-    halt();
-    if (found !== null) onSecret(ex, found, true);
-    res.destroy();
-  };
+  #marks: number[] = [];
+  #cut = false;
   /**
    * A body sniffed as compressed (not labelled so) that turns out not to be
    * (plain text that begins `x^`) or to go on past its compressed data: the
    * client's decoder stops where ours did, so from here on it is relayed as
    * a plain body, its raw bytes masked as they stream.
    */
-  let plain = false;
+  #plain = false;
   /** The upstream's body ended (the decoders may still be working on it). */
-  let ended = false;
-  const finishPlain = (): void => {
-    const rest = raw.end();
-    if (raw.found !== null) onSecret(ex, raw.found, false);
+  #ended = false;
+
+  constructor(parts: CompressedParts) {
+    this.#p = parts;
+    this.#headed = parts.sniffed !== null;
+    this.#scan = new BodyScan(parts.secrets);
+    this.#raw = new BodyScan(parts.secrets);
+    this.#frames = parts.decoders.zstd ? new ZstdFrames() : null;
+  }
+
+  start(): void {
+    const { up, res, sniffed } = this.#p;
+    // A client that leaves stops every decoder and the upstream response at once.
+    res.once('close', () => {
+      if (!res.writableFinished && !this.#cut) this.#halt();
+    });
+    up.on('data', this.#onData);
+    if (sniffed !== null) this.#onData(sniffed);
+    up.on('end', this.#onEnd);
+  }
+
+  #headOnce(): boolean {
+    if (this.#headed) return true;
+    this.#headed = true;
+    return this.#p.head();
+  }
+
+  #halt(): void {
+    this.#cut = true;
+    this.#queue = [];
+    for (const s of this.#stages) s.destroy();
+    this.#p.up.destroy();
+  }
+
+  #stop(found: readonly SecretForm[] | null): void {
+    if (this.#cut) return;
+    this.#halt();
+    if (found !== null) this.#p.onSecret(this.#p.ex, found, true);
+    this.#p.res.destroy();
+  }
+
+  #finishPlain(): void {
+    const { ex, res, onSecret } = this.#p;
+    const rest = this.#raw.end();
+    if (this.#raw.found !== null) onSecret(ex, this.#raw.found, false);
     if (!res.writableEnded) res.end(rest ?? undefined);
-  };
-  const toPlain = (): void => {
-    plain = true;
-    for (const s of stages) s.destroy();
-    releaseTo((fed[0] as number) - raw.holding);
-    queue = [];
-    if (ended) finishPlain();
-    else if (!res.writableNeedDrain) proxyRes.resume();
-  };
-  // Not scannable, so not relayed: before anything went, a 502 says so; after, the response is cut.
-  const refuse = (detail: string): void => {
-    if (cut || plain) return;
+  }
+
+  #toPlain(): void {
+    this.#plain = true;
+    for (const s of this.#stages) s.destroy();
+    this.#releaseTo((this.#fed[0] as number) - this.#raw.holding);
+    this.#queue = [];
+    if (this.#ended) this.#finishPlain();
+    else if (!this.#p.res.writableNeedDrain) this.#p.up.resume();
+  }
+
+  /** Not scannable, so not relayed: before anything went, a 502 says so; after, the response is cut. */
+  #refuse(detail: string): void {
+    if (this.#cut || this.#plain) return;
     // A sniffed body that does not decode (or ends early) is plain after all; one over a bound is cut like any other.
-    if (sniffed !== null && (detail === 'undecodable' || detail === 'trailing_bytes')) return toPlain();
-    ex.fail(upstream('unscannable_encoding', detail));
-    if (headed) return stop(null);
-    headed = true;
-    halt();
-    undecodable();
-  };
-  // A client that leaves stops every decoder and the upstream response at once.
-  res.once('close', () => {
-    if (!res.writableFinished && !cut) halt();
-  });
-  const open = (): void => {
-    stages = decoders.list.map((d) => d());
-    fed = stages.map(() => 0);
+    if (this.#p.sniffed !== null && (detail === 'undecodable' || detail === 'trailing_bytes')) return this.#toPlain();
+    this.#p.ex.fail(upstream('unscannable_encoding', detail));
+    if (this.#headed) return this.#stop(null);
+    this.#headed = true;
+    this.#halt();
+    this.#p.undecodable();
+  }
+
+  /** The decoders, outermost first, piped into one another; the last one's output goes to the scan. */
+  #open(): void {
+    const stages = (this.#stages = this.#p.decoders.list.map((d) => d()));
+    const fed = (this.#fed = stages.map(() => 0));
     for (let i = 1; i < stages.length; i++) {
       (stages[i - 1] as Transform).pipe(stages[i] as Transform);
       (stages[i - 1] as Transform).on('data', (d: Buffer) => (fed[i] = (fed[i] as number) + d.length));
     }
     for (const [i, s] of stages.entries()) {
-      s.on('error', () => refuse('undecodable'));
+      s.on('error', () => this.#refuse('undecodable'));
       // A decoder ends at the end of its compressed data and drops whatever
       // follows (`deflate(…) + "apify_api_…"`): bytes that were never decoded
       // were never scanned, so the response is cut before any of them goes.
       s.on('end', () => {
-        if ((s as unknown as zlib.Zlib).bytesWritten < (fed[i] as number)) refuse('trailing_bytes');
+        if ((s as unknown as zlib.Zlib).bytesWritten < (fed[i] as number)) this.#refuse('trailing_bytes');
       });
     }
-    (stages.at(-1) as Transform).on('data', (plain: Buffer) => {
-      if (cut) return;
-      decoded += plain.length;
-      // A bomb (6 KB of brotli that inflates to 4 GiB): what one response may make the gateway decode is bounded.
-      if (decoded > limits.maxDecodedBytes || (decoded > RATIO_FROM && decoded > limits.maxRatio * (fed[0] as number))) return refuse('decoded_limit');
-      cost?.push(plain);
-      // Scanned for what it holds and where a possible secret starts; the decoded bytes themselves are not sent.
-      scan.pushTo(plain, ignore);
-      if (scan.found !== null) stop(scan.found);
-    });
-  };
-  // Everything written so far has been decoded and scanned once each stage,
-  // in order, has processed a flush queued behind it.
-  const settle = (then: () => void): void => {
+    (stages.at(-1) as Transform).on('data', (decoded: Buffer) => this.#onDecoded(decoded));
+  }
+
+  #onDecoded(decoded: Buffer): void {
+    if (this.#cut) return;
+    const { limits, cost } = this.#p;
+    this.#decoded += decoded.length;
+    // A bomb (6 KB of brotli that inflates to 4 GiB): what one response may make the gateway decode is bounded.
+    if (this.#decoded > limits.maxDecodedBytes || (this.#decoded > RATIO_FROM && this.#decoded > limits.maxRatio * (this.#fed[0] as number))) return this.#refuse('decoded_limit');
+    cost?.push(decoded);
+    // Scanned for what it holds and where a possible secret starts; the decoded bytes themselves are not sent.
+    this.#scan.pushTo(decoded, ignore);
+    if (this.#scan.found !== null) this.#stop(this.#scan.found);
+  }
+
+  /**
+   * Everything written so far has been decoded and scanned once each stage,
+   * in order, has processed a flush queued behind it.
+   */
+  #settle(then: () => void): void {
     let i = 0;
     const next = (): void => {
-      if (cut || plain) return;
-      const s = stages[i++];
+      if (this.#cut || this.#plain) return;
+      const s = this.#stages[i++];
       if (s === undefined) then();
       else (s as unknown as zlib.Zlib).flush(() => setImmediate(next));
     };
     next();
-  };
+  }
+
   /** Send the queued compressed bytes up to body offset `to`. */
-  const releaseTo = (to: number): void => {
-    if (to <= released || cut) return;
-    if (!headOnce()) {
-      cut = true;
+  #releaseTo(to: number): void {
+    if (to <= this.#released || this.#cut) return;
+    if (!this.#headOnce()) {
+      this.#cut = true;
       return;
     }
-    while (released < to && queue.length > 0) {
-      const c = queue[0] as Buffer;
-      const n = Math.min(c.length, to - released);
-      send(proxyRes, res, n === c.length ? c : c.subarray(0, n));
-      if (n === c.length) queue.shift();
-      else queue[0] = c.subarray(n);
-      released += n;
+    const { up, res } = this.#p;
+    while (this.#released < to && this.#queue.length > 0) {
+      const c = this.#queue[0] as Buffer;
+      const n = Math.min(c.length, to - this.#released);
+      send(up, res, n === c.length ? c : c.subarray(0, n));
+      if (n === c.length) this.#queue.shift();
+      else this.#queue[0] = c.subarray(n);
+      this.#released += n;
     }
-  };
+  }
+
   /**
    * After a settled chunk: release every compressed byte whose whole decoded
    * content is scanned and clean and lies before the scan's held tail (a
@@ -409,64 +468,82 @@ export function relayCompressed(
    * secret's spelling, decoded, whatever the body (a body of `a`s, each
    * chunk ending in a secret's first byte, goes out as it comes).
    */
-  const releaseClean = (): void => {
-    const offset = frames === null ? (fed[0] as number) : frames.safe;
-    if (marks.length >= 2 && marks[marks.length - 1] === decoded) marks[marks.length - 2] = offset;
-    else marks.push(offset, decoded);
-    const clean = decoded - scan.holding;
-    let to = -1;
-    let k = 0;
-    for (; k < marks.length && (marks[k + 1] as number) <= clean; k += 2) to = marks[k] as number;
-    marks = marks.slice(k);
-    if (to >= 0) releaseTo(Math.min(to, (fed[0] as number) - raw.holding));
-    if ((fed[0] as number) - released > MAX_HELD) refuse('held');
-  };
-  const onData = (chunk: Buffer): void => {
-    if (cut) return;
+  #releaseClean(): void {
+    const offset = this.#frames === null ? (this.#fed[0] as number) : this.#frames.safe;
+    const to = cleanUpTo(this.#marks, offset, this.#decoded, this.#decoded - this.#scan.holding);
+    if (to >= 0) this.#releaseTo(Math.min(to, (this.#fed[0] as number) - this.#raw.holding));
+    if ((this.#fed[0] as number) - this.#released > MAX_HELD) this.#refuse('held');
+  }
+
+  readonly #onData = (chunk: Buffer): void => {
+    if (this.#cut) return;
+    const { up, res, ex } = this.#p;
     ex.bytesOut += chunk.length;
-    if (plain) {
-      raw.pushTo(chunk, (out) => send(proxyRes, res, out));
+    if (this.#plain) {
+      this.#raw.pushTo(chunk, (out) => send(up, res, out));
       return;
     }
-    if (stages.length === 0) open();
+    if (this.#stages.length === 0) this.#open();
     // What goes is the raw scan's output: the same bytes, less a tail that
     // may start a secret (it goes with the next chunk), a secret masked. A
     // labelled body with a secret in its raw bytes is cut; a sniffed one
     // may be plain text after all, so it goes on, masked.
     const outs: Buffer[] = [];
-    raw.pushTo(chunk, (out) => outs.push(out));
-    if (raw.found !== null && sniffed === null) return stop(raw.found);
-    queue.push(...outs);
-    frames?.push(chunk);
-    proxyRes.pause();
-    fed[0] = (fed[0] as number) + chunk.length;
-    (stages[0] as Transform).write(chunk);
-    settle(() => {
-      releaseClean();
-      if (!cut && !res.writableNeedDrain) proxyRes.resume();
+    this.#raw.pushTo(chunk, (out) => outs.push(out));
+    if (this.#raw.found !== null && this.#p.sniffed === null) return this.#stop(this.#raw.found);
+    this.#queue.push(...outs);
+    this.#frames?.push(chunk);
+    up.pause();
+    this.#fed[0] = (this.#fed[0] as number) + chunk.length;
+    (this.#stages[0] as Transform).write(chunk);
+    this.#settle(() => {
+      this.#releaseClean();
+      if (!this.#cut && !res.writableNeedDrain) up.resume();
     });
   };
-  proxyRes.on('data', onData);
-  if (sniffed !== null) onData(sniffed);
-  proxyRes.on('end', () => {
-    ended = true;
-    if (cut) return;
-    if (plain) return finishPlain();
-    if (stages.length === 0) {
-      if (headOnce() && !res.writableEnded) res.end();
+
+  readonly #onEnd = (): void => {
+    this.#ended = true;
+    if (this.#cut) return;
+    if (this.#plain) return this.#finishPlain();
+    const { res } = this.#p;
+    if (this.#stages.length === 0) {
+      if (this.#headOnce() && !res.writableEnded) res.end();
       return;
     }
-    (stages.at(-1) as Transform).on('end', () => {
-      if (cut || plain) return;
-      const rest = raw.end();
-      if (raw.found !== null && sniffed === null) return stop(raw.found);
-      if (rest !== null) queue.push(rest);
-      if (raw.found !== null) onSecret(ex, raw.found, false);
-      if (cost !== null) costRead(ex, cost);
-      // The body ended: a tail held as a possible start of a secret is none.
-      releaseTo(fed[0] as number);
-      if (!cut && headOnce() && !res.writableEnded) res.end();
-    });
-    (stages[0] as Transform).end();
-  });
+    (this.#stages.at(-1) as Transform).on('end', () => this.#decodersEnded());
+    (this.#stages[0] as Transform).end();
+  };
+
+  /** The body ended and every decoder with it: what is left goes, or the response is cut. */
+  #decodersEnded(): void {
+    if (this.#cut || this.#plain) return;
+    const { ex, res, onSecret, cost, sniffed } = this.#p;
+    const rest = this.#raw.end();
+    if (this.#raw.found !== null && sniffed === null) return this.#stop(this.#raw.found);
+    if (rest !== null) this.#queue.push(rest);
+    if (this.#raw.found !== null) onSecret(ex, this.#raw.found, false);
+    if (cost !== null) costRead(ex, cost);
+    // The body ended: a tail held as a possible start of a secret is none.
+    this.#releaseTo(this.#fed[0] as number);
+    if (!this.#cut && this.#headOnce() && !res.writableEnded) res.end();
+  }
+}
+
+/**
+ * Where compressed bytes may be released to, from the marks kept so far
+ * (pairs of compressed offset and decoded bytes, updated in place): a new
+ * mark (`offset`, `decoded`) is added (or replaces the last when nothing
+ * more was decoded), and the furthest offset whose decoded bytes all lie
+ * within `clean` is returned (-1: none yet); marks at or before it are
+ * dropped. Pure: the release logic of the compressed relay, unit-tested.
+ */
+export function cleanUpTo(marks: number[], offset: number, decoded: number, clean: number): number {
+  if (marks.length >= 2 && marks[marks.length - 1] === decoded) marks[marks.length - 2] = offset;
+  else marks.push(offset, decoded);
+  let to = -1;
+  let k = 0;
+  for (; k < marks.length && (marks[k + 1] as number) <= clean; k += 2) to = marks[k] as number;
+  marks.splice(0, k);
+  return to;
 }
