@@ -77,9 +77,11 @@ export class StoreView {
   readonly #ledger: Pick<Ledger, 'unwritten'> | null;
   readonly #ttlMs: number;
   readonly #freshWithinMs: number;
-  readonly #read = new Map<string, { at: number; rows: Promise<UsageRow[]> }>();
+  readonly #read = new Map<string, { at: number; seq: number; rows: Promise<UsageRow[]> }>();
   /** Each key's rows as last read, kept to answer from while the store does not. */
-  readonly #last = new Map<string, { at: number; rows: UsageRow[] }>();
+  readonly #last = new Map<string, { at: number; seq: number; rows: UsageRow[] }>();
+  /** Reads in the order they started (two may start in the same millisecond). */
+  #seq = 0;
 
   /** `freshWithinMs`: how long a status waits for the store before it answers from what it last read, marked stale (Infinity: wait, and fail when the store does). */
   constructor(store: Pick<UsageStore, 'rows'>, ledger: Pick<Ledger, 'unwritten'> | null, ttlMs: number, freshWithinMs = 1_000) {
@@ -128,21 +130,21 @@ export class StoreView {
   }
 
   /** The key's read under way, or done within the TTL; else (or when `anew`) a new one, started now. */
-  #reading(keyId: string, now: number, anew = false): { at: number; rows: Promise<UsageRow[]> } {
+  #reading(keyId: string, now: number, anew = false): { at: number; seq: number; rows: Promise<UsageRow[]> } {
     const month = usageFrom([], now).month;
     let read = this.#read.get(keyId);
     if (anew || read === undefined || Date.now() - read.at >= this.#ttlMs) {
       // Bounded: one key's rows of one month. The maps are bounded too (a flood of keys asking clears them).
       if (this.#read.size >= 10_000) this.#read.clear();
       if (this.#last.size >= 10_000) this.#last.clear();
-      const r = { at: Date.now(), rows: this.#store.rows({ keyId, since: `${month}-01` }) };
+      const r = { at: Date.now(), seq: ++this.#seq, rows: this.#store.rows({ keyId, since: `${month}-01` }) };
       read = r;
       this.#read.set(keyId, r);
       // A failed read is not kept: the next call tries again.
       r.rows.then(
         (rows) => {
           // Reads may end out of order: an older one never replaces a newer one's rows.
-          if ((this.#last.get(keyId)?.at ?? -Infinity) <= r.at) this.#last.set(keyId, { at: r.at, rows });
+          if ((this.#last.get(keyId)?.seq ?? -Infinity) < r.seq) this.#last.set(keyId, { at: r.at, seq: r.seq, rows });
         },
         () => this.#read.delete(keyId),
       );
