@@ -8,18 +8,15 @@
 // database's clock decides when a lease expires, and its now() is returned
 // so that gateways read periods from one clock.
 import type postgres from 'postgres';
+import type { Database } from '../keys/store.ts';
 import type { LeaseStore, LeaseUse } from '../limits/leases.ts';
 
-/** The key store's pool with deadlines (pg-store.ts). */
-export interface LeasePool {
-  within<T>(work: (sql: postgres.Sql) => Promise<T>): Promise<T>;
-  migrate(): Promise<unknown>;
-}
 
 export class PgLeaseStore implements LeaseStore {
-  readonly #pool: LeasePool;
+  /** The key store's database: its pool with deadlines, and its migrations. */
+  readonly #pool: Database;
 
-  constructor(pool: LeasePool) {
+  constructor(pool: Database) {
     this.#pool = pool;
   }
 

@@ -3,13 +3,13 @@
 // that lasts a minute), and settled in one transaction that deletes it,
 // moves its day's cost and the key's budget allowances: whichever gateway
 // gets there first books it, and nobody books it twice.
-import type { LeasePool as RunPool } from './pg-leases.ts';
+import type { Database } from '../keys/store.ts';
 import { periodsOf, type DueRun, type PendingRun, type RunStore } from './runs.ts';
 
 export class PgRunStore implements RunStore {
-  readonly #pool: RunPool;
+  readonly #pool: Database;
 
-  constructor(pool: RunPool) {
+  constructor(pool: Database) {
     this.#pool = pool;
   }
 

@@ -15,14 +15,13 @@ const ALIVE_S = 10;
 /** A heartbeat may be this far ahead of the database's now (the statement's own start time) and still count. */
 const SKEW_S = 1;
 
-/** The key store's side this ledger uses: its pool with deadlines, and its migrations. */
-export type Pool = Database;
 
 export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQueries {
   readonly location: string;
-  readonly #pool: Pool;
+  /** The key store's database: its pool with deadlines, and its migrations. */
+  readonly #pool: Database;
 
-  constructor(pool: Pool, location: string) {
+  constructor(pool: Database, location: string) {
     this.#pool = pool;
     this.location = location;
     this.leases = new PgLeaseStore(pool);
