@@ -11,7 +11,6 @@ import type postgres from 'postgres';
 import type { Database } from '../keys/store.ts';
 import type { LeaseStore, LeaseUse } from '../limits/leases.ts';
 
-
 export class PgLeaseStore implements LeaseStore {
   /** The key store's database: its pool with deadlines, and its migrations. */
   readonly #pool: Database;
