@@ -58,131 +58,150 @@ type KeysAction = (store: KeyStore, io: Io, noteForced: () => void) => Promise<n
 
 const FORCE = { force: { type: 'boolean' } } as const;
 
+/** What every keys command's argument check reads. */
+interface KeysContext {
+  readonly rest: string[];
+  readonly command: string;
+  readonly help: string;
+  /** The routes a key may name. */
+  readonly names: readonly string[];
+  /** The routes whose cost a budget may cap. */
+  readonly costly: readonly string[];
+}
+
 /**
  * Check every argument of a keys command before touching the store, so that
  * a usage error never prints the store line and never opens a database.
  */
 function keysAction(sub: string, rest: string[], command: string, help: string, providers: readonly UpstreamSpec[]): KeysAction {
-  const names = providers.map((u) => u.name);
-  const costly = costRoutes(providers);
-  const needTarget = (parsed: ReturnType<typeof parseArgs>, what = 'ID or NAME'): string => {
-    const target = parsed.positionals[0];
-    if (target === undefined) throw new UsageError(`${command} needs ${what}`, help);
-    return target;
-  };
-  switch (sub) {
-    case 'create': {
-      const { values } = parse(rest, { name: { type: 'string' }, routes: { type: 'string' }, 'expires-in': { type: 'string' }, json: { type: 'boolean' }, ...LIMIT_OPTIONS, ...FORCE }, help);
-      if (typeof values.name !== 'string') throw new UsageError('keys create needs --name NAME', help);
-      const name = values.name;
-      const expiresInMs = typeof values['expires-in'] === 'string' ? durationOption('expires-in', values['expires-in'], help) : null;
-      const routes = typeof values.routes === 'string' ? routesOption(values.routes, names, help, false) : null;
-      const limits = applyLimits(undefined, limitChanges(values, costly, help, false));
-      if (values.burst !== undefined && limits?.rate === undefined) throw new UsageError('--burst needs --rate', help);
-      return async (store, io, noteForced) => {
-        const { record, token } = await createKey(store, name, { expiresInMs, routes, ...(limits === undefined ? {} : { limits }) }, Date.now(), { force: values.force === true });
-        noteForced();
-        if (values.json === true) {
-          line(io.stdout, JSON.stringify({ ...publicView(record), token }));
-        } else {
-          line(io.stdout, `Created key ${record.id} (name ${printable(record.name)}, routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}${record.limits === undefined ? '' : `, limits ${describeLimits(record.limits)}`}).`);
-          line(io.stdout, 'Token (shown this once; only its SHA-256 digest is stored):');
-          line(io.stdout, token);
-        }
-        return EXIT_OK;
-      };
-    }
-    case 'list': {
-      const { values } = parse(rest, { json: { type: 'boolean' } }, help);
-      return async (store, io) => {
-        const [records, used] = await Promise.all([listKeys(store), store.lastUse()]);
-        const usage = await usageThisMonth(store, records, (text) => line(io.stderr, text));
-        const left = new Map(records.map((r) => [r.id, leftFor(r, usage)]));
-        if (values.json === true) {
-          line(io.stdout, JSON.stringify(records.map((r) => ({ ...publicView(r, used.get(r.id) ?? null), ...(left.get(r.id) ? { left: left.get(r.id) } : {}) }))));
-          return EXIT_OK;
-        }
-        // A LIMITS column only once some key has limits: the table stays as it was for those who use none.
-        const limited = records.some((r) => r.limits !== undefined);
-        const rows = [
-          ['ID', 'NAME', 'ROUTES', 'CREATED', 'EXPIRES', 'REVOKED', 'LAST USED', ...(limited ? ['LIMITS'] : [])],
-          ...records.map((r) => [r.id, r.name, r.routes?.join(',') ?? 'all', r.created, r.expires ?? '-', r.revoked ?? '-', used.get(r.id) ?? '-', ...(limited ? [describeLimits(r.limits, left.get(r.id) ?? null)] : [])]),
-        ];
-        for (const l of table(rows)) line(io.stdout, l);
-        return EXIT_OK;
-      };
-    }
-    case 'import': {
-      const file = needTarget(parse(rest, {}, command, 1), 'FILE');
-      // Read and checked before the store is opened: a bad argument changes nothing.
-      const incoming = readKeysArgument(file, costly);
-      return async (store, io) => {
-        const added = await importKeys(store, incoming);
-        line(io.stdout, `Imported ${added} of ${incoming.length} keys (${incoming.length - added} were already there).`);
-        return EXIT_OK;
-      };
-    }
-    case 'export': {
-      parse(rest, {}, help);
-      return async (store, io) => {
-        io.stdout.write(serialiseKeysFile(await store.load()));
-        return EXIT_OK;
-      };
-    }
-    case 'revoke': {
-      const parsed = parse(rest, { ...FORCE }, help, 1);
-      const target = needTarget(parsed);
-      return async (store, io, noteForced) => {
-        const { record, already } = await revokeKey(store, target, Date.now(), { force: parsed.values.force === true });
-        noteForced();
-        line(io.stdout, already ? `Key ${record.id} (name ${printable(record.name)}) was already revoked at ${record.revoked}.` : `Revoked key ${record.id} (name ${printable(record.name)}) at ${record.revoked}.`);
-        return EXIT_OK;
-      };
-    }
-    case 'rotate': {
-      const parsed = parse(rest, { grace: { type: 'string' }, json: { type: 'boolean' }, ...FORCE }, help, 1);
-      const target = needTarget(parsed);
-      const { values } = parsed;
-      const graceMs = typeof values.grace === 'string' ? durationOption('grace', values.grace, help, true) : 0;
-      return async (store, io, noteForced) => {
-        const { record, token, graceUntil } = await rotateKey(store, target, graceMs, Date.now(), { force: values.force === true });
-        noteForced();
-        if (values.json === true) {
-          line(io.stdout, JSON.stringify({ ...publicView(record), token, graceUntil }));
-        } else {
-          line(io.stdout, `Rotated key ${record.id} (name ${printable(record.name)}); the old token ${graceUntil !== null ? `works until ${graceUntil}` : 'stopped working'}.`);
-          line(io.stdout, 'New token (shown this once):');
-          line(io.stdout, token);
-        }
-        return EXIT_OK;
-      };
-    }
-    default: {
-      // update
-      const parsed = parse(rest, { routes: { type: 'string' }, 'expires-in': { type: 'string' }, ...LIMIT_OPTIONS, ...FORCE }, help, 1);
-      const target = needTarget(parsed);
-      const { values } = parsed;
-      const changes: { routes?: string[] | null; expiresInMs?: number | null; limits?: KeyChanges['limits'] } = {};
-      if (typeof values.routes === 'string') changes.routes = routesOption(values.routes, names, help, true);
-      if (typeof values['expires-in'] === 'string') changes.expiresInMs = values['expires-in'] === 'never' ? null : durationOption('expires-in', values['expires-in'], help);
-      const limitEdits = limitChanges(values, costly, help, true);
-      if (Object.keys(limitEdits).length > 0) {
-        changes.limits = (current) => {
-          const next = applyLimits(current, limitEdits);
-          if (limitEdits.burst !== undefined && limitEdits.burst !== null && next?.rate === undefined) throw new KeyUsageError('--burst needs a rate (give --rate too)');
-          return next;
-        };
-      }
-      if (Object.keys(changes).length === 0) throw new UsageError('keys update needs --routes or --expires-in, or a limit (--rate, --burst, --concurrency, --quota, --budget, --alert-at)', help);
-      return async (store, io, noteForced) => {
-        const record = await updateKey(store, target, changes, Date.now(), { force: values.force === true });
-        noteForced();
-        line(io.stdout, `Updated key ${record.id} (name ${printable(record.name)}): routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}${record.limits === undefined ? '' : `, limits ${describeLimits(record.limits)}`}.`);
-        return EXIT_OK;
-      };
-    }
-  }
+  const ctx: KeysContext = { rest, command, help, names: providers.map((u) => u.name), costly: costRoutes(providers) };
+  return (KEYS_ACTIONS[sub] ?? updateAction)(ctx);
 }
+
+/** The positional ID, NAME or FILE a command needs. */
+function needTarget(parsed: ReturnType<typeof parseArgs>, command: string, help: string, what = 'ID or NAME'): string {
+  const target = parsed.positionals[0];
+  if (target === undefined) throw new UsageError(`${command} needs ${what}`, help);
+  return target;
+}
+
+function createAction({ rest, help, names, costly }: KeysContext): KeysAction {
+  const { values } = parse(rest, { name: { type: 'string' }, routes: { type: 'string' }, 'expires-in': { type: 'string' }, json: { type: 'boolean' }, ...LIMIT_OPTIONS, ...FORCE }, help);
+  if (typeof values.name !== 'string') throw new UsageError('keys create needs --name NAME', help);
+  const name = values.name;
+  const expiresInMs = typeof values['expires-in'] === 'string' ? durationOption('expires-in', values['expires-in'], help) : null;
+  const routes = typeof values.routes === 'string' ? routesOption(values.routes, names, help, false) : null;
+  const limits = applyLimits(undefined, limitChanges(values, costly, help, false));
+  if (values.burst !== undefined && limits?.rate === undefined) throw new UsageError('--burst needs --rate', help);
+  return async (store, io, noteForced) => {
+    const { record, token } = await createKey(store, name, { expiresInMs, routes, ...(limits === undefined ? {} : { limits }) }, Date.now(), { force: values.force === true });
+    noteForced();
+    if (values.json === true) {
+      line(io.stdout, JSON.stringify({ ...publicView(record), token }));
+    } else {
+      line(io.stdout, `Created key ${record.id} (name ${printable(record.name)}, routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}${record.limits === undefined ? '' : `, limits ${describeLimits(record.limits)}`}).`);
+      line(io.stdout, 'Token (shown this once; only its SHA-256 digest is stored):');
+      line(io.stdout, token);
+    }
+    return EXIT_OK;
+  };
+}
+
+function listAction({ rest, help }: KeysContext): KeysAction {
+  const { values } = parse(rest, { json: { type: 'boolean' } }, help);
+  return async (store, io) => {
+    const [records, used] = await Promise.all([listKeys(store), store.lastUse()]);
+    const usage = await usageThisMonth(store, records, (text) => line(io.stderr, text));
+    const left = new Map(records.map((r) => [r.id, leftFor(r, usage)]));
+    if (values.json === true) {
+      line(io.stdout, JSON.stringify(records.map((r) => ({ ...publicView(r, used.get(r.id) ?? null), ...(left.get(r.id) ? { left: left.get(r.id) } : {}) }))));
+      return EXIT_OK;
+    }
+    // A LIMITS column only once some key has limits: the table stays as it was for those who use none.
+    const limited = records.some((r) => r.limits !== undefined);
+    const rows = [
+      ['ID', 'NAME', 'ROUTES', 'CREATED', 'EXPIRES', 'REVOKED', 'LAST USED', ...(limited ? ['LIMITS'] : [])],
+      ...records.map((r) => [r.id, r.name, r.routes?.join(',') ?? 'all', r.created, r.expires ?? '-', r.revoked ?? '-', used.get(r.id) ?? '-', ...(limited ? [describeLimits(r.limits, left.get(r.id) ?? null)] : [])]),
+    ];
+    for (const l of table(rows)) line(io.stdout, l);
+    return EXIT_OK;
+  };
+}
+
+function importAction({ rest, command, help, costly }: KeysContext): KeysAction {
+  const file = needTarget(parse(rest, {}, command, 1), command, help, 'FILE');
+  // Read and checked before the store is opened: a bad argument changes nothing.
+  const incoming = readKeysArgument(file, costly);
+  return async (store, io) => {
+    const added = await importKeys(store, incoming);
+    line(io.stdout, `Imported ${added} of ${incoming.length} keys (${incoming.length - added} were already there).`);
+    return EXIT_OK;
+  };
+}
+
+function exportAction({ rest, help }: KeysContext): KeysAction {
+  parse(rest, {}, help);
+  return async (store, io) => {
+    io.stdout.write(serialiseKeysFile(await store.load()));
+    return EXIT_OK;
+  };
+}
+
+function revokeAction({ rest, command, help }: KeysContext): KeysAction {
+  const parsed = parse(rest, { ...FORCE }, help, 1);
+  const target = needTarget(parsed, command, help);
+  return async (store, io, noteForced) => {
+    const { record, already } = await revokeKey(store, target, Date.now(), { force: parsed.values.force === true });
+    noteForced();
+    line(io.stdout, already ? `Key ${record.id} (name ${printable(record.name)}) was already revoked at ${record.revoked}.` : `Revoked key ${record.id} (name ${printable(record.name)}) at ${record.revoked}.`);
+    return EXIT_OK;
+  };
+}
+
+function rotateAction({ rest, command, help }: KeysContext): KeysAction {
+  const parsed = parse(rest, { grace: { type: 'string' }, json: { type: 'boolean' }, ...FORCE }, help, 1);
+  const target = needTarget(parsed, command, help);
+  const { values } = parsed;
+  const graceMs = typeof values.grace === 'string' ? durationOption('grace', values.grace, help, true) : 0;
+  return async (store, io, noteForced) => {
+    const { record, token, graceUntil } = await rotateKey(store, target, graceMs, Date.now(), { force: values.force === true });
+    noteForced();
+    if (values.json === true) {
+      line(io.stdout, JSON.stringify({ ...publicView(record), token, graceUntil }));
+    } else {
+      line(io.stdout, `Rotated key ${record.id} (name ${printable(record.name)}); the old token ${graceUntil !== null ? `works until ${graceUntil}` : 'stopped working'}.`);
+      line(io.stdout, 'New token (shown this once):');
+      line(io.stdout, token);
+    }
+    return EXIT_OK;
+  };
+}
+
+function updateAction({ rest, command, help, names, costly }: KeysContext): KeysAction {
+  const parsed = parse(rest, { routes: { type: 'string' }, 'expires-in': { type: 'string' }, ...LIMIT_OPTIONS, ...FORCE }, help, 1);
+  const target = needTarget(parsed, command, help);
+  const { values } = parsed;
+  const changes: { routes?: string[] | null; expiresInMs?: number | null; limits?: KeyChanges['limits'] } = {};
+  if (typeof values.routes === 'string') changes.routes = routesOption(values.routes, names, help, true);
+  if (typeof values['expires-in'] === 'string') changes.expiresInMs = values['expires-in'] === 'never' ? null : durationOption('expires-in', values['expires-in'], help);
+  const limitEdits = limitChanges(values, costly, help, true);
+  if (Object.keys(limitEdits).length > 0) {
+    changes.limits = (current) => {
+      const next = applyLimits(current, limitEdits);
+      if (limitEdits.burst !== undefined && limitEdits.burst !== null && next?.rate === undefined) throw new KeyUsageError('--burst needs a rate (give --rate too)');
+      return next;
+    };
+  }
+  if (Object.keys(changes).length === 0) throw new UsageError('keys update needs --routes or --expires-in, or a limit (--rate, --burst, --concurrency, --quota, --budget, --alert-at)', help);
+  return async (store, io, noteForced) => {
+    const record = await updateKey(store, target, changes, Date.now(), { force: values.force === true });
+    noteForced();
+    line(io.stdout, `Updated key ${record.id} (name ${printable(record.name)}): routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}${record.limits === undefined ? '' : `, limits ${describeLimits(record.limits)}`}.`);
+    return EXIT_OK;
+  };
+}
+
+const KEYS_ACTIONS: Readonly<Record<string, (ctx: KeysContext) => KeysAction>> = { create: createAction, list: listAction, import: importAction, export: exportAction, revoke: revokeAction, rotate: rotateAction };
 
 /** The keys file given to `keys import`, read and checked; errors name the file and say what it must be. */
 function readKeysArgument(file: string, costly: readonly string[]): KeyRecord[] {

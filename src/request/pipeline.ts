@@ -2,7 +2,7 @@
 //   id → auth → route → guards → rewrite → forward → completion.
 // Authentication comes before routing, so an unauthenticated caller learns
 // nothing about which paths exist.
-import type { ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { randomBytes } from 'node:crypto';
@@ -14,7 +14,7 @@ import { Exchange, exchangeOf, type GatewayRequest } from './exchange.ts';
 import { runGuards } from './guards.ts';
 import { upstreamRequestHeaders } from './headers.ts';
 import type { LastUse } from '../keys/last-use.ts';
-import type { KeySet, Principal } from '../keys/keyset.ts';
+import type { KeySet, Lookup, Principal } from '../keys/keyset.ts';
 import { isWellFormed, redactTokens } from '../keys/token.ts';
 import { neverConnected } from './outcome.ts';
 import type { AuthFailure, Metrics } from '../observe/metrics.ts';
@@ -93,37 +93,217 @@ function hasBody(req: GatewayRequest): boolean {
   return req.headers['transfer-encoding'] !== undefined || (cl !== undefined && cl !== '0');
 }
 
-export function createPipeline(deps: PipelineDeps): Pipeline {
-  const { metrics, complete } = deps;
-  // Request ids: unique per process start, cheap to make, sortable within a process.
-  const boot = randomBytes(4).toString('hex');
-  let counter = 0;
+/** Authenticate: the key's lookup (refused or not), or why there is none. Pure but for the key set's own bookkeeping. */
+export function authenticate(headers: IncomingHttpHeaders, url: string, table: RouteTable, keys: KeySet, now: number): Lookup | AuthFailure {
+  const token = presentedToken(headers, url, table);
+  if (token === null) return 'missing';
+  if (!isWellFormed(token)) return 'malformed';
+  return keys.lookup(token, now) ?? 'unknown';
+}
 
-  /** Authenticate: the key, or the reason for a 401 (the key is still recorded when it is known). */
-  /**
-   * `keys` is read once per request by the caller and passed here: read
-   * twice, a shared store's staleness limit could run out in between and
-   * the second read be null.
-   */
-  function authenticate(ex: Exchange, table: RouteTable, keys: KeySet): Principal | AuthFailure {
-    const token = presentedToken(ex.req.headers, ex.url, table);
-    if (token === null) return 'missing';
-    if (!isWellFormed(token)) return 'malformed';
+/** An authenticated request routed: its route, where it goes, the path below the prefix and the query to forward. */
+export interface Routed {
+  readonly error: null;
+  readonly route: Route;
+  readonly target: Target;
+  readonly path: string;
+  readonly forwardQuery: string;
+}
+
+/** Not routed: the error to answer, and the route when one matched (a guard refused). */
+export interface Unrouted {
+  readonly error: GatewayError;
+  readonly route: Route | null;
+}
+
+/**
+ * Where an authenticated request goes (docs/routes.md): the route its path
+ * names, the guards the route and the key set, and the route's target.
+ * Pure: the pipeline's one decision, testable without sockets.
+ */
+export function routeOf(rt: Generation, method: string, url: string, headers: IncomingHttpHeaders, principal: Principal): Routed | Unrouted {
+  const match = matchRoute(rt.table, method, url);
+  if (match.error !== null) return { error: match.error, route: null };
+  const route = match.route;
+  const forwardQuery = match.query === null ? '' : dropParams(match.query, route.dropQuery);
+  const refusal = runGuards({ headers, route, principal, path: match.path, query: match.query, forwardQuery, maxBodyBytes: rt.config.maxBodyBytes });
+  if (refusal !== null) return { error: refusal, route };
+  // The route-configured guard passed, so its target exists; looked up, not assumed.
+  const target = rt.targets.get(route.name);
+  if (target === undefined) return { error: ERRORS.routeNotConfigured, route };
+  return { error: null, route, target, path: match.path, forwardQuery };
+}
+
+export function createPipeline(deps: PipelineDeps): Pipeline {
+  return new RequestPipeline(deps);
+}
+
+/** The steps of one request, each a method; `handle` runs them in order. */
+class RequestPipeline implements Pipeline {
+  readonly #deps: PipelineDeps;
+  // Request ids: unique per process start, cheap to make, sortable within a process.
+  readonly #boot = randomBytes(4).toString('hex');
+  #counter = 0;
+  /** Shared by every request (a listener per request, not a closure per request). */
+  readonly #onResponseClose: (this: ServerResponse) => void;
+  readonly #countChunk: (this: GatewayRequest, chunk: Buffer) => void;
+
+  constructor(deps: PipelineDeps) {
+    this.#deps = deps;
+    this.#onResponseClose = responseClosed(deps);
+    this.#countChunk = chunkCounter(deps);
+  }
+
+  handle(req: GatewayRequest, res: ServerResponse, expect: Expect): void {
+    const url = req.url as string;
+    const ex = new Exchange(this.#id(), req, url);
+    ex.res = res;
+    req.exchange = ex;
+    res.once('close', this.#onResponseClose);
+    // Pipelined behind a response that closes this connection: the client
+    // will never see an answer, so nothing of it may reach (and bill) an upstream.
+    if (isClosing(req.socket)) return ex.settle({ by: 'client', reason: 'connection_closing' });
+    if (this.#deps.draining()) return this.#refuse(ex, req, res, ERRORS.shuttingDown);
+    // Read once per request and passed on: read twice, a shared store's
+    // staleness limit could run out in between and the second read be null.
+    const keys = this.#deps.keys();
+    if (keys === null) return this.#refuse(ex, req, res, ERRORS.keystoreUnavailable);
+    const rt = this.#deps.runtime();
+    const principal = this.#principal(ex, rt.table, keys);
+    if (principal === null) return this.#refuse(ex, req, res, ERRORS.unauthorized);
+    if (expect === 'other') return this.#refuse(ex, req, res, ERRORS.expectationFailed);
+    if (url.startsWith(OWN)) return this.#own(ex, req, res, principal, url);
+    const step = routeOf(rt, req.method as string, url, req.headers, principal);
+    ex.route = step.route;
+    if (step.error !== null) {
+      if (step.error === ERRORS.forbidden && step.route !== null) this.#deps.metrics.limited(step.route.index, 'scope');
+      return this.#refuse(ex, req, res, step.error);
+    }
+    this.#admit({ ex, req, res, expect, principal, route: step.route, target: step.target, path: step.path, forwardQuery: step.forwardQuery });
+  }
+
+  /** Requests Node hands over without a response object: answered on the socket, as unauthorized unless the key is good. */
+  refuseRaw(req: GatewayRequest, socket: Duplex, err: GatewayError): void {
+    const ex = new Exchange(this.#id(), req, req.url as string);
+    const reply = this.#principal(ex, this.#deps.runtime().table, this.#deps.keys()) === null ? ERRORS.unauthorized : err;
+    ex.settle({ by: 'gateway', code: reply.code });
+    ex.bytesOut = reply.body.length;
+    writeRawError(socket as Socket, reply);
+    this.#deps.complete(ex, reply.status, false);
+  }
+
+  #id(): string {
+    return `${this.#boot}-${(++this.#counter).toString(36)}`;
+  }
+
+  /** The key, or null with the failure counted and recorded (the key is recorded when it is known, refused or not). */
+  #principal(ex: Exchange, table: RouteTable, keys: KeySet | null): Principal | null {
     const now = Date.now();
-    const found = keys.lookup(token, now);
-    if (found === null) return 'unknown';
-    // Recorded also when refused (revoked, expired): the log line names the key.
+    const found = keys === null ? 'unknown' : authenticate(ex.req.headers, ex.url, table, keys, now);
+    if (typeof found === 'string') return this.#unauthenticated(ex, found);
     ex.principal = found.principal;
-    if (found.refusal !== null) return found.refusal;
-    deps.lastUse.touch(found.principal.id, now);
+    if (found.refusal !== null) return this.#unauthenticated(ex, found.refusal);
+    this.#deps.lastUse.touch(found.principal.id, now);
     return found.principal;
   }
 
-  function onResponseClose(this: ServerResponse): void {
+  #unauthenticated(ex: Exchange, why: AuthFailure): null {
+    this.#deps.metrics.authFailure(why);
+    ex.authFailure = why;
+    return null;
+  }
+
+  /** A key's limits, if it has any: admitted here, or asked of the primary. A key without limits pays one property read. */
+  #admit(a: Admitted): void {
+    const { principal, route } = a;
+    const policy = principal.limits === undefined ? null : policyFor(principal);
+    if (policy === null) return this.#forward(a);
+    if (this.#deps.ledgerDamaged() && (policy.quota !== null || policy.budgets.has(route.name))) return this.#refuse(a.ex, a.req, a.res, ERRORS.ledgerUnavailable);
+    const admitted = this.#deps.admit(principal, policy, route.name, Date.now());
+    if (!(admitted instanceof Promise)) return this.#admittedOrNot(admitted, a);
+    // A worker waits for its primary's answer; the request is not read meanwhile.
+    void admitted.then((r) => this.#admittedOrNot(r, a));
+  }
+
+  #admittedOrNot(r: Admission | Refused, a: Admitted): void {
+    if ('code' in r) {
+      if (!a.ex.closed) this.#refuseLimited(a, r);
+      return;
+    }
+    // The client left while its primary decided: the admission is given back at once.
+    if (a.ex.closed) return r.done(false, 0);
+    a.ex.admission = r;
+    this.#forward(a);
+  }
+
+  /** Rewrite and forward. */
+  #forward({ ex, req, res, expect, route, target, path, forwardQuery }: Admitted): void {
+    // A scraper run-start: its run is settled later, and a key with a budget here has the run capped at what is left.
+    if (route.cost?.runs !== undefined) forwardQuery = runStart(ex, req.method as string, route, path, forwardQuery);
+    const suffix = forwardQuery === '' ? path : `${path}?${forwardQuery}`;
+    ex.logPath = redactTokens(route.prefix + suffix.slice(1));
+    req.url = route.basePath + suffix;
+    // http-proxy-3 copies req.headers into the upstream request, whatever their declared type.
+    req.headers = upstreamRequestHeaders(req.headers, route, target.credential) as typeof req.headers;
+    if (expect === 'continue') res.writeContinue();
+    this.#deps.metrics.inFlight(route.index, 1);
+    this.#deps.sweeper.track(ex);
+    target.forwarder.forward(req, res, ex);
+    if (req.headers['transfer-encoding'] !== undefined) {
+      ex.bytesIn = 0;
+      req.on('data', this.#countChunk);
+    }
+  }
+
+  /**
+   * The gateway's own paths: `GET /keyward/key`, the key's own status. Never
+   * forwarded, never counted against the key's limits, never refused by them.
+   */
+  #own(ex: Exchange, req: GatewayRequest, res: ServerResponse, principal: Principal, url: string): void {
+    const q = url.indexOf('?');
+    if ((q < 0 ? url : url.slice(0, q)) !== `${OWN}key`) return this.#refuse(ex, req, res, ERRORS.noRoute);
+    if (req.method !== 'GET' && req.method !== 'HEAD') return this.#refuse(ex, req, res, ERRORS.methodNotAllowed);
+    ex.logPath = `${OWN}key`;
+    const send = (body: unknown): void => {
+      if (ex.closed || res.headersSent) return;
+      if (body === null) return this.#refuse(ex, req, res, ERRORS.keystoreUnavailable);
+      const text = Buffer.from(JSON.stringify(body));
+      ex.bytesOut = req.method === 'HEAD' ? 0 : text.length;
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': text.length, 'cache-control': 'no-store', ...(hasBody(req) ? { connection: 'close' } : {}) });
+      res.end(req.method === 'HEAD' ? undefined : text);
+    };
+    const body = this.#deps.keyStatus(principal, Date.now());
+    // The store could not be read (a worker's, a fleet's): 503, as when keys cannot be.
+    if (body instanceof Promise) void body.then(send, () => send(null));
+    else send(body);
+  }
+
+  #refuse(ex: Exchange, req: GatewayRequest, res: ServerResponse, err: GatewayError): void {
+    // An unread body is still on the wire: close rather than parse it as the next request.
+    answer(ex, res, err, hasBody(req) || this.#deps.draining());
+  }
+
+  /** 429 from a key's limits: nothing forwarded, nothing consumed; counted in the ledger and the metrics. */
+  #refuseLimited({ ex, req, res, principal, route }: Admitted, r: Refused): void {
+    this.#deps.metrics.limited(route.index, LIMIT_METRIC[r.code]);
+    this.#deps.ledger.limited(principal.id, route.name);
+    const headers: Record<string, string | number> = { 'retry-after': r.retryAfter, 'ratelimit-reset': r.reset };
+    if (r.limit !== null) headers['ratelimit-limit'] = r.limit;
+    if (r.remaining !== null) headers['ratelimit-remaining'] = r.remaining;
+    if (r.policy !== null) headers['ratelimit-policy'] = r.policy;
+    const base = LIMIT_ERRORS[r.code];
+    const err = r.detail === null ? base : limitRefusal(base, r.detail, route.cost?.unit ?? 'usd');
+    answer(ex, res, err, hasBody(req) || this.#deps.draining(), headers);
+  }
+}
+
+/** The response's `close`: the exchange ends (completion, the admission's slot back, an unfinished upload's upstream request ended). */
+function responseClosed({ sweeper, complete }: PipelineDeps): (this: ServerResponse) => void {
+  return function onResponseClose(this: ServerResponse): void {
     const req = this.req;
     const ex = exchangeOf(req);
     ex.closed = true;
-    if (ex.forwardStart > 0) deps.sweeper.untrack(ex);
+    if (ex.forwardStart > 0) sweeper.untrack(ex);
     // The client left (or the answer is complete) with its upload unfinished:
     // the upstream request must end too, whatever state the response is in,
     // or its socket stays open until the upstream gives up.
@@ -133,167 +313,20 @@ export function createPipeline(deps: PipelineDeps): Pipeline {
     // was reserved becomes what was counted (or comes back, if the request
     // never reached the upstream).
     ex.admission?.done(ex.forwardStart > 0 && !neverConnected(ex.failure), ex.cost);
-  }
+  };
+}
 
-  /** 429 from a key's limits: nothing forwarded, nothing consumed; counted in the ledger and the metrics. */
-  function refuseLimited(ex: Exchange, req: GatewayRequest, res: ServerResponse, principal: Principal, route: Route, r: Refused): void {
-    metrics.limited(route.index, LIMIT_METRIC[r.code]);
-    deps.ledger.limited(principal.id, route.name);
-    const headers: Record<string, string | number> = { 'retry-after': r.retryAfter, 'ratelimit-reset': r.reset };
-    if (r.limit !== null) headers['ratelimit-limit'] = r.limit;
-    if (r.remaining !== null) headers['ratelimit-remaining'] = r.remaining;
-    if (r.policy !== null) headers['ratelimit-policy'] = r.policy;
-    const base = LIMIT_ERRORS[r.code];
-    const err = r.detail === null ? base : limitRefusal(base, r.detail, route.cost?.unit ?? 'usd');
-    answer(ex, res, err, hasBody(req) || deps.draining(), headers);
-  }
-
-  function refuse(ex: Exchange, req: GatewayRequest, res: ServerResponse, err: GatewayError): void {
-    // An unread body is still on the wire: close rather than parse it as the next request.
-    answer(ex, res, err, hasBody(req) || deps.draining());
-  }
-
-  // Counts chunked bodies (whose size is not known up front) and enforces the limit on them.
-  function countChunk(this: GatewayRequest, chunk: Buffer): void {
+/** Counts chunked bodies (whose size is not known up front) and enforces the limit on them. */
+function chunkCounter({ runtime }: PipelineDeps): (this: GatewayRequest, chunk: Buffer) => void {
+  return function countChunk(this: GatewayRequest, chunk: Buffer): void {
     const ex = exchangeOf(this);
     if (ex.settled) return;
     ex.bytesIn += chunk.length;
-    if (ex.bytesIn <= deps.runtime().config.maxBodyBytes) return;
+    if (ex.bytesIn <= runtime().config.maxBodyBytes) return;
     ex.proxyReq?.destroy();
     this.unpipe();
     if (ex.res !== null) answer(ex, ex.res, ERRORS.payloadTooLarge, true);
-  }
-
-  function handle(req: GatewayRequest, res: ServerResponse, expect: Expect): void {
-    const url = req.url as string;
-    const ex = new Exchange(`${boot}-${(++counter).toString(36)}`, req, url);
-    ex.res = res;
-    req.exchange = ex;
-    res.once('close', onResponseClose);
-
-    // Pipelined behind a response that closes this connection: the client
-    // will never see an answer, so nothing of it may reach (and bill) an upstream.
-    if (isClosing(req.socket)) {
-      ex.settle({ by: 'client', reason: 'connection_closing' });
-      return;
-    }
-    if (deps.draining()) return refuse(ex, req, res, ERRORS.shuttingDown);
-    const keys = deps.keys();
-    if (keys === null) return refuse(ex, req, res, ERRORS.keystoreUnavailable);
-
-    const rt = deps.runtime();
-    const principal = authenticate(ex, rt.table, keys);
-    if (typeof principal === 'string') {
-      metrics.authFailure(principal);
-      ex.authFailure = principal;
-      return refuse(ex, req, res, ERRORS.unauthorized);
-    }
-    if (expect === 'other') return refuse(ex, req, res, ERRORS.expectationFailed);
-    if (url.startsWith(OWN)) return own(ex, req, res, principal, url);
-
-    const match = matchRoute(rt.table, req.method as string, url);
-    if (match.error !== null) return refuse(ex, req, res, match.error);
-    const route = match.route;
-    ex.route = route;
-
-    const forwardQuery = match.query === null ? '' : dropParams(match.query, route.dropQuery);
-    const refusal = runGuards({
-      headers: req.headers,
-      route,
-      principal,
-      path: match.path,
-      query: match.query,
-      forwardQuery,
-      maxBodyBytes: rt.config.maxBodyBytes,
-    });
-    if (refusal !== null) {
-      if (refusal === ERRORS.forbidden) metrics.limited(route.index, 'scope');
-      return refuse(ex, req, res, refusal);
-    }
-    // The route-configured guard passed, so its target exists; looked up, not assumed.
-    const target = rt.targets.get(route.name);
-    if (target === undefined) return refuse(ex, req, res, ERRORS.routeNotConfigured);
-    const a: Admitted = { ex, req, res, expect, principal, route, target, path: match.path, forwardQuery };
-    // A key without limits pays one property read here.
-    const policy = principal.limits === undefined ? null : policyFor(principal);
-    if (policy === null) return forwardAdmitted(a);
-    if (deps.ledgerDamaged() && (policy.quota !== null || policy.budgets.has(route.name))) return refuse(ex, req, res, ERRORS.ledgerUnavailable);
-    const admitted = deps.admit(principal, policy, route.name, Date.now());
-    if (!(admitted instanceof Promise)) return admittedOrNot(admitted, a);
-    // A worker waits for its primary's answer; the request is not read meanwhile.
-    void admitted.then((r) => admittedOrNot(r, a));
-  }
-
-  function admittedOrNot(r: Admission | Refused, a: Admitted): void {
-    if ('code' in r) {
-      if (!a.ex.closed) refuseLimited(a.ex, a.req, a.res, a.principal, a.route, r);
-      return;
-    }
-    // The client left while its primary decided: the admission is given back at once.
-    if (a.ex.closed) return r.done(false, 0);
-    a.ex.admission = r;
-    forwardAdmitted(a);
-  }
-
-  /** The rest of `handle` once admitted: rewrite and forward. */
-  function forwardAdmitted({ ex, req, res, expect, route, target, path, forwardQuery }: Admitted): void {
-    // A scraper run-start: its run is settled later, and a key with a budget here has the run capped at what is left.
-    if (route.cost?.runs !== undefined) forwardQuery = runStart(ex, req.method as string, route, path, forwardQuery);
-    const suffix = forwardQuery === '' ? path : `${path}?${forwardQuery}`;
-    ex.logPath = redactTokens(route.prefix + suffix.slice(1));
-    req.url = route.basePath + suffix;
-    // http-proxy-3 copies req.headers into the upstream request, whatever their declared type.
-    req.headers = upstreamRequestHeaders(req.headers, route, target.credential) as typeof req.headers;
-
-    if (expect === 'continue') res.writeContinue();
-    metrics.inFlight(route.index, 1);
-    deps.sweeper.track(ex);
-    target.forwarder.forward(req, res, ex);
-    if (req.headers['transfer-encoding'] !== undefined) {
-      ex.bytesIn = 0;
-      req.on('data', countChunk);
-    }
-  }
-
-  /**
-   * The gateway's own paths: `GET /keyward/key`, the key's own status. Never
-   * forwarded, never counted against the key's limits, never refused by them.
-   */
-  function own(ex: Exchange, req: GatewayRequest, res: ServerResponse, principal: Principal, url: string): void {
-    const q = url.indexOf('?');
-    if ((q < 0 ? url : url.slice(0, q)) !== `${OWN}key`) return refuse(ex, req, res, ERRORS.noRoute);
-    if (req.method !== 'GET' && req.method !== 'HEAD') return refuse(ex, req, res, ERRORS.methodNotAllowed);
-    ex.logPath = `${OWN}key`;
-    const send = (body: unknown): void => {
-      if (ex.closed || res.headersSent) return;
-      if (body === null) return refuse(ex, req, res, ERRORS.keystoreUnavailable);
-      const text = Buffer.from(JSON.stringify(body));
-      ex.bytesOut = req.method === 'HEAD' ? 0 : text.length;
-      res.writeHead(200, { 'content-type': 'application/json', 'content-length': text.length, 'cache-control': 'no-store', ...(hasBody(req) ? { connection: 'close' } : {}) });
-      res.end(req.method === 'HEAD' ? undefined : text);
-    };
-    const body = deps.keyStatus(principal, Date.now());
-    // The store could not be read (a worker's, a fleet's): 503, as when keys cannot be.
-    if (body instanceof Promise) void body.then(send, () => send(null));
-    else send(body);
-  }
-
-  function refuseRaw(req: GatewayRequest, socket: Duplex, err: GatewayError): void {
-    const ex = new Exchange(`${boot}-${(++counter).toString(36)}`, req, req.url as string);
-    const keys = deps.keys();
-    const who = keys === null ? 'unknown' : authenticate(ex, deps.runtime().table, keys);
-    const reply = typeof who === 'string' ? ERRORS.unauthorized : err;
-    if (typeof who === 'string') {
-      metrics.authFailure(who);
-      ex.authFailure = who;
-    }
-    ex.settle({ by: 'gateway', code: reply.code });
-    ex.bytesOut = reply.body.length;
-    writeRawError(socket as Socket, reply);
-    complete(ex, reply.status, false);
-  }
-
-  return { handle, refuseRaw };
+  };
 }
 
 /**

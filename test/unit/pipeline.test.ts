@@ -1,0 +1,58 @@
+// The pipeline's decisions (request/pipeline.ts) without sockets
+// (docs/authentication.md, docs/routes.md): who is asking, and where an
+// authenticated request goes: its route, its guards and its target, in order.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { loadConfig } from '../../src/config/load.ts';
+import { KeySet, type KeyRecord } from '../../src/keys/keyset.ts';
+import { generateToken, tokenDigest } from '../../src/keys/token.ts';
+import { buildRuntime } from '../../src/process/runtime.ts';
+import { ERRORS } from '../../src/request/errors.ts';
+import { authenticate, routeOf } from '../../src/request/pipeline.ts';
+import { UPSTREAMS } from '../../src/request/routes.ts';
+
+const config = loadConfig({ KEYWARD_SCRAPER_TOKEN: 'scraper-secret', KEYWARD_SPEECH_KEY: 'speech-secret', KEYWARD_SEO_URL: 'http://127.0.0.1:1' }, () => '', '/', UPSTREAMS);
+const rt = buildRuntime(config);
+const token = generateToken();
+const revokedToken = generateToken();
+const key: KeyRecord = { id: 'key_1', name: 'k', digest: `sha256:${tokenDigest(token)}`, created: '2026-01-01T00:00:00Z', expires: null, revoked: null, routes: ['scraper', 'seo'] };
+const keys = new KeySet([key, { ...key, id: 'key_2', digest: `sha256:${tokenDigest(revokedToken)}`, revoked: new Date(Date.now() - 1_000).toISOString() }]);
+
+test('authenticate: missing, malformed, unknown, refused with the key named, and found', () => {
+  const now = Date.now();
+  assert.equal(authenticate({}, '/scraper/v2/x', rt.table, keys, now), 'missing');
+  assert.equal(authenticate({ authorization: 'Bearer nope' }, '/scraper/v2/x', rt.table, keys, now), 'malformed');
+  assert.equal(authenticate({ authorization: `Bearer ${generateToken()}` }, '/scraper/v2/x', rt.table, keys, now), 'unknown');
+  const revoked = authenticate({ authorization: `Bearer ${revokedToken}` }, '/scraper/v2/x', rt.table, keys, now);
+  assert.ok(typeof revoked !== 'string');
+  assert.equal(revoked.refusal, 'revoked');
+  assert.equal(revoked.principal.id, 'key_2');
+  const found = authenticate({ authorization: `Bearer ${token}` }, '/scraper/v2/x', rt.table, keys, now);
+  assert.ok(typeof found !== 'string');
+  assert.equal(found.refusal, null);
+  assert.equal(found.principal.id, 'key_1');
+});
+
+test('routeOf: a route, the query without the client credential, and the target with the master credential', () => {
+  const step = routeOf(rt, 'POST', '/scraper/v2/acts/a/runs?token=x&limit=2', {}, key);
+  assert.equal(step.error, null);
+  if (step.error !== null) return;
+  assert.equal(step.route.name, 'scraper');
+  assert.equal(step.path, '/v2/acts/a/runs');
+  assert.equal(step.forwardQuery, 'limit=2');
+  assert.equal(step.target.credential[1], 'Bearer scraper-secret');
+});
+
+test('routeOf: each refusal in the order the pipeline meets them, with the route when one matched', () => {
+  assert.deepEqual(routeOf(rt, 'GET', '/nowhere/x', {}, key), { error: ERRORS.noRoute, route: null });
+  assert.deepEqual(routeOf(rt, 'GET', '/scraper/v2/x', {}, key), { error: ERRORS.methodNotAllowed, route: null });
+  const scope = routeOf(rt, 'GET', '/speech/v1/voices', {}, key);
+  assert.equal(scope.error, ERRORS.forbidden);
+  assert.equal(scope.route?.name, 'speech');
+  // The seo route is named by the key but has no secret here: not configured, not forwarded.
+  const unconfigured = routeOf(rt, 'GET', '/seo/v3/x', {}, key);
+  assert.equal(unconfigured.error, ERRORS.routeNotConfigured);
+  assert.equal(unconfigured.route?.name, 'seo');
+  assert.equal(routeOf(rt, 'POST', `/scraper/v2/${token}`, {}, key).error, ERRORS.tokenInUrl);
+  assert.equal(routeOf(rt, 'POST', '/scraper/v2/x', { 'content-length': String(config.maxBodyBytes + 1) }, key).error, ERRORS.payloadTooLarge);
+});
