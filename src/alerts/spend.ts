@@ -13,6 +13,7 @@ import type { Limiter } from '../limits/limiter.ts';
 import { policyFor, type Policy } from '../limits/policy.ts';
 import { Webhook } from './webhook.ts';
 import type { AlertStore, UsageStore } from '../ledger/store.ts';
+import { Retrier } from '../lib/retry.ts';
 
 export interface SpendOptions {
   readonly config: {
@@ -55,38 +56,52 @@ export function createSpend(o: SpendOptions): Spend {
   // Alerts wait for the store's figures (never a stale answer): a threshold is judged on the fleet's totals.
   const fresh = fleet ? new StoreView(o.store, o.ledger, 0, Infinity) : null;
   const alertStore: AlertStore = o.store.alerts ?? new MemoryAlertStore();
-  const metric = alertCounter(o.registry);
-  let stopped = false;
-  const waiting = new Set<NodeJS.Timeout>();
-  /**
-   * Runs `work` against the store until it succeeds, never after a stop: a
-   * store that fails (a SQLite ledger another process is writing, a database
-   * not reachable yet) is asked again `firstMs` later, doubling to 30 s, at
-   * most `tries` times in all.
-   */
-  const retried = (work: () => Promise<void>, firstMs: number, tries: number, attempt = 0): Promise<void> =>
-    work().catch(() => {
-      if (stopped || attempt + 1 >= tries) return;
-      const t = setTimeout(() => {
-        waiting.delete(t);
-        void retried(work, firstMs, tries, attempt + 1);
-      }, Math.min(30_000, firstMs * 2 ** attempt)).unref();
-      waiting.add(t);
-    });
-  /** Marks a firing delivered; a store that fails is asked again (else the next start would send it twice). */
-  const delivered = (id: string): void => void retried(() => alertStore.alertDelivered(id), 500, 6);
-  const webhook =
-    o.config.alertWebhook === null
-      ? null
-      : new Webhook({
-          url: o.config.alertWebhook,
-          secret: o.config.alertWebhookSecret,
-          retryMs: o.config.alertWebhookRetryMs,
-          onDelivered: (id) => delivered(id),
-          onFailed: (id, reason, attempt, gaveUp) =>
-            o.logger[gaveUp ? 'error' : 'warn']({ alert: id, reason, attempt }, gaveUp ? 'alert webhook: not delivered within KEYWARD_ALERT_WEBHOOK_RETRY; given up' : 'alert webhook: not delivered; retrying'),
-        });
-  const fire = (alert: Alert, body: string): void => {
+  // A store that fails (a SQLite ledger another process is writing, a database not reachable yet) is asked again.
+  const retrier = new Retrier();
+  // A firing marked delivered, asked again if the store fails: else the next start would send it twice.
+  const webhook = webhookFor(o, (id) => void retrier.run(() => alertStore.alertDelivered(id), 500, 6));
+  const alerts = new Alerts({
+    store: alertStore,
+    use: fresh === null ? () => o.ledger : async (keyId, now) => periodUse(await fresh.usage(keyId, now)),
+    fire: firing(o, alertCounter(o.registry), webhook),
+    unitOf: o.unitOf,
+    // A fleet's totals are read from the store: once per flush interval, not after each request.
+    everyMs: fleet ? o.config.usageFlushMs : 0,
+  });
+  if (view !== null) fleetFigures(o.limiter, view);
+  return {
+    status: statusSources(o, view),
+    counted: (key, policy) => alerts.touched(key, policy),
+    alerts,
+    webhook,
+    start: async () => {
+      if (webhook === null) return;
+      await retrier.run(() => resend(o, alertStore, webhook), 1_000, Infinity);
+    },
+    stop: () => {
+      retrier.stop();
+      alerts.stop();
+      webhook?.stop();
+    },
+  };
+}
+
+/** The alert webhook, if one is configured. */
+function webhookFor(o: SpendOptions, delivered: (id: string) => void): Webhook | null {
+  if (o.config.alertWebhook === null) return null;
+  return new Webhook({
+    url: o.config.alertWebhook,
+    secret: o.config.alertWebhookSecret,
+    retryMs: o.config.alertWebhookRetryMs,
+    onDelivered: delivered,
+    onFailed: (id, reason, attempt, gaveUp) =>
+      o.logger[gaveUp ? 'error' : 'warn']({ alert: id, reason, attempt }, gaveUp ? 'alert webhook: not delivered within KEYWARD_ALERT_WEBHOOK_RETRY; given up' : 'alert webhook: not delivered; retrying'),
+  });
+}
+
+/** An alert fires: a log line, the counter, and the webhook. */
+function firing(o: SpendOptions, metric: ReturnType<typeof alertCounter>, webhook: Webhook | null): (alert: Alert, body: string) => void {
+  return (alert, body) => {
     const l = alert.limit;
     o.logger.warn(
       { alert: alert.id, event: alert.event, keyId: alert.key.id, keyName: alert.key.name, limit: l.kind, route: l.route ?? null, threshold: l.threshold, used: alert.used, value: l.value, unit: l.unit, period: l.periodKey },
@@ -95,53 +110,33 @@ export function createSpend(o: SpendOptions): Spend {
     metric.inc({ kind: l.kind, threshold: String(l.threshold) });
     webhook?.send(alert.id, body, Date.parse(alert.at));
   };
-  const alerts = new Alerts({
-    store: alertStore,
-    use: fresh === null ? () => o.ledger : async (keyId, now) => periodUse(await fresh.usage(keyId, now)),
-    fire,
-    unitOf: o.unitOf,
-    // A fleet's totals are read from the store: once per flush interval, not after each request.
-    everyMs: fleet ? o.config.usageFlushMs : 0,
-  });
-  if (view !== null) {
-    // A refusal the fleet's leases decided gives the key's fleet figures as /keyward/key last read them.
-    o.limiter.figures = (keyId, now) => {
-      const u = view.cached(keyId, now);
-      return u === null ? null : periodUse(u);
-    };
-    // A scraper run's cap is what is left of the fleet's budget: read for it (docs/limits.md, "Scraper runs").
-    o.limiter.freshFigures = (keyId, now) => view.refresh(keyId, now);
-  }
-  const status: StatusSources = {
+}
+
+/** In a fleet, the limiter reads the fleet's figures from the store's view. */
+function fleetFigures(limiter: Limiter, view: StoreView): void {
+  // A refusal the fleet's leases decided gives the key's fleet figures as /keyward/key last read them.
+  limiter.figures = (keyId, now) => {
+    const u = view.cached(keyId, now);
+    return u === null ? null : periodUse(u);
+  };
+  // A scraper run's cap is what is left of the fleet's budget: read for it (docs/limits.md, "Scraper runs").
+  limiter.freshFigures = (keyId, now) => view.refresh(keyId, now);
+}
+
+/** Where a key stands: its usage (this process's ledger, or the fleet's store) and its limits. */
+function statusSources(o: SpendOptions, view: StoreView | null): StatusSources {
+  return {
     usage: (keyId, now) => (view === null ? o.ledger.usage(keyId, now) : view.usage(keyId, now)),
     limits: (principal: Principal, use, now) => {
       const policy = policyFor(principal);
       return policy === null ? [] : o.limiter.status(principal.id, policy, now, o.ledger.gateways, view === null ? o.ledger : use);
     },
   };
-  return {
-    status,
-    counted: (key, policy) => alerts.touched(key, policy),
-    alerts,
-    webhook,
-    start: async () => {
-      if (webhook === null) return;
-      await retried(
-        async () => {
-          const found = await alertStore.undeliveredAlerts(o.ledger.id, Date.now() - o.config.alertWebhookRetryMs, 60_000);
-          for (const a of found) webhook.send(a.id, a.body, a.at);
-          if (found.length > 0) o.logger.info({ alerts: found.length }, 'alerts not delivered before the last stop; sending them');
-        },
-        1_000,
-        Infinity,
-      );
-    },
-    stop: () => {
-      stopped = true;
-      for (const t of waiting) clearTimeout(t);
-      waiting.clear();
-      alerts.stop();
-      webhook?.stop();
-    },
-  };
+}
+
+/** Alerts fired and not delivered before the last stop, within the retry window, sent again. */
+async function resend(o: SpendOptions, alertStore: AlertStore, webhook: Webhook): Promise<void> {
+  const found = await alertStore.undeliveredAlerts(o.ledger.id, Date.now() - o.config.alertWebhookRetryMs, 60_000);
+  for (const a of found) webhook.send(a.id, a.body, a.at);
+  if (found.length > 0) o.logger.info({ alerts: found.length }, 'alerts not delivered before the last stop; sending them');
 }

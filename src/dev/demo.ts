@@ -8,6 +8,7 @@ import type { Io } from '../lib/io.ts';
 import { loadConfig } from '../config/load.ts';
 import { openKeyStore } from '../keys/open.ts';
 import { createKey } from '../keys/manage.ts';
+import type { KeyStore } from '../keys/store.ts';
 import { createLogger, type LogHandle } from '../observe/log.ts';
 import { createGateway, type Gateway } from '../process/server.ts';
 import { providerEnv, type Example, type UpstreamSpec } from '../request/routes.ts';
@@ -29,6 +30,59 @@ function curlLine(base: string, route: string, example: Example, auth: string | 
 const BUDGET = 10;
 /** The demo's scraper budget, USD: two stand-in runs spend it. */
 const RUN_BUDGET = 0.5;
+
+/** A key for the demo, and the example it is shown with. */
+interface DemoKey {
+  readonly spec: UpstreamSpec;
+  readonly example: Example;
+  readonly key: { readonly token: string };
+}
+
+/** The demo's keys: one without limits, one with a small budget, one with a budget on scraper runs. */
+async function demoKeys(store: KeyStore, specs: readonly UpstreamSpec[]): Promise<{ token: string; budgeted: DemoKey | null; runs: DemoKey | null }> {
+  const { token } = await createKey(store, 'demo');
+  // A second key with a small budget on the first route that reports a cost, so a refusal can be tried.
+  const costly = specs.find((spec) => spec.cost !== null && spec.demo.examples.some((e) => e.method === 'POST' && e.output !== undefined && e.stream !== true));
+  const budgeted = costly === undefined ? null : { spec: costly, example: costly.demo.examples.find((e) => e.method === 'POST' && e.output !== undefined && e.stream !== true) as Example, key: await createKey(store, 'demo-budget', { limits: { budgets: { [costly.name]: `${BUDGET}/day` } } }) };
+  // A key with a budget on the scraper's runs, settled once they end (docs/limits.md, "Scraper runs").
+  const runSpec = specs.find((spec) => spec.cost?.runs !== undefined && spec.demo.examples.some((e) => e.method === 'POST'));
+  const runs = runSpec === undefined ? null : { spec: runSpec, example: runSpec.demo.examples.find((e) => e.method === 'POST') as Example, key: await createKey(store, 'demo-runs', { limits: { budgets: { [runSpec.name]: `${RUN_BUDGET}/day` } } }) };
+  return { token, budgeted, runs };
+}
+
+/** What the demo prints: the gateway's address, the token, and a curl line per example. */
+function demoText(base: string, specs: readonly UpstreamSpec[], { token, budgeted, runs }: { token: string; budgeted: DemoKey | null; runs: DemoKey | null }): string {
+  const auth = `-H 'Authorization: Bearer ${token}'`;
+  // The refused request: the first plain GET of any provider.
+  const plain = specs.flatMap((spec) => spec.demo.examples.filter((e) => e.method === 'GET' && e.body === undefined).map((e) => [spec.name, e] as const))[0];
+  return [
+    '',
+    `keyward demo: gateway on ${base}, stand-in upstreams on 127.0.0.1, demo key "demo".`,
+    `Token: ${token}`,
+    '',
+    ...specs.flatMap((spec) => [`# ${spec.demo.title}`, ...spec.demo.examples.map((e) => curlLine(base, spec.name, e, auth)), '']),
+    ...(plain === undefined ? [] : ['# no token: refused by the gateway (401 {"error":"Unauthorized.","code":"unauthorized"})', curlLine(base, plain[0], plain[1], null), '']),
+    ...(budgeted === null
+      ? []
+      : [
+          `# key "demo-budget", a budget of ${BUDGET} ${budgeted.spec.cost?.unit ?? ''} a day on ${budgeted.spec.name}: the first call is admitted (and costs more), the next refused (429 budget_exceeded)`,
+          curlLine(base, budgeted.spec.name, { ...budgeted.example, output: `budget-${budgeted.example.output ?? 'out'}` }, `-H 'Authorization: Bearer ${budgeted.key.token}'`),
+          curlLine(base, budgeted.spec.name, { ...budgeted.example, output: undefined }, `-H 'Authorization: Bearer ${budgeted.key.token}'`),
+          '',
+        ]),
+    ...(runs === null
+      ? []
+      : [
+          `# key "demo-runs", a budget of ${RUN_BUDGET} usd a day on ${runs.spec.name}: a run costs ${STANDIN_RUN.usd} usd, booked once it ended (asked a few seconds after);`,
+          `# each start is capped (maxTotalChargeUsd) at what is left; run it three times, 10 s apart: the third is refused (429 budget_exceeded)`,
+          curlLine(base, runs.spec.name, runs.example, `-H 'Authorization: Bearer ${runs.key.token}'`),
+          `curl -s -H 'Authorization: Bearer ${runs.key.token}' ${base}/keyward/key`,
+          '',
+        ]),
+    'Request logs follow on stderr. Ctrl-C stops the demo.',
+    '',
+  ].join('\n');
+}
 
 export async function runDemo(io: Io, specs: readonly UpstreamSpec[]): Promise<number> {
   const tag = randomBytes(12).toString('hex');
@@ -55,49 +109,13 @@ export async function runDemo(io: Io, specs: readonly UpstreamSpec[]): Promise<n
     };
     const config = loadConfig(env, (p) => readFileSync(p, 'utf8'), io.cwd, specs);
     const store = openKeyStore(config);
-    const { token } = await createKey(store, 'demo');
-    // A second key with a small budget on the first route that reports a cost, so a refusal can be tried.
-    const costly = specs.find((spec) => spec.cost !== null && spec.demo.examples.some((e) => e.method === 'POST' && e.output !== undefined && e.stream !== true));
-    const budgeted = costly === undefined ? null : { spec: costly, example: costly.demo.examples.find((e) => e.method === 'POST' && e.output !== undefined && e.stream !== true) as Example, key: await createKey(store, 'demo-budget', { limits: { budgets: { [costly.name]: `${BUDGET}/day` } } }) };
-    // A key with a budget on the scraper's runs, settled once they end (docs/limits.md, "Scraper runs").
-    const runSpec = specs.find((spec) => spec.cost?.runs !== undefined && spec.demo.examples.some((e) => e.method === 'POST'));
-    const runs = runSpec === undefined ? null : { spec: runSpec, example: runSpec.demo.examples.find((e) => e.method === 'POST') as Example, key: await createKey(store, 'demo-runs', { limits: { budgets: { [runSpec.name]: `${RUN_BUDGET}/day` } } }) };
+    const keys = await demoKeys(store, specs);
     // Request logs go to stderr so the instructions on stdout stay readable.
     log = createLogger(config.logLevel, undefined, 2);
     const g = await createGateway(config, store, log.logger);
     gateway = g;
     const address = await g.listen();
-    const base = `http://${address.address.includes(':') ? `[${address.address}]` : address.address}:${address.port}`;
-    const auth = `-H 'Authorization: Bearer ${token}'`;
-    // The refused request: the first plain GET of any provider.
-    const plain = specs.flatMap((spec) => spec.demo.examples.filter((e) => e.method === 'GET' && e.body === undefined).map((e) => [spec.name, e] as const))[0];
-    text = [
-      '',
-      `keyward demo: gateway on ${base}, stand-in upstreams on 127.0.0.1, demo key "demo".`,
-      `Token: ${token}`,
-      '',
-      ...specs.flatMap((spec) => [`# ${spec.demo.title}`, ...spec.demo.examples.map((e) => curlLine(base, spec.name, e, auth)), '']),
-      ...(plain === undefined ? [] : ['# no token: refused by the gateway (401 {"error":"Unauthorized.","code":"unauthorized"})', curlLine(base, plain[0], plain[1], null), '']),
-      ...(budgeted === null
-        ? []
-        : [
-            `# key "demo-budget", a budget of ${BUDGET} ${budgeted.spec.cost?.unit ?? ''} a day on ${budgeted.spec.name}: the first call is admitted (and costs more), the next refused (429 budget_exceeded)`,
-            curlLine(base, budgeted.spec.name, { ...budgeted.example, output: `budget-${budgeted.example.output ?? 'out'}` }, `-H 'Authorization: Bearer ${budgeted.key.token}'`),
-            curlLine(base, budgeted.spec.name, { ...budgeted.example, output: undefined }, `-H 'Authorization: Bearer ${budgeted.key.token}'`),
-            '',
-          ]),
-      ...(runs === null
-        ? []
-        : [
-            `# key "demo-runs", a budget of ${RUN_BUDGET} usd a day on ${runs.spec.name}: a run costs ${STANDIN_RUN.usd} usd, booked once it ended (asked a few seconds after);`,
-            `# each start is capped (maxTotalChargeUsd) at what is left; run it three times, 10 s apart: the third is refused (429 budget_exceeded)`,
-            curlLine(base, runs.spec.name, runs.example, `-H 'Authorization: Bearer ${runs.key.token}'`),
-            `curl -s -H 'Authorization: Bearer ${runs.key.token}' ${base}/keyward/key`,
-            '',
-          ]),
-      'Request logs follow on stderr. Ctrl-C stops the demo.',
-      '',
-    ].join('\n');
+    text = demoText(`http://${address.address.includes(':') ? `[${address.address}]` : address.address}:${address.port}`, specs, keys);
   } catch (err) {
     await cleanUp();
     throw err;

@@ -19,7 +19,7 @@ export interface LogHandle {
  * Logs go to stdout as JSON lines. The default destination is asynchronous
  * (SonicBoom with a buffer) so a slow journal never stalls the event loop;
  * `flush()` drains it before exit, asynchronously and with a deadline (see
- * the error handler below for why not synchronously).
+ * LineBatcher for why not synchronously).
  */
 export function createLogger(level: string, destination?: DestinationStream, fd: 1 | 2 = 1): LogHandle {
   // No `redact`: no code path logs a header, a URL query or a token (the
@@ -29,93 +29,114 @@ export function createLogger(level: string, destination?: DestinationStream, fd:
   if (destination !== undefined) {
     return { logger: pino(options, destination), timed: () => undefined, flush: () => Promise.resolve() };
   }
-  // Lines are copied as they come into a 16 KiB buffer outside the V8 heap,
-  // which goes to SonicBoom in one write once 8 KiB are gathered (and at least once a
-  // second, so a quiet gateway's lines still reach the journal promptly).
-  // Held as strings until written, the lines outlived young-generation
-  // collections and were copied by each: 5 µs of GC per request at 64
-  // connections, more than writing them (bench/README.md, log line). One
-  // asynchronous write per line cost ~60 µs. pino's own lines pass through
-  // here as well, so the order of all lines is kept.
-  const dest = pino.destination({ dest: fd, sync: false, minLength: 4096, contentMode: 'buffer' });
-  const SIZE = 16_384;
-  const FULL = 8_192;
-  let buf = Buffer.allocUnsafe(SIZE);
-  let used = 0;
-  let broken = false;
-  let report: (seconds: number) => void = () => undefined;
-  const hand = (out: Buffer): void => {
-    if (broken) return;
-    const start = performance.now();
-    try {
-      dest.write(out as unknown as string);
-    } catch {
-      broken = true; // a destination that failed: lines are dropped, the gateway goes on
-    }
-    report((performance.now() - start) / 1000);
-  };
-  const drain = (): void => {
-    if (used === 0) return;
-    const out = buf.subarray(0, used);
-    buf = Buffer.allocUnsafe(SIZE);
-    used = 0;
-    hand(out);
-  };
-  const append = (line: string): void => {
-    // At most three bytes per UTF-16 unit: room is checked without measuring.
-    if (used + line.length * 3 > SIZE) {
-      drain();
-      if (line.length * 3 > SIZE) return hand(Buffer.from(line));
-    }
-    used += buf.write(line, used, 'utf8');
-    if (used >= FULL) drain();
-  };
+  const batcher = new LineBatcher(pino.destination({ dest: fd, sync: false, minLength: 4096, contentMode: 'buffer' }));
   const batched = {
     // pino's own lines (start, reload, errors: rare) are passed on at once,
     // after the request lines before them.
     write(line: string): boolean {
-      append(line);
-      drain();
+      batcher.append(line);
+      batcher.drain();
       return true;
     },
-    [BATCHED]: append,
+    [BATCHED]: (line: string): void => batcher.append(line),
   };
-
-  // A reader that went away (EPIPE: the journal restarted, `| head`) must
-  // not stop the gateway, nor its exit: sonic-boom's flushSync retries every
-  // write error but EAGAIN in a sleep loop forever, so the final flush is the
-  // asynchronous one, with a deadline.
-  dest.on('error', () => {
-    broken = true;
-  });
-  const logger = pino(options, batched);
-  const timer = setInterval(() => {
-    drain();
-    if (!broken) dest.flush();
-  }, 1000);
+  const timer = setInterval(() => batcher.tick(), 1000);
   timer.unref();
   return {
-    logger,
+    logger: pino(options, batched),
     timed: (r) => {
-      report = r;
+      batcher.report = r;
     },
-    flush: () =>
-      new Promise<void>((resolve) => {
-        clearInterval(timer);
-        drain();
-        if (broken) return resolve();
-        const deadline = setTimeout(resolve, 2_000);
-        try {
-          dest.flush(() => {
-            clearTimeout(deadline);
-            resolve();
-          });
-        } catch {
+    flush: () => {
+      clearInterval(timer);
+      return batcher.flush();
+    },
+  };
+}
+
+const SIZE = 16_384;
+const FULL = 8_192;
+
+/**
+ * Lines are copied as they come into a 16 KiB buffer outside the V8 heap,
+ * which goes to SonicBoom in one write once 8 KiB are gathered (and at least
+ * once a second, so a quiet gateway's lines still reach the journal
+ * promptly). Held as strings until written, the lines outlived
+ * young-generation collections and were copied by each: 5 µs of GC per
+ * request at 64 connections, more than writing them (bench/README.md, log
+ * line). One asynchronous write per line cost ~60 µs. pino's own lines pass
+ * through here as well, so the order of all lines is kept.
+ */
+class LineBatcher {
+  #buf = Buffer.allocUnsafe(SIZE);
+  #used = 0;
+  #broken = false;
+  report: (seconds: number) => void = () => undefined;
+  readonly #dest: ReturnType<typeof pino.destination>;
+
+  constructor(dest: ReturnType<typeof pino.destination>) {
+    this.#dest = dest;
+    // A reader that went away (EPIPE: the journal restarted, `| head`) must
+    // not stop the gateway, nor its exit: sonic-boom's flushSync retries every
+    // write error but EAGAIN in a sleep loop forever, so the final flush is the
+    // asynchronous one, with a deadline.
+    dest.on('error', () => {
+      this.#broken = true;
+    });
+  }
+
+  append(line: string): void {
+    // At most three bytes per UTF-16 unit: room is checked without measuring.
+    if (this.#used + line.length * 3 > SIZE) {
+      this.drain();
+      if (line.length * 3 > SIZE) return this.#hand(Buffer.from(line));
+    }
+    this.#used += this.#buf.write(line, this.#used, 'utf8');
+    if (this.#used >= FULL) this.drain();
+  }
+
+  drain(): void {
+    if (this.#used === 0) return;
+    const out = this.#buf.subarray(0, this.#used);
+    this.#buf = Buffer.allocUnsafe(SIZE);
+    this.#used = 0;
+    this.#hand(out);
+  }
+
+  /** Once a second: what is gathered goes out, and SonicBoom writes its own buffer. */
+  tick(): void {
+    this.drain();
+    if (!this.#broken) this.#dest.flush();
+  }
+
+  /** Everything out, within two seconds. */
+  flush(): Promise<void> {
+    return new Promise<void>((resolve) => {
+      this.drain();
+      if (this.#broken) return resolve();
+      const deadline = setTimeout(resolve, 2_000);
+      try {
+        this.#dest.flush(() => {
           clearTimeout(deadline);
           resolve();
-        }
-      }),
-  };
+        });
+      } catch {
+        clearTimeout(deadline);
+        resolve();
+      }
+    });
+  }
+
+  #hand(out: Buffer): void {
+    if (this.#broken) return;
+    const start = performance.now();
+    try {
+      this.#dest.write(out as unknown as string);
+    } catch {
+      this.#broken = true; // a destination that failed: lines are dropped, the gateway goes on
+    }
+    this.report((performance.now() - start) / 1000);
+  }
 }
 
 /** The fields of the per-request line (docs/logs.md), in the order they are written. */

@@ -33,7 +33,7 @@ import { downstreamResponseHeaders } from './headers.ts';
 import { upstream } from './outcome.ts';
 import { readCost } from './cost.ts';
 import { RunReader } from '../ledger/runs.ts';
-import { type DecodeLimits, decodersFor, relayCompressed, relayPlain } from './relay.ts';
+import { type BodyWatch, type DecodeLimits, decodersFor, relayCompressed, relayPlain } from './relay.ts';
 
 import { answer } from './reply.ts';
 import type { Route } from './routes.ts';
@@ -127,60 +127,21 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
     return;
   }
   const decoders = decodersFor(secrets.empty ? undefined : proxyRes.headers['content-encoding']);
-  // A transfer coding other than chunked (`gzip, chunked`) is left on the
-  // body by Node's parser and labelled nowhere a client would decode it
-  // from: bytes the filter cannot read (RFC 9112 §6.1).
-  const te = proxyRes.headers['transfer-encoding'];
-  if (!secrets.empty && te !== undefined && te.trim().toLowerCase() !== 'chunked') {
-    upstreamFailed(ex, res, 'unscannable_encoding', 'transfer_coding', true);
-    proxyRes.destroy();
-    return;
-  }
-  if (decoders === null) {
+  const transfer = unscannableTransfer(proxyRes, secrets);
+  if (decoders === null || transfer) {
     // A coding the filter cannot read could carry a secret past it.
-    upstreamFailed(ex, res, 'unscannable_encoding', null, true);
+    upstreamFailed(ex, res, 'unscannable_encoding', transfer ? 'transfer_coding' : null, true);
     proxyRes.destroy();
     return;
   }
   ex.bodiless = bodiless(proxyRes.statusCode as number, req.method);
   ex.upstreamResponse = proxyRes;
-  // An upstream that dies mid-body: the status is already out, so the only
-  // honest signal left is to close the client's connection at once.
-  proxyRes.on('error', () => undefined);
-  proxyRes.once('close', () => {
-    if (!proxyRes.complete && !ex.closed && !ex.bodiless) {
-      ex.fail(upstream('aborted'));
-      res.destroy();
-    }
-  });
+  closeOnAbort(ex, proxyRes, res);
   const headers = downstreamResponseHeaders(proxyRes.rawHeaders);
   const inHeaders = maskHeaders(secrets, headers);
   if (inHeaders !== null) ex.masked = inHeaders;
-  const head = (): boolean => {
-    try {
-      // The status's standard reason phrase, never the upstream's: a phrase is
-      // free text an upstream could put a secret in (`200 apify_api_…`), and
-      // no HTTP client gives it meaning (RFC 9112 §4).
-      res.writeHead(proxyRes.statusCode as number, headers);
-      return true;
-    } catch {
-      // A header Node refuses to write (control characters from the upstream).
-      upstreamFailed(ex, res, 'invalid_response', null, true);
-      proxyRes.socket.destroy();
-      return false;
-    }
-  };
-  const reported = readCost(ex.route?.cost ?? null, ex.bodiless, proxyRes.headers, secrets.empty);
-  if (reported.header !== null) {
-    ex.cost = reported.header.value;
-    ex.costBad = reported.header.bad;
-    // A key's first budgeted call: its overlapping calls need not wait for the end of a stream.
-    ex.admission?.costKnown?.(ex.cost);
-  }
-  // A scraper run-start's run object, read as it passes (the filter reads a compressed one decoded).
-  const status = proxyRes.statusCode ?? 0;
-  const cost =
-    ex.runPath !== null && status >= 200 && status < 300 && !ex.bodiless && !(secrets.empty && decoders.list.length > 0) ? new RunReader() : reported.body;
+  const head = (): boolean => writeHead(ex, res, proxyRes, headers);
+  const cost = costReader(ex, proxyRes, secrets, decoders.list.length > 0);
   if (decoders.list.length === 0) {
     // After the rest of this parse: stray bytes behind a complete response
     // fail the upstream request in the same tick (onError), and the client
@@ -195,6 +156,57 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
   relayCompressed({ up: proxyRes, res, ex, secrets, limits, onSecret, cost, decoders, head, undecodable: () => answer(ex, res, UPSTREAM_ANSWERS.unscannable_encoding, true), sniffed: null });
 }
 
+/**
+ * A transfer coding other than chunked (`gzip, chunked`) is left on the body
+ * by Node's parser and labelled nowhere a client would decode it from: bytes
+ * the filter cannot read (RFC 9112 §6.1).
+ */
+function unscannableTransfer(proxyRes: http.IncomingMessage, secrets: Secrets): boolean {
+  const te = proxyRes.headers['transfer-encoding'];
+  return !secrets.empty && te !== undefined && te.trim().toLowerCase() !== 'chunked';
+}
+
+/** An upstream that dies mid-body: the status is already out, so the only honest signal left is to close the client's connection at once. */
+function closeOnAbort(ex: Exchange, proxyRes: http.IncomingMessage, res: ServerResponse): void {
+  proxyRes.on('error', () => undefined);
+  proxyRes.once('close', () => {
+    if (!proxyRes.complete && !ex.closed && !ex.bodiless) {
+      ex.fail(upstream('aborted'));
+      res.destroy();
+    }
+  });
+}
+
+/** The response head to the client; false (and a 502) for a header Node refuses to write. */
+function writeHead(ex: Exchange, res: ServerResponse, proxyRes: http.IncomingMessage, headers: string[]): boolean {
+  try {
+    // The status's standard reason phrase, never the upstream's: a phrase is
+    // free text an upstream could put a secret in (`200 apify_api_…`), and
+    // no HTTP client gives it meaning (RFC 9112 §4).
+    res.writeHead(proxyRes.statusCode as number, headers);
+    return true;
+  } catch {
+    // A header Node refuses to write (control characters from the upstream).
+    upstreamFailed(ex, res, 'invalid_response', null, true);
+    proxyRes.socket.destroy();
+    return false;
+  }
+}
+
+/** The cost in a header is taken now; the reader for one in the body (or a run-start's run object) is returned. */
+function costReader(ex: Exchange, proxyRes: http.IncomingMessage, secrets: Secrets, compressed: boolean): BodyWatch | null {
+  const reported = readCost(ex.route?.cost ?? null, ex.bodiless, proxyRes.headers, secrets.empty);
+  if (reported.header !== null) {
+    ex.cost = reported.header.value;
+    ex.costBad = reported.header.bad;
+    // A key's first budgeted call: its overlapping calls need not wait for the end of a stream.
+    ex.admission?.costKnown?.(ex.cost);
+  }
+  // A scraper run-start's run object, read as it passes (the filter reads a compressed one decoded).
+  const status = proxyRes.statusCode ?? 0;
+  const run = ex.runPath !== null && status >= 200 && status < 300 && !ex.bodiless && !(secrets.empty && compressed);
+  return run ? new RunReader() : reported.body;
+}
 
 /** Secrets found in a body: masked (plain), or the response cut (compressed). */
 function onSecret(ex: Exchange, found: readonly SecretForm[], cut: boolean): void {
