@@ -21,7 +21,7 @@ interface AnyAdmission {
   release?: () => void;
 }
 const { Limiter } = await load<{ Limiter: new (use: unknown) => { admit(k: string, p: unknown, r: string, now: number, share?: number): AnyAdmission | Promise<unknown> } }>('limits/limiter.ts');
-const { policyOf } = await load<{ policyOf(l: unknown): unknown }>('limits/policy.ts');
+const { policyOf } = await load<{ policyOf: (l: unknown) => unknown }>('limits/policy.ts');
 const { Ledger } = await load<{ Ledger: new (store: unknown, onError: () => void) => { record(k: string, r: string, s: number, i: number, o: number, c: number): void; requests(): number; cost(): number } }>('ledger/ledger.ts');
 const { MemoryUsageStore } = await load<{ MemoryUsageStore: new () => unknown }>('ledger/memory-store.ts');
 

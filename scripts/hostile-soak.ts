@@ -106,7 +106,8 @@ async function main(): Promise<number> {
     sockets.add(socket);
     socket.on('close', () => sockets.delete(socket));
     socket.on('error', () => socket.destroy());
-    socket.once('data', async (d: Buffer) => {
+    socket.once('data', (d: Buffer) => void answer(d).catch(() => socket.destroy()));
+    const answer = async (d: Buffer): Promise<void> => {
       const path = /^[A-Z]+ (\S+)/.exec(d.toString('latin1'))?.[1] ?? '';
       const n = /\/hostile\/(\d+)/.exec(path)?.[1];
       const parts = n === undefined ? (path.includes('gz') ? whole(honestGz, 'content-encoding: gzip\r\n') : whole(honest)) : (HOSTILE[Number(n)] as (typeof HOSTILE)[number])[1]();
@@ -116,7 +117,7 @@ async function main(): Promise<number> {
         if (i < parts.length - 1) await sleep(5);
       }
       socket.end();
-    });
+    };
   });
   await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
   const url = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;

@@ -44,8 +44,9 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 const AUDIO_CHUNK = Buffer.alloc(8 * 1024, 0x5a);
 
 // ---- upstream stand-ins (in this process) --------------------------------
-function upstream(handler: http.RequestListener): Promise<{ url: string; server: http.Server }> {
-  const server = http.createServer(handler);
+function upstream(handler: (req: http.IncomingMessage, res: http.ServerResponse) => Promise<void>): Promise<{ url: string; server: http.Server }> {
+  // A handler that fails ends its response: the soak sees a cut, not a hang.
+  const server = http.createServer((req, res) => void handler(req, res).catch((err: Error) => res.destroy(err)));
   server.keepAliveTimeout = 2_000;
   return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve({ url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, server })));
 }

@@ -2,9 +2,8 @@
 // turned into its exit code and one line on stderr. Everything it needs from
 // the process comes in through `Io`.
 import { readFileSync } from 'node:fs';
-import type { ConfigError } from './config/load.ts';
 import { nearest } from './config/unknown.ts';
-import { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, helpTexts, line, parse, UsageError, type HelpRequested, type Io } from './cli/args.ts';
+import { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, helpTexts, line, parse, UsageError, type Io } from './cli/args.ts';
 import { dbCommand } from './cli/db.ts';
 import { keysCommand } from './cli/keys.ts';
 import { serveCommand } from './cli/serve.ts';
@@ -12,6 +11,8 @@ import { usageCommand } from './cli/usage.ts';
 import { runDemo } from './dev/demo.ts';
 import { runDevDb } from './dev/dev-db.ts';
 import type { UpstreamSpec } from './request/routes.ts';
+import { failureOf } from './cli/failures.ts';
+import { asError } from './lib/error.ts';
 
 export { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, type Io } from './cli/args.ts';
 
@@ -49,7 +50,7 @@ export async function run(argv: string[], io: Io, providers: readonly UpstreamSp
       case 'help':
       case '--help':
       case '-h':
-        io.stdout.write(HELP[''] as string);
+        io.stdout.write(HELP['']);
         return EXIT_OK;
       case 'version':
       case '--version':
@@ -63,27 +64,27 @@ export async function run(argv: string[], io: Io, providers: readonly UpstreamSp
       }
     }
   } catch (err) {
-    // By stable code, as undici's errors are told apart: one switch, no class chain.
-    const e = err as Error & { code?: unknown };
-    switch (e.code) {
+    // By stable code (cli/failures.ts): one switch, no class chain.
+    const f = failureOf(err);
+    switch (f?.code) {
       case 'KEYWARD_HELP':
-        io.stdout.write((e as HelpRequested).text);
+        io.stdout.write(f.text);
         return EXIT_OK;
       case 'KEYWARD_ERR_CONFIG':
-        for (const p of (e as ConfigError).problems) line(io.stderr, `keyward: configuration: ${p}`);
+        for (const p of f.problems) line(io.stderr, `keyward: configuration: ${p}`);
         return EXIT_USAGE;
       case 'KEYWARD_ERR_USAGE':
-        line(io.stderr, `keyward: ${e.message}`);
-        io.stderr.write((e as UsageError).help);
+        line(io.stderr, `keyward: ${f.message}`);
+        io.stderr.write(f.help);
         return EXIT_USAGE;
       case 'KEYWARD_ERR_KEY_USAGE':
-        line(io.stderr, `keyward: ${e.message}`);
+        line(io.stderr, `keyward: ${f.message}`);
         return EXIT_USAGE;
       case 'KEYWARD_ERR_KEYS_FILE':
-        line(io.stderr, `keyward: keys file: ${e.message}`);
+        line(io.stderr, `keyward: keys file: ${f.message}`);
         return EXIT_FAILURE;
       default:
-        line(io.stderr, `keyward: ${e.message}`);
+        line(io.stderr, `keyward: ${asError(err).message}`);
         return EXIT_FAILURE;
     }
   }

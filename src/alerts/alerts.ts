@@ -7,6 +7,7 @@
 import type { PeriodUse } from '../limits/limiter.ts';
 import { periodOf, type Period, type Policy } from '../limits/policy.ts';
 import type { AlertStore } from '../ledger/store.ts';
+import { backoff } from '../lib/backoff.ts';
 
 export interface Alert {
   readonly id: string;
@@ -82,6 +83,9 @@ export class Alerts {
   /** Checks in a row that met a store failure. */
   #failures = 0;
   #stopped = false;
+  readonly #onDeferred: () => void;
+  /** Keys taken out of the queue by the check under way. */
+  #inCheck = 0;
 
   constructor(options: {
     store: AlertStore;
@@ -90,6 +94,8 @@ export class Alerts {
     unitOf: (route: string) => string;
     now?: () => number;
     everyMs?: number;
+    /** A check could not read a key's figures or record a firing (the store locked or unreachable): it is checked again. */
+    onDeferred?: () => void;
   }) {
     this.#store = options.store;
     this.#use = options.use;
@@ -97,6 +103,12 @@ export class Alerts {
     this.#unitOf = options.unitOf;
     this.#now = options.now ?? Date.now;
     this.#everyMs = options.everyMs ?? 0;
+    this.#onDeferred = options.onDeferred ?? (() => undefined);
+  }
+
+  /** Keys whose thresholds are still to be checked (0: nothing more can fire until a request is counted). */
+  get pending(): number {
+    return this.#dirty.size + this.#inCheck;
   }
 
   /** A request of this key was counted: its thresholds are checked soon. */
@@ -135,6 +147,15 @@ export class Alerts {
   async #check(): Promise<void> {
     const dirty = [...this.#dirty.values()];
     this.#dirty.clear();
+    this.#inCheck = dirty.length;
+    try {
+      await this.#checkAll(dirty);
+    } finally {
+      this.#inCheck = 0;
+    }
+  }
+
+  async #checkAll(dirty: Array<{ key: { id: string; name: string }; policy: Policy; until: number }>): Promise<void> {
     const again = (d: (typeof dirty)[number]): void => {
       if (d.until > this.#now() && !this.#dirty.has(d.key.id)) this.#dirty.set(d.key.id, d);
     };
@@ -173,6 +194,7 @@ export class Alerts {
       }
     }
     this.#failures = failed ? this.#failures + 1 : 0;
-    this.#schedule(failed ? Math.max(this.#everyMs, Math.min(RETRY_MAX_MS, RETRY_MS * 2 ** (this.#failures - 1))) : this.#everyMs);
+    if (failed) this.#onDeferred();
+    this.#schedule(failed ? Math.max(this.#everyMs, backoff(this.#failures, { firstMs: RETRY_MS, maxMs: RETRY_MAX_MS })) : this.#everyMs);
   }
 }

@@ -2,7 +2,7 @@
 // together for the process that decides a key's limits: one gateway, or the
 // primary of workers. It answers where a key stands and fires the alerts;
 // a worker asks its primary for the limits and reads usage itself.
-import { alertCounter, type Registry } from '../observe/metrics.ts';
+import { alertCounters, type Registry } from '../observe/metrics.ts';
 import type { Principal } from '../keys/keyset.ts';
 import type { Logger } from '../observe/log.ts';
 import { Alerts, type Alert } from './alerts.ts';
@@ -14,6 +14,7 @@ import { policyFor, type Policy } from '../limits/policy.ts';
 import { Webhook } from './webhook.ts';
 import type { AlertStore, UsageStore } from '../ledger/store.ts';
 import { Retrier } from '../lib/retry.ts';
+import { detach, neverRejects } from '../lib/detach.ts';
 
 export interface SpendOptions {
   readonly config: {
@@ -59,11 +60,14 @@ export function createSpend(o: SpendOptions): Spend {
   // A store that fails (a SQLite ledger another process is writing, a database not reachable yet) is asked again.
   const retrier = new Retrier();
   // A firing marked delivered, asked again if the store fails: else the next start would send it twice.
-  const webhook = webhookFor(o, (id) => void retrier.run(() => alertStore.alertDelivered(id), 500, 6));
+  const webhook = webhookFor(o, (id) => detach(retrier.run(() => alertStore.alertDelivered(id), 500, 6), neverRejects));
+  // Read at scrape time, once the alerts below exist.
+  const counters = alertCounters(o.registry, () => alerts.pending);
   const alerts = new Alerts({
     store: alertStore,
     use: fresh === null ? () => o.ledger : async (keyId, now) => periodUse(await fresh.usage(keyId, now)),
-    fire: firing(o, alertCounter(o.registry), webhook),
+    fire: firing(o, counters.fired, webhook),
+    onDeferred: () => counters.deferred.inc(),
     unitOf: o.unitOf,
     // A fleet's totals are read from the store: once per flush interval, not after each request.
     everyMs: fleet ? o.config.usageFlushMs : 0,
@@ -100,7 +104,7 @@ function webhookFor(o: SpendOptions, delivered: (id: string) => void): Webhook |
 }
 
 /** An alert fires: a log line, the counter, and the webhook. */
-function firing(o: SpendOptions, metric: ReturnType<typeof alertCounter>, webhook: Webhook | null): (alert: Alert, body: string) => void {
+function firing(o: SpendOptions, metric: ReturnType<typeof alertCounters>['fired'], webhook: Webhook | null): (alert: Alert, body: string) => void {
   return (alert, body) => {
     const l = alert.limit;
     o.logger.warn(

@@ -8,6 +8,7 @@
 // hangs holds only this queue.
 import { createHmac } from 'node:crypto';
 import { backoff, type Backoff } from '../lib/backoff.ts';
+import { detach, neverRejects } from '../lib/detach.ts';
 
 export interface WebhookOptions {
   readonly url: string;
@@ -91,10 +92,13 @@ export class Webhook {
       return;
     }
     this.#sending = true;
-    void this.#attempt(head).finally(() => {
-      this.#sending = false;
-      this.#pump();
-    });
+    detach(
+      this.#attempt(head).finally(() => {
+        this.#sending = false;
+        this.#pump();
+      }),
+      neverRejects,
+    );
   }
 
   async #attempt(p: Pending): Promise<void> {

@@ -3,7 +3,7 @@
 import type { parseArgs } from 'node:util';
 import { effectiveEnv, storeConfig } from '../config/load.ts';
 import { nearest } from '../config/unknown.ts';
-import { KeysFileError, parseKeysFile, serialiseKeysFile } from '../keys/file-store.ts';
+import { parseKeysFile, serialiseKeysFile } from '../keys/file-store.ts';
 import type { KeyRecord } from '../keys/keyset.ts';
 import { createKey, importKeys, KeyUsageError, listKeys, revokeKey, rotateKey, updateKey, type KeyChanges } from '../keys/manage.ts';
 import { openKeyStore } from '../keys/open.ts';
@@ -17,6 +17,8 @@ import { printable, table } from './table.ts';
 import type { UpstreamSpec } from '../request/routes.ts';
 import { durationOption, EXIT_OK, helpTexts, HelpRequested, line, parse, readText, routesOption, UsageError, type Io } from './args.ts';
 import type { UsageRow } from '../ledger/store.ts';
+import { failureOf } from './failures.ts';
+import { asError } from '../lib/error.ts';
 
 const KEYS_COMMANDS = ['create', 'list', 'revoke', 'rotate', 'update', 'import', 'export', 'help'];
 
@@ -216,8 +218,8 @@ function readKeysArgument(file: string, costly: readonly string[]): KeyRecord[] 
   try {
     return parseKeysFile(text, costly);
   } catch (err) {
-    if (!(err instanceof KeysFileError)) throw err;
-    throw new KeyUsageError(`keys import: ${file} is not a keys file (${err.message}); give a file written by keys export or a gateway's keys.json`);
+    if (failureOf(err)?.code !== 'KEYWARD_ERR_KEYS_FILE') throw err;
+    throw new KeyUsageError(`keys import: ${file} is not a keys file (${asError(err).message}); give a file written by keys export or a gateway's keys.json`);
   }
 }
 

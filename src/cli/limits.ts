@@ -113,7 +113,7 @@ export function applyLimits(limits: Limits | undefined, changes: LimitChanges): 
     if (Object.keys(budgets).length === 0) delete next.budgets;
     else next.budgets = budgets;
   }
-  return Object.keys(next).length === 0 ? undefined : (next as Limits);
+  return Object.keys(next).length === 0 ? undefined : (next);
 }
 
 /** One line for `keys list` and the create/update messages: `rate 10/s burst 20, quota 1000/day (988 left), budget seo 5/day`. */

@@ -1,8 +1,7 @@
 // `keyward serve` (docs/operations.md): one gateway process, or the
 // primary of several; signals drain and reload it.
 import { startAdmin, type Admin } from '../process/admin.ts';
-import { ConfigError, effectiveEnv, knownVariables, loadConfig, type Config } from '../config/load.ts';
-import { KeysFileError } from '../keys/file-store.ts';
+import { effectiveEnv, knownVariables, loadConfig, type Config } from '../config/load.ts';
 import { openKeyStore } from '../keys/open.ts';
 import { createLogger, type LogHandle } from '../observe/log.ts';
 import { clusterMetrics, createMetrics, newRegistry } from '../observe/metrics.ts';
@@ -20,6 +19,9 @@ import { inheritedListenFd } from '../process/systemd.ts';
 import { closest } from '../config/unknown.ts';
 import type { UpstreamSpec } from '../request/routes.ts';
 import { EXIT_FAILURE, EXIT_OK, helpTexts, line, parse, readText, UsageError, type Io } from './args.ts';
+import { detach } from '../lib/detach.ts';
+import { failureOf } from './failures.ts';
+import { asError } from '../lib/error.ts';
 
 /** The configuration as it stands now: environment, KEYWARD_CONFIG_FILE, secret files. */
 function currentConfig(io: Io, providers: readonly UpstreamSpec[]): Config {
@@ -58,10 +60,11 @@ function checkServeArgs(args: string[], providers: readonly UpstreamSpec[]): voi
     parse(args, {}, helpTexts(providers).serve as string);
   } catch (err) {
     const flag = args.find((a) => a.startsWith('--') && a !== '--help')?.slice(2).split('=')[0];
-    if (!(err instanceof UsageError) || flag === undefined) throw err;
+    const usage = failureOf(err);
+    if (usage?.code !== 'KEYWARD_ERR_USAGE' || flag === undefined) throw err;
     const name = `KEYWARD_${flag.toUpperCase().replace(/-/g, '_')}`;
     const known = closest(name, knownVariables(providers));
-    throw new UsageError(`serve takes no options; it is configured by environment variables${known === null ? '' : ` (--${flag}: ${known}, e.g. ${known}=… keyward serve)`}`, err.help);
+    throw new UsageError(`serve takes no options; it is configured by environment variables${known === null ? '' : ` (--${flag}: ${known}, e.g. ${known}=… keyward serve)`}`, usage.help);
   }
 }
 
@@ -88,8 +91,9 @@ async function startServing(config: Config, listenFd: number | null, worker: boo
   } catch (err) {
     // A failure the message explains (a port in use, a damaged keys file) is
     // logged as that message; anything else with its stack, to be reported.
-    const explained = err instanceof KeysFileError || (err as Error).name === 'BindError';
-    const message = err instanceof KeysFileError ? `keys file ${config.keysFile}: ${err.message}` : (err as Error).message;
+    const failure = failureOf(err);
+    const message = failure?.code === 'KEYWARD_ERR_KEYS_FILE' ? `keys file ${config.keysFile}: ${failure.message}` : asError(err).message;
+    const explained = failure?.code === 'KEYWARD_ERR_KEYS_FILE' || failure?.code === 'KEYWARD_ERR_BIND';
     log.logger.fatal(explained ? { error: message } : { err }, 'cannot start');
     await log.flush();
     return message;
@@ -104,11 +108,17 @@ function serveUntilStopped(running: Gateway, admin: Admin | null, log: LogHandle
       if (stopping) return;
       stopping = true;
       log.logger.info({ signal }, 'shutdown requested');
-      void running
-        .shutdown()
-        .then(() => admin?.close())
-        .then(() => log.flush())
-        .then(() => resolve(EXIT_OK));
+      detach(
+        running
+          .shutdown()
+          .then(() => admin?.close())
+          .then(() => log.flush())
+          .then(() => resolve(EXIT_OK)),
+        (err) => {
+          log.logger.error({ err }, 'shutdown failed');
+          resolve(EXIT_FAILURE);
+        },
+      );
     };
     // `on`, not `once`: under systemd's default KillMode a worker gets SIGTERM
     // twice (directly and from the primary), and a second, unhandled one
@@ -122,10 +132,11 @@ function serveUntilStopped(running: Gateway, admin: Admin | null, log: LogHandle
       try {
         running.reconfigure(currentConfig(io, providers));
       } catch (err) {
-        if (!(err instanceof ConfigError)) throw err;
-        log.logger.error({ problems: err.problems }, 'configuration not reloaded; keeping the running one');
+        const failure = failureOf(err);
+        if (failure?.code !== 'KEYWARD_ERR_CONFIG') throw err;
+        log.logger.error({ problems: failure.problems }, 'configuration not reloaded; keeping the running one');
       }
-      void running.reloadKeys();
+      detach(running.reloadKeys(), (err) => log.logger.error({ err }, 'keys not reloaded; keeping the loaded set'));
     });
   });
 }

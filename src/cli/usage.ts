@@ -145,7 +145,7 @@ function totals(rows: readonly UsageRow[], units: Units): string[][] {
     const sum = (c: (typeof COUNTS)[number]): string => String(of.reduce((n, r) => n + r[c], 0));
     const cost = rows.filter((r) => (units[r.route] ?? '') === unit).reduce((n, r) => n + r.cost, 0);
     // The counts once, on the first line; each unit's cost on its own.
-    return ['TOTAL', '', '', ...(i === 0 ? ['requests', 's2xx', 's3xx', 's4xx', 's5xx', 'other', 'limited', 'bytesIn', 'bytesOut'].map((c) => sum(c as (typeof COUNTS)[number])) : Array(9).fill('')), String(Math.round(cost * 1e6) / 1e6), unit];
+    return ['TOTAL', '', '', ...(i === 0 ? COUNTS.filter((c) => c !== 'cost').map(sum) : Array<string>(9).fill('')), String(Math.round(cost * 1e6) / 1e6), unit];
   });
 }
 

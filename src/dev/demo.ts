@@ -13,6 +13,7 @@ import { createLogger, type LogHandle } from '../observe/log.ts';
 import { createGateway, type Gateway } from '../process/server.ts';
 import { providerEnv, type Example, type UpstreamSpec } from '../request/routes.ts';
 import { STANDIN_RUN, startStandins } from './standins.ts';
+import { detach } from '../lib/detach.ts';
 
 /** One curl command line for `example` on `route` (what the demo prints and its test runs). */
 function curlLine(base: string, route: string, example: Example, auth: string | null): string {
@@ -105,7 +106,7 @@ export async function runDemo(io: Io, specs: readonly UpstreamSpec[]): Promise<n
       KEYWARD_PORT: io.env.KEYWARD_PORT,
       KEYWARD_LOG_LEVEL: io.env.KEYWARD_LOG_LEVEL,
       KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
-      ...Object.assign({}, ...specs.map((spec) => providerEnv(spec, standins.urls[spec.name] as string, secrets[spec.name] as readonly string[]))),
+      ...Object.fromEntries(specs.flatMap((spec) => Object.entries(providerEnv(spec, standins.urls[spec.name] ?? '', secrets[spec.name] ?? [])))),
     };
     const config = loadConfig(env, (p) => readFileSync(p, 'utf8'), io.cwd, specs);
     const store = openKeyStore(config);
@@ -124,7 +125,7 @@ export async function runDemo(io: Io, specs: readonly UpstreamSpec[]): Promise<n
 
   return new Promise((resolve) => {
     const stop = (): void => {
-      void cleanUp().then(() => resolve(0));
+      detach(cleanUp().then(() => resolve(0)), () => resolve(1));
     };
     io.signals.once('SIGINT', stop);
     io.signals.once('SIGTERM', stop);

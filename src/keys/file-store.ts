@@ -12,7 +12,7 @@ import { dirname } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { KeyRecord } from './keyset.ts';
 import { jsonErrorWhere } from './json-position.ts';
-import { isDate, recordProblem } from './record.ts';
+import { isDate, isValidRecord, recordProblem } from './record.ts';
 import type { Change, KeyStore, UpdateOptions } from './store.ts';
 
 const FORMAT_VERSION = 1;
@@ -23,7 +23,7 @@ const LOCK_STALE_MS = 30_000;
 /** The keys file cannot be used (exit 1); its message names the fault, never the contents. */
 export class KeysFileError extends Error {
   override name = 'KeysFileError';
-  readonly code: string = 'KEYWARD_ERR_KEYS_FILE';
+  readonly code = 'KEYWARD_ERR_KEYS_FILE';
 }
 
 /** The file exists but does not parse or check: never loaded, never written over without --force. */
@@ -52,12 +52,14 @@ export function parseKeysFile(text: string, costRoutes: readonly string[]): KeyR
   }
   const keys = (doc as { keys?: unknown }).keys;
   if (!Array.isArray(keys)) throw new KeysFileCorrupt('expected "keys" to be an array');
+  const records: KeyRecord[] = [];
   for (let i = 0; i < keys.length; i++) {
-    const problem = recordProblem(keys[i], costRoutes);
+    const k: unknown = keys[i];
     // The message is built only on failure: nothing per key is allocated on the way.
-    if (problem !== null) throw new KeysFileCorrupt(`keys[${i}]${problem}`);
+    if (!isValidRecord(k, costRoutes)) throw new KeysFileCorrupt(`keys[${i}]${recordProblem(k, costRoutes) ?? ''}`);
+    records.push(k);
   }
-  return keys as KeyRecord[];
+  return records;
 }
 
 export function serialiseKeysFile(records: readonly KeyRecord[]): string {

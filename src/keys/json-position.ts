@@ -10,10 +10,19 @@ const NUMBER = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
 const STRING = /"(?:[^"\\\u0000-\u001f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"/y;
 
 /** The offset of the first character that makes `text` not JSON, or null when it parses. */
+/** Where the scan stopped: thrown to leave the recursion at once. */
+class NotJson extends Error {
+  readonly at: number;
+  constructor(at: number) {
+    super(`not JSON at ${at}`);
+    this.at = at;
+  }
+}
+
 export function jsonErrorOffset(text: string): number | null {
   let i = 0;
   const fail = (): never => {
-    throw i;
+    throw new NotJson(i);
   };
   const ws = (): void => {
     while (i < text.length && WS.has(text.charCodeAt(i))) i++;
@@ -55,8 +64,9 @@ export function jsonErrorOffset(text: string): number | null {
     value();
     ws();
     return i === text.length ? null : i;
-  } catch (at) {
-    return at as number;
+  } catch (err) {
+    if (err instanceof NotJson) return err.at;
+    throw err;
   }
 }
 

@@ -87,10 +87,14 @@ function buildTable(records: readonly KeyRecord[]): Table {
   for (let i = 0; i < records.length; i++) {
     const r = records[i] as KeyRecord;
     add(r.digest, i, Infinity);
-    if (Array.isArray(r.previous)) for (const p of r.previous) add(p?.digest, i, graceEnd(p?.until));
+    const previous: unknown = r.previous;
+    if (Array.isArray(previous)) for (const p of previous as unknown[]) add(field(p, 'digest'), i, graceEnd(field(p, 'until')));
   }
   return t;
 }
+
+/** A field of what may not be an object (a row written behind keyward's back). */
+const field = (o: unknown, name: string): unknown => (typeof o === 'object' && o !== null && name in o ? (o as Record<string, unknown>)[name] : undefined);
 
 /**
  * When a rotated-out token stops, ms. A grace date that is not a date (a

@@ -2,6 +2,7 @@
 // every authenticated request (a Map write) and handed to the store in
 // batches, so the request path never waits on a disk or a database.
 import type { KeyStore } from './store.ts';
+import { detach } from '../lib/detach.ts';
 
 export class LastUse {
   readonly #pending = new Map<string, number>();
@@ -16,7 +17,7 @@ export class LastUse {
     this.#store = store;
     this.#onError = onError;
     this.#timed = timed;
-    this.#timer = setInterval(() => void this.flush(), intervalMs);
+    this.#timer = setInterval(() => detach(this.flush(), (err) => this.#onError(err as Error)), intervalMs);
     this.#timer.unref();
   }
 

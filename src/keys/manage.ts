@@ -8,7 +8,7 @@ import { generateToken, tokenDigest } from './token.ts';
 /** A key operation refused for what it asked (a name taken, an unknown key): exit 2. */
 export class KeyUsageError extends Error {
   override name = 'KeyUsageError';
-  readonly code: string = 'KEYWARD_ERR_KEY_USAGE';
+  readonly code = 'KEYWARD_ERR_KEY_USAGE';
 }
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._@:-]{0,63}$/;

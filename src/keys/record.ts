@@ -15,6 +15,11 @@ const isDigest = (v: unknown): v is string => isString(v) && v.length === 71 && 
 // million-key file loading in well under a second (Date.parse would double it).
 const ISO_INSTANT = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})$/;
 
+/** The record check as a type predicate: what passes it is a KeyRecord. */
+export function isValidRecord(k: unknown, costRoutes: readonly string[]): k is KeyRecord {
+  return recordProblem(k, costRoutes) === null;
+}
+
 /**
  * What is wrong with `k` as a stored key, as the tail of a message
  * (`.digest must be …`), or null when it is a valid record. Shapes only: this

@@ -13,6 +13,8 @@ import { readSpool, writeSpool, type Batch, type Known, type SetAside } from './
 import { periodOf, type Period } from '../limits/policy.ts';
 import type { PendingRun } from './runs.ts';
 import type { UsageRow, UsageStore } from './store.ts';
+import { detach } from '../lib/detach.ts';
+import { asError } from '../lib/error.ts';
 
 /** How long, and how often, a final write that failed is tried again before its counts are kept on disk, ms. */
 const STOP_RETRY_MS = 2_000;
@@ -145,7 +147,7 @@ export class Ledger implements PeriodUse {
       // docs/fleet.md): the totals are read at the next flush that reaches it.
     }
     await this.#beat();
-    this.#timer = setInterval(() => void this.#tick(), flushMs);
+    this.#timer = setInterval(() => detach(this.#tick(), (err) => this.#onError(asError(err), false)), flushMs);
     this.#timer.unref();
   }
 
@@ -287,7 +289,7 @@ export class Ledger implements PeriodUse {
       this.#spooled = file === null ? [] : [file];
       if (file !== null) this.#spool.onKept(file, batches.reduce((n, b) => n + b.rows.reduce((m, r) => m + r.requests, 0), 0));
     } catch (err) {
-      this.#onError(err as Error, true);
+      this.#onError(asError(err), true);
     }
   }
 
@@ -318,7 +320,7 @@ export class Ledger implements PeriodUse {
       }
     } catch (err) {
       // Kept, and sent again as it is by a later flush.
-      this.#onError(err as Error, !this.#failing);
+      this.#onError(asError(err), !this.#failing);
       this.#failing = true;
     }
   }

@@ -40,7 +40,7 @@ export class PgLeaseStore implements LeaseStore {
         const [clock] = await tx<Array<{ now: number }>>`select extract(epoch from clock_timestamp())::float8 * 1000 as now`;
         return { got, now: clock?.now ?? Date.now() };
       }),
-    ) as Promise<{ got: number; now: number }>;
+    );
   }
 
   async renew(gateway: string, leases: readonly LeaseUse[], ttlS: number): Promise<{ now: number; lost: number }> {
@@ -72,7 +72,7 @@ export class PgLeaseStore implements LeaseStore {
         const [clock] = await tx<Array<{ now: number }>>`select extract(epoch from clock_timestamp())::float8 * 1000 as now`;
         return { now: clock?.now ?? Date.now(), lost };
       }),
-    ) as Promise<{ now: number; lost: number }>;
+    );
   }
 
   async costs(mine: ReadonlyArray<readonly [string, number]>): Promise<Array<readonly [string, number]>> {

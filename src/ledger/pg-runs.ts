@@ -39,7 +39,7 @@ export class PgRunStore implements RunStore {
         await tx`update keyward_allowances set granted = greatest(0, granted + ${delta}::float8) where key_id = ${run.keyId} and kind = ${`budget:${run.route}`} and period in (${day}, ${month})`;
         return true;
       }),
-    ) as Promise<boolean>;
+    );
   }
 
   async deferRun(id: string, attempts: number, waitMs: number): Promise<void> {

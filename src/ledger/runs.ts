@@ -8,6 +8,7 @@
 // never ride on a client's request: they run on a timer, a few at a time,
 // with a backoff, and a run that never ends is given up at a stated age.
 import { backoff, type Backoff } from '../lib/backoff.ts';
+import { detach, neverRejects } from '../lib/detach.ts';
 
 /** The statuses after which a run's cost no longer changes. */
 export const TERMINAL: ReadonlySet<string> = new Set(['SUCCEEDED', 'FAILED', 'ABORTED', 'TIMED-OUT']);
@@ -207,9 +208,9 @@ export class Settler {
   }
 
   start(): void {
-    this.#timer = setInterval(() => void this.round(), this.#o.everyMs ?? SETTLE.everyMs);
+    this.#timer = setInterval(() => detach(this.round(), neverRejects), this.#o.everyMs ?? SETTLE.everyMs);
     this.#timer.unref();
-    void this.round();
+    detach(this.round(), neverRejects);
   }
 
   /** One look for due runs, each asked about once; one round at a time. */

@@ -11,6 +11,7 @@ import { LEASE_SCHEMA, SqliteLeaseStore } from './sqlite-leases.ts';
 import type { RunStore } from './runs.ts';
 import { RUN_INSERT, RUN_SCHEMA, SqliteRunStore } from './sqlite-runs.ts';
 import type { AlertRow, AlertStore, BatchId, DayTotal, KeyTotal, ReportQueries, UsageRow, UsageStore } from './store.ts';
+import { asError } from '../lib/error.ts';
 
 const SCHEMA = `
   create table if not exists usage (
@@ -102,7 +103,7 @@ export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
       // SQLite may have rolled the transaction back itself (a full disk does:
       // SQLITE_FULL); the rollback's own error would then hide the cause.
       if (this.#db.isTransaction) this.#db.exec('rollback');
-      return Promise.reject(err as Error);
+      return Promise.reject(asError(err));
     }
     return Promise.resolve();
   }
@@ -119,7 +120,7 @@ export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
     try {
       return Promise.resolve(work());
     } catch (err) {
-      return Promise.reject(err as Error);
+      return Promise.reject(asError(err));
     }
   }
 
@@ -151,7 +152,7 @@ export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
         if (m.error !== undefined) w?.reject(new Error(m.error));
         else w?.resolve(m.rows ?? []);
       });
-      this.#reader.on('error', (err) => {
+      this.#reader.on('error', (err: Error) => {
         for (const w of waiting.values()) w.reject(err);
         waiting.clear();
         this.#reader = null;

@@ -3,6 +3,7 @@
 // depends on (an alert marked delivered) and reads a start needs (the alerts
 // not delivered before the last stop).
 import { backoff } from './backoff.ts';
+import { detach, neverRejects } from './detach.ts';
 
 export class Retrier {
   #stopped = false;
@@ -14,7 +15,7 @@ export class Retrier {
       if (this.#stopped || attempt >= tries) return;
       const t = setTimeout(() => {
         this.#waiting.delete(t);
-        void this.run(work, firstMs, tries, attempt + 1);
+        detach(this.run(work, firstMs, tries, attempt + 1), neverRejects);
       }, backoff(attempt, { firstMs, maxMs: 30_000 })).unref();
       this.#waiting.add(t);
     });

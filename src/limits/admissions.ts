@@ -10,6 +10,7 @@ import type { Principal } from '../keys/keyset.ts';
 import type { Admission, LimitState, Limiter, Refused } from './limiter.ts';
 import type { Limits } from '../keys/limits.ts';
 import { policyOf, type Policy } from './policy.ts';
+import { detach, neverRejects } from '../lib/detach.ts';
 
 /** Admission for one request of a key with limits: at once, or after the primary answered. */
 export type Admit = (principal: Principal, policy: Policy, route: string, now: number) => Admission | Refused | Promise<Admission | Refused>;
@@ -140,6 +141,14 @@ export function remoteStatus(send: (m: StatusMessage) => void, on: (listener: (m
     });
 }
 
+/** An admission the primary holds open for a worker's request. */
+interface Held {
+  readonly admission: Admission;
+  readonly key: { id: string; name: string };
+  readonly policy: Policy;
+  readonly route: string;
+}
+
 /**
  * In the primary: decide for every worker with one limiter. `counted` is
  * told of every request that reached the upstream (the primary's period
@@ -164,7 +173,8 @@ export function serveAdmissions(
     }
     return policy;
   };
-  const open = new Map<Worker, Map<number, { admission: Admission; key: { id: string; name: string }; policy: Policy; route: string }>>();
+  // Admissions a worker holds open, by its request id: given back when it reports the request done, or dies.
+  const open = new Map<Worker, Map<number, Held>>();
   cluster.on('message', (worker, m) => {
     // Loosely typed on purpose: checked field by field below.
     const msg = m as { type?: unknown; id?: unknown; key?: unknown; name?: unknown; limits?: unknown; route?: unknown; now?: unknown; reached?: unknown; cost?: unknown } | null;
@@ -186,7 +196,7 @@ export function serveAdmissions(
         }
         if (r !== null) {
           let mine = open.get(worker);
-          if (mine === undefined) open.set(worker, (mine = new Map()));
+          if (mine === undefined) open.set(worker, (mine = new Map<number, Held>()));
           mine.set(id, { admission: r, key, policy: policy as Policy, route });
         }
         const budget = r !== null && r.left !== undefined ? { reserved: r.reserved ?? 0, left: r.left } : {};
@@ -194,7 +204,7 @@ export function serveAdmissions(
       };
       const r = policy === null ? null : limiter.admit(key.id, policy, route, typeof msg.now === 'number' ? msg.now : Date.now(), share());
       // A fleet's lease may have to be claimed first.
-      if (r instanceof Promise) void r.then(answer);
+      if (r instanceof Promise) detach(r.then(answer), neverRejects);
       else answer(r);
     } else if (msg?.type === DONE && typeof msg.id === 'number') {
       const held = open.get(worker)?.get(msg.id);

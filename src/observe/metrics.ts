@@ -5,7 +5,7 @@
 // the samples then. prom-client still provides the registry, the exposition
 // format, the default process and Node.js series, and the sum over
 // `KEYWARD_WORKERS` (its AggregatorRegistry, over the cluster IPC channel).
-import { AggregatorRegistry, collectDefaultMetrics, Counter, Registry } from 'prom-client';
+import { AggregatorRegistry, collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import { Histogram, scraped, TASK_BUCKETS, type Sample, type ScrapedMetric } from './metrics-series.ts';
 
 const METHODS = ['GET', 'POST', 'PATCH', 'DELETE', 'PUT', 'HEAD', 'OPTIONS', 'OTHER'] as const;
@@ -87,7 +87,7 @@ export class Metrics {
             const code = i % STATUS_SLOTS;
             const m = Math.floor(i / STATUS_SLOTS) % METHODS.length;
             const rt = Math.floor(i / (STATUS_SLOTS * METHODS.length));
-            out.push({ labels: { route: ROUTE_NAMES[rt] as string, method: METHODS[m] as string, code: String(code) }, value: v });
+            out.push({ labels: { route: ROUTE_NAMES[rt], method: METHODS[m], code: String(code) }, value: v });
           }
           return out;
         }),
@@ -119,15 +119,15 @@ export class Metrics {
           const out: Sample[] = [];
           for (let i = 0; i < this.#limited.length; i++) {
             const v = this.#limited[i] as number;
-            if (v > 0) out.push({ labels: { route: ROUTE_NAMES[Math.floor(i / LIMIT_REASONS.length)] as string, reason: LIMIT_REASONS[i % LIMIT_REASONS.length] as string }, value: v });
+            if (v > 0) out.push({ labels: { route: ROUTE_NAMES[Math.floor(i / LIMIT_REASONS.length)], reason: LIMIT_REASONS[i % LIMIT_REASONS.length] }, value: v });
           }
           return out;
         }),
       scraped('keyward_bytes_total', 'Body bytes by route and direction (in: from clients, out: to clients).', 'counter', () => {
           const out: Sample[] = [];
           for (let s = 0; s < ROUTE_NAMES.length; s++) {
-            out.push({ labels: { route: ROUTE_NAMES[s] as string, direction: 'in' }, value: this.#bytes[s * 2] as number });
-            out.push({ labels: { route: ROUTE_NAMES[s] as string, direction: 'out' }, value: this.#bytes[s * 2 + 1] as number });
+            out.push({ labels: { route: ROUTE_NAMES[s], direction: 'in' }, value: this.#bytes[s * 2] as number });
+            out.push({ labels: { route: ROUTE_NAMES[s], direction: 'out' }, value: this.#bytes[s * 2 + 1] as number });
           }
           return out;
         }),
@@ -273,8 +273,19 @@ export type { Registry };
 export const newRegistry = (): Registry => new Registry();
 
 /** `keyward_limit_alerts_total`, in the registry of the process that fires alerts (alerts/spend.ts); no per-key labels. */
-export function alertCounter(registry: Registry): { inc(labels: { kind: string; threshold: string }): void } {
-  return new Counter({ name: 'keyward_limit_alerts_total', help: 'Limit alerts fired, by limit kind and threshold (percent)', labelNames: ['kind', 'threshold'], registers: [registry] });
+export function alertCounters(registry: Registry, pending: () => number): { fired: Counter<'kind' | 'threshold'>; deferred: Counter } {
+  new Gauge({
+    name: 'keyward_limit_alert_checks_pending',
+    help: 'Keys whose alert thresholds are still to be checked (0: nothing more fires until a request is counted)',
+    registers: [registry],
+    collect() {
+      this.set(pending());
+    },
+  });
+  return {
+    fired: new Counter({ name: 'keyward_limit_alerts_total', help: 'Limit alerts fired, by limit kind and threshold (percent)', labelNames: ['kind', 'threshold'], registers: [registry] }),
+    deferred: new Counter({ name: 'keyward_limit_alert_checks_deferred_total', help: "Alert checks that could not read a key's figures or record a firing (the ledger locked or unreachable) and are made again", registers: [registry] }),
+  };
 }
 
 /** Scraper runs settled after the fact (docs/limits.md, "Scraper runs"): booked, questions that failed, runs given up. */

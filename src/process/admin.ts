@@ -15,7 +15,7 @@ export interface AdminSources {
   metrics(): Promise<string>;
   readonly metricsContentType: string;
   /** The usage page for these query parameters (views/page.ts); absent: 404. */
-  usage?(params: URLSearchParams): Promise<string>;
+  usage?: ((params: URLSearchParams) => Promise<string>) | undefined;
 }
 
 export interface Admin {

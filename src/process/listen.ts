@@ -14,7 +14,19 @@ export function listenOn(server: Server, port: number, host: string, option: str
   });
 }
 
-export function bindError(err: NodeJS.ErrnoException, option: string, host: string, port: number): Error {
+/** A listener that cannot bind: said in one line (docs/operations.md), the option and what to do, no stack. */
+export class BindError extends Error {
+  override name = 'BindError';
+  readonly code = 'KEYWARD_ERR_BIND';
+  /** The system's reason (EADDRINUSE, EACCES, …), when it gave one. */
+  readonly errno: string | undefined;
+  constructor(message: string, errno: string | undefined) {
+    super(message);
+    this.errno = errno;
+  }
+}
+
+export function bindError(err: NodeJS.ErrnoException, option: string, host: string, port: number): BindError {
   const where = `${host.includes(':') ? `[${host}]` : host}:${port}`;
   const why =
     err.code === 'EADDRINUSE'
@@ -24,11 +36,7 @@ export function bindError(err: NodeJS.ErrnoException, option: string, host: stri
         : err.code === 'EADDRNOTAVAIL'
           ? `${host} is not an address of this machine (EADDRNOTAVAIL); check ${option.replace(/PORT$/, 'HOST')}`
           : `cannot listen on ${where} (${err.code ?? err.message})`;
-  const out = new Error(`${option}: ${why}`) as NodeJS.ErrnoException;
-  // Said in one line (docs/operations.md): the option and what to do, no stack.
-  out.name = 'BindError';
-  if (err.code !== undefined) out.code = err.code;
-  return out;
+  return new BindError(`${option}: ${why}`, err.code);
 }
 
 /**

@@ -29,6 +29,7 @@ import { MemoryUsageStore } from '../ledger/memory-store.ts';
 import { within } from '../lib/deadline.ts';
 import { pageThread, pageSource } from '../views/page-thread.ts';
 import type { UsageStore } from '../ledger/store.ts';
+import { detach, neverRejects } from '../lib/detach.ts';
 
 /** The least time the ledger and the key store get after the last connection closed, ms. */
 const FINAL_WRITE_MS = 500;
@@ -149,7 +150,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     shutdown: () => {
       draining = true;
       closing ??= drain({ server, runtime: () => runtime, keys, ledger, leases, spend, settler, lastUse, sweeper, store, logger });
-      void closing.then(() => pages?.close());
+      detach(closing.then(() => pages?.close()), neverRejects);
       return closing;
     },
     reloadKeys: () => keys.reload(),
@@ -236,7 +237,7 @@ function drain({ server, runtime, keys, ledger, leases, spend, settler, lastUse,
     const { drainTimeoutMs } = runtime().config;
     const endBy = Date.now() + drainTimeoutMs;
     keys.stop();
-    void ledger.leave();
+    detach(ledger.leave(), neverRejects);
     logger.info({ drainTimeoutMs }, 'draining');
     // Connections become idle as their last response ends; close them as they do.
     const sweep = setInterval(() => server.closeIdleConnections(), 100);
@@ -255,11 +256,14 @@ function drain({ server, runtime, keys, ledger, leases, spend, settler, lastUse,
       spend?.stop();
       // Pending runs stay in the store: the next start (or another gateway) settles them.
       // Its questions end first, so that no claim outlives this gateway while the store still takes writes.
-      void within(settler?.stop() ?? Promise.resolve(), Math.min(left, FINAL_WRITE_MS), undefined).then(() => Promise.all([within(lastUse.stop(), left, undefined), within(leases?.stop().catch(() => undefined) ?? Promise.resolve(), left, undefined), ledger.stop(left)])).finally(async () => {
-        await within(store.close?.().catch(() => undefined) ?? Promise.resolve(), FINAL_WRITE_MS, undefined);
-        logger.info('stopped');
-        resolve();
-      });
+      detach(
+        within(settler?.stop() ?? Promise.resolve(), Math.min(left, FINAL_WRITE_MS), undefined).then(() => Promise.all([within(lastUse.stop(), left, undefined), within(leases?.stop().catch(() => undefined) ?? Promise.resolve(), left, undefined), ledger.stop(left)])).finally(async () => {
+          await within(store.close?.().catch(() => undefined) ?? Promise.resolve(), FINAL_WRITE_MS, undefined);
+          logger.info('stopped');
+          resolve();
+        }),
+        (err) => logger.error({ err }, 'drain: a final write failed'),
+      );
     });
     server.closeIdleConnections();
   });

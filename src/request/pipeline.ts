@@ -27,6 +27,7 @@ import type { Admit } from '../limits/admissions.ts';
 import type { Admission, LimitCode, Refused } from '../limits/limiter.ts';
 import { policyFor } from '../limits/policy.ts';
 import { isSyncRun, runStartPrefix } from '../ledger/runs.ts';
+import { detach, neverRejects } from '../lib/detach.ts';
 
 const LIMIT_ERRORS: Readonly<Record<LimitCode, GatewayError>> = {
   rate_limited: ERRORS.rateLimited,
@@ -222,7 +223,7 @@ class RequestPipeline implements Pipeline {
     const admitted = this.#deps.admit(principal, policy, route.name, Date.now());
     if (!(admitted instanceof Promise)) return this.#admittedOrNot(admitted, a);
     // A worker waits for its primary's answer; the request is not read meanwhile.
-    void admitted.then((r) => this.#admittedOrNot(r, a));
+    detach(admitted.then((r) => this.#admittedOrNot(r, a)), neverRejects);
   }
 
   #admittedOrNot(r: Admission | Refused, a: Admitted): void {
@@ -317,12 +318,12 @@ function responseClosed({ sweeper, complete }: PipelineDeps): (this: ServerRespo
 }
 
 /** Counts chunked bodies (whose size is not known up front) and enforces the limit on them. */
-function chunkCounter({ runtime }: PipelineDeps): (this: GatewayRequest, chunk: Buffer) => void {
+function chunkCounter(deps: PipelineDeps): (this: GatewayRequest, chunk: Buffer) => void {
   return function countChunk(this: GatewayRequest, chunk: Buffer): void {
     const ex = exchangeOf(this);
     if (ex.settled) return;
     ex.bytesIn += chunk.length;
-    if (ex.bytesIn <= runtime().config.maxBodyBytes) return;
+    if (ex.bytesIn <= deps.runtime().config.maxBodyBytes) return;
     ex.proxyReq?.destroy();
     this.unpipe();
     if (ex.res !== null) answer(ex, ex.res, ERRORS.payloadTooLarge, true);

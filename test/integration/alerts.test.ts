@@ -8,7 +8,6 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { request } from '../support/client.ts';
 import { runCli } from '../support/cli.ts';
 import { deadline, eventually } from '../support/deadline.ts';
@@ -24,6 +23,11 @@ const SECRET = 'alert-signing-secret';
 
 const signed = (r: Received): boolean => r.signature === `sha256=${createHmac('sha256', SECRET).update(r.body).digest('hex')}`;
 const auth = (token: string): Record<string, string> => ({ authorization: `Bearer ${token}` });
+const pending = (metrics: string): number => parseProm(metrics).sum('keyward_limit_alert_checks_pending', {});
+/** No alert check is due on this gateway: whatever could fire has fired (and was counted). */
+const settled = (gw: { gateway: { metrics: { text(): Promise<string> } } }): Promise<void> => eventually(async () => pending(await gw.gateway.metrics.text()) === 0, 10_000, 'no alert check pending');
+/** The same, read from a `keyward serve`'s admin listener. */
+const settledAt = (admin: string | null): Promise<void> => eventually(async () => pending((await request(`${admin ?? ''}/metrics`)).body.toString()) === 0, 20_000, 'no alert check pending');
 
 test('a quota driven past 80 % and, after a restart, 100 %: exactly two signed alerts, a warn line and the metric each; none fired twice', async () => {
   const up = await startUpstream();
@@ -36,7 +40,7 @@ test('a quota driven past 80 % and, after a restart, 100 %: exactly two signed a
     const statuses = await Promise.all(Array.from({ length: 9 }, () => request(`${gw.url}/seo/v3/x`, { headers: auth(gw.token) }).then((r) => r.status)));
     assert.deepEqual(statuses, Array(9).fill(200));
     await eventually(() => receiver.got.length >= 1, 10_000, 'the 80 % alert');
-    await sleep(300); // nothing more comes
+    await settled(gw); // no check is due: nothing more comes
     assert.deepEqual(receiver.got.map((r) => [r.json.event, r.json.limit.kind, r.json.limit.threshold, r.json.limit.value]), [['threshold_crossed', 'quota', 80, 10]]);
     // What was counted when the check ran: the 8th request crossed the line, the 9th may be in too.
     assert.ok([8, 9].includes(receiver.got[0]?.json.used as number), `used ${receiver.got[0]?.json.used}`);
@@ -52,7 +56,7 @@ test('a quota driven past 80 % and, after a restart, 100 %: exactly two signed a
     const more = await Promise.all(Array.from({ length: 20 }, () => request(`${second?.url}/seo/v3/x`, { headers: auth(gw.token) }).then((r) => r.status)));
     assert.deepEqual(more, Array(20).fill(429));
     await eventually(() => receiver.got.length >= 2, 10_000, 'the 100 % alert');
-    await sleep(300);
+    await settled(second);
     assert.deepEqual(receiver.got.map((r) => [r.json.event, r.json.limit.threshold]), [['threshold_crossed', 80], ['limit_reached', 100]]);
     for (const r of receiver.got) {
       assert.ok(signed(r), 'HMAC-SHA256 of the body with the configured secret');
@@ -64,7 +68,7 @@ test('a quota driven past 80 % and, after a restart, 100 %: exactly two signed a
     // Another key crosses its own thresholds: its alerts are its own.
     for (let i = 0; i < 8; i++) assert.equal((await request(`${second.url}/seo/v3/x`, { headers: auth(second.token) })).status, 200);
     await eventually(() => receiver.got.length >= 3, 10_000, 'the other key at 80 %');
-    await sleep(300);
+    await settled(second);
     assert.deepEqual(receiver.got.slice(2).map((r) => [r.json.key.id, r.json.limit.threshold]), [[second.keyId, 80]]);
   } finally {
     await second?.close();
@@ -151,7 +155,8 @@ test('three gateways on one PostgreSQL: one alert per threshold for the fleet; t
     }));
     assert.equal(ok.reduce((a, b) => a + b, 0), 30);
     await eventually(() => receiver.got.length >= 3, 20_000, 'the fleet crossed every threshold');
-    await sleep(1_500); // several flushes: no gateway fires one again
+    // No gateway has a check due any more (a key is checked for a few flushes after its last request): none fires one again.
+    for (const g of gateways) await settledAt(g.admin);
     assert.deepEqual(receiver.got.map((r) => r.json.limit.threshold).sort((a, b) => a - b), [50, 80, 100]);
     assert.ok(receiver.got.every(signed));
     const [rows] = await db.admin<Array<{ n: number }>>`select count(*)::int as n from keyward_alerts where delivered`;
@@ -199,7 +204,7 @@ test('alerts not delivered before a stop are sent by the next start; with two wo
     // line may be crossed a flush after the 80 % one failed to deliver.
     const fired = async (): Promise<string> => (await request(`${gw.admin as string}/metrics`)).body.toString();
     await eventually(async () => /keyward_limit_alerts_total\{kind="quota",threshold="100"\}/.test(await fired()), 10_000, 'the 100 % alert fired');
-    await sleep(500);
+    await settledAt(gw.admin);
     const m = await fired();
     assert.match(m, /keyward_limit_alerts_total\{kind="quota",threshold="80"\} 1\n/);
     assert.match(m, /keyward_limit_alerts_total\{kind="quota",threshold="100"\} 1\n/);
@@ -208,7 +213,9 @@ test('alerts not delivered before a stop are sent by the next start; with two wo
     receiver = await startReceiver(port);
     gw = await startFleetGateway(env);
     await eventually(() => receiver !== null && receiver.got.length >= 2, 15_000, 'the undelivered alerts');
-    await sleep(500);
+    // The start's one look for undelivered alerts is over (it says so after handing them all to the webhook) and no check is due.
+    await eventually(() => /alerts not delivered before the last stop; sending them/.test(gw.output()), 10_000, 'the resend');
+    await settledAt(gw.admin);
     assert.deepEqual(receiver.got.map((r) => [r.json.event, r.json.limit.threshold]), [['threshold_crossed', 80], ['limit_reached', 100]]);
     assert.ok(receiver.got.every(signed));
     assert.match(gw.output(), /alerts not delivered before the last stop; sending them/);

@@ -1,6 +1,7 @@
 // A key's own status (docs/limits.md, "A key's own status"): GET /keyward/key
 // over real sockets, against the counts the ledger holds, the figures a 429
 // gives, another key, a revoked token, and with workers.
+import { join } from 'node:path';
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { request } from '../support/client.ts';
@@ -146,7 +147,6 @@ test('GET /keyward/key with two workers: every worker gives the machine-wide fig
   const up = await costingUpstream();
   const { mkdtempSync } = await import('node:fs');
   const { tmpdir } = await import('node:os');
-  const { join } = await import('node:path');
   const dir = mkdtempSync(join(tmpdir(), 'keyward-status-'));
   const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: 'off', KEYWARD_WORKERS: '2', KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p', KEYWARD_USAGE_FLUSH: '200ms' };
   const created = await runCli(['keys', 'create', '--name', 'w', '--quota', '20/day', '--json'], env);

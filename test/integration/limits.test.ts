@@ -1,5 +1,7 @@
 // Per-key limits and the usage ledger (docs/limits.md), one gateway, over
 // real sockets with the SQLite ledger beside the keys file.
+import { once } from 'node:events';
+import { join } from 'node:path';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { test } from 'node:test';
@@ -89,21 +91,20 @@ test('a concurrency slot comes back when the client leaves mid-response', async 
 });
 
 test('budgets on both cost-reporting routes: the speech header and the SEO body (split byte by byte, nested task costs ignored)', async () => {
-  const up = await startUpstream((req, res) => {
+  const up = await startUpstream(async (req, res) => {
     req.resume();
-    req.on('end', async () => {
-      if (req.url?.startsWith('/v1/') === true) {
-        res.writeHead(200, { 'content-type': 'audio/mpeg', 'character-cost': '60', 'content-length': 3 });
-        return void res.end('mp3');
-      }
-      const body = Buffer.from('{"version":"0.1","tasks":[{"cost":9,"result":[{"cost":7}]}],"status_code":20000,"cost":0.75,"x":"cost"}');
-      res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.length });
-      for (const byte of body) {
-        res.write(Buffer.from([byte]));
-        await sleep(0);
-      }
-      res.end();
-    });
+    await once(req, 'end');
+    if (req.url?.startsWith('/v1/') === true) {
+      res.writeHead(200, { 'content-type': 'audio/mpeg', 'character-cost': '60', 'content-length': 3 });
+      return void res.end('mp3');
+    }
+    const body = Buffer.from('{"version":"0.1","tasks":[{"cost":9,"result":[{"cost":7}]}],"status_code":20000,"cost":0.75,"x":"cost"}');
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.length });
+    for (const byte of body) {
+      res.write(Buffer.from([byte]));
+      await sleep(0);
+    }
+    res.end();
   });
   const store = new MemoryUsageStore();
   const gw = await startGateway({ speech: up.url, seo: up.url, usageStore: store, limits: { budgets: { speech: '100/day', seo: '1/day' } } });
@@ -205,7 +206,6 @@ test('a spent quota stays spent across a restart; SIGTERM writes what was counte
   const up = await startUpstream();
   const { mkdtempSync, rmSync } = await import('node:fs');
   const { tmpdir } = await import('node:os');
-  const { join } = await import('node:path');
   const dir = mkdtempSync(join(tmpdir(), 'keyward-quota-'));
   const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_PORT: '0', KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p', KEYWARD_USAGE_FLUSH: '1h' };
   try {
@@ -268,7 +268,6 @@ test('a crash loses at most one flush interval of the ledger; a cost that is not
   });
   const { mkdtempSync, rmSync } = await import('node:fs');
   const { tmpdir } = await import('node:os');
-  const { join } = await import('node:path');
   const dir = mkdtempSync(join(tmpdir(), 'keyward-crash-'));
   const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_PORT: '0', KEYWARD_SPEECH_URL: up.url, KEYWARD_SPEECH_KEY: 'speech-secret-value', KEYWARD_USAGE_FLUSH: '300ms' };
   try {

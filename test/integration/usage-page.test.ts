@@ -77,11 +77,11 @@ test('the usage page in headless Chromium: the chart shows the ledger, a filter 
     // One bar a day and route: seo every day, speech every third day (today's holds bob's and alice's).
     assert.equal(await page.locator('#requests-chart rect.bar').count(), 30 + 10);
     // The day axis: a label a week apart ending today, each under its own day's bar, none outside the chart.
-    const ticks = (await page.evaluate(`(() => {
+    const ticks = await page.evaluate<Array<{ day: string; text: string; left: number; right: number; bar: { left: number; right: number }; chart: { left: number; right: number } }>>(`(() => {
       const chart = document.querySelector('#requests-chart svg').getBoundingClientRect();
       const bar = (day) => { const b = document.querySelector('#requests-chart rect.bar[data-route="seo"][data-day="' + day + '"]').getBoundingClientRect(); return { left: b.left, right: b.right }; };
       return [...document.querySelectorAll('#requests-chart .tick')].map((t) => { const r = t.getBoundingClientRect(); return { day: t.dataset.day, text: t.textContent, left: r.left, right: r.right, bar: bar(t.dataset.day), chart: { left: chart.left, right: chart.right } }; });
-    })()`)) as Array<{ day: string; text: string; left: number; right: number; bar: { left: number; right: number }; chart: { left: number; right: number } }>;
+    })()`);
     assert.deepEqual(ticks.map((t) => t.day), [28, 21, 14, 7, 0].map(dayAgo));
     for (const t of ticks) {
       assert.equal(t.text, t.day.slice(5));
@@ -113,7 +113,7 @@ test('the usage page in headless Chromium: the chart shows the ledger, a filter 
 
     // The value axis: the top line's value is a round figure at or above the highest day, the mid line half of it; each bar's figure is its tooltip.
     await page.goto(`${base}/usage`);
-    const axis = (await page.evaluate(`[...document.querySelectorAll('#requests-chart .value')].map((v) => v.textContent)`)) as string[];
+    const axis = await page.evaluate<string[]>(`[...document.querySelectorAll('#requests-chart .value')].map((v) => v.textContent)`);
     const highest = Math.max(...(await page.locator('#requests-chart rect.bar').evaluateAll((bars) => {
       const perDay = new Map();
       for (const b of bars) perDay.set(b.getAttribute('data-day'), (perDay.get(b.getAttribute('data-day')) ?? 0) + Number(b.getAttribute('data-requests')));
@@ -141,11 +141,11 @@ test('the usage page in headless Chromium: the chart shows the ledger, a filter 
     });
     await phone.goto(`${base}/usage`);
     // Evaluated in the page (a string: this file is not type-checked against the DOM).
-    const overflow = (await phone.evaluate('document.documentElement.scrollWidth - window.innerWidth')) as number;
+    const overflow = await phone.evaluate<number>('document.documentElement.scrollWidth - window.innerWidth');
     assert.ok(overflow <= 0, `the page is ${overflow} px wider than a phone`);
     // The lists of keys fit the screen (no part of a row hidden behind a scroll).
     for (const list of ['top keys', 'Near or past']) {
-      const cut = (await phone.evaluate(`(() => { const t = document.querySelector('h2:nth-of-type(1)') && [...document.querySelectorAll('h2')].find((h) => h.textContent.includes(${JSON.stringify(list)})).nextElementSibling; return t.scrollWidth - t.clientWidth + Math.max(0, t.getBoundingClientRect().right - window.innerWidth); })()`)) as number;
+      const cut = await phone.evaluate<number>(`(() => { const t = document.querySelector('h2:nth-of-type(1)') && [...document.querySelectorAll('h2')].find((h) => h.textContent.includes(${JSON.stringify(list)})).nextElementSibling; return t.scrollWidth - t.clientWidth + Math.max(0, t.getBoundingClientRect().right - window.innerWidth); })()`);
       assert.ok(cut <= 1, `the ${list} table is cut by ${cut} px at 390 px`);
     }
     await phone.screenshot({ path: join(ARTIFACTS, 'usage-page-phone.png'), fullPage: true });

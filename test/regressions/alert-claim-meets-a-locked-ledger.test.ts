@@ -13,11 +13,11 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { request } from '../support/client.ts';
 import { deadline, eventually } from '../support/deadline.ts';
 import { startGateway } from '../support/gateway.ts';
 import { startReceiver } from '../support/receiver.ts';
+import { parseProm } from '../support/prom.ts';
 import { startUpstream } from '../support/upstream.ts';
 import { SqliteUsageStore } from '../../src/ledger/sqlite-store.ts';
 
@@ -40,12 +40,15 @@ test('alerts crossed while another process holds the ledger write lock fire once
     assert.equal(await send(), 200);
     assert.equal(await send(), 200);
     assert.equal(await send(), 429);
-    await sleep(500); // several checks meet the lock
+    // Checks that meet the lock are counted: two of them, and still nothing fired.
+    const deferred = async (): Promise<number> => parseProm(await gw.gateway.metrics.text()).sum('keyward_limit_alert_checks_deferred_total', {});
+    await eventually(async () => (await deferred()) >= 2, 10_000, 'two checks met the lock');
     assert.equal(receiver.got.length, 0, 'nothing fires while it cannot be recorded');
     holder.stdin.write('release\n');
     await deadline(new Promise((r) => holder.on('exit', r)), 10_000, 'lock released');
     await eventually(() => receiver.got.length >= 2, 15_000, 'both alerts once the lock is gone');
-    await sleep(300);
+    // No check is due any more: whatever could fire has.
+    await eventually(async () => parseProm(await gw.gateway.metrics.text()).sum('keyward_limit_alert_checks_pending', {}) === 0, 10_000, 'no check pending');
     assert.deepEqual(receiver.got.map((r) => [r.json.event, r.json.limit.threshold]), [['threshold_crossed', 20], ['threshold_crossed', 30]]);
     assert.equal(gw.logs().filter((l) => l.msg?.toString().startsWith('limit alert')).length, 2);
   } finally {

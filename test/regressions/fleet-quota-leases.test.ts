@@ -69,7 +69,7 @@ test('three gateways, a 30/day quota, 60 overlapping requests spread over them: 
     const admin = new PgKeyStore(db.url, costRoutes(UPSTREAMS));
     const { token } = await createKey(admin, 'q', { limits: { quota: '30/day' } });
     for (let i = 0; i < 3; i++) gateways.push(await inProcess(db, up, dir));
-    await eventually(async () => (await Promise.all(gateways.map((g) => g.gateway.keyCount()))).every((n) => n === 1), 5_000, 'key loaded');
+    await eventually(() => gateways.every((g) => g.gateway.keyCount() === 1), 5_000, 'key loaded');
     const statuses = await Promise.all(Array.from({ length: 60 }, (_, i) => request(`${(gateways[i % 3] as InProcess).url}/seo/v3/r${i}`, { headers: { authorization: `Bearer ${token}` } }).then((r) => r.status)));
     const byGateway = gateways.map((_, g) => statuses.filter((s, i) => i % 3 === g && s === 200).length);
     assert.equal(statuses.filter((s) => s === 200).length, 30, `forwarded ${byGateway.join(' + ')}: ${statuses.join(',')}`);

@@ -45,7 +45,7 @@ async function lockstepUpstream(): Promise<Lockstep> {
     socket.on('close', () => sockets.delete(socket));
     socket.setNoDelay(true);
     socket.on('error', () => socket.destroy());
-    socket.once('data', async () => {
+    const answer = async (): Promise<void> => {
       socket.write('HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-encoding: gzip\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n');
       try {
         for (let i = 0; i < chunks.length; i++) {
@@ -57,7 +57,8 @@ async function lockstepUpstream(): Promise<Lockstep> {
       } catch {
         socket.destroy();
       }
-    });
+    };
+    socket.once('data', () => void answer());
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   return {

@@ -62,8 +62,8 @@ test('a key set that vanishes after its first read in a request neither crashes 
       ledger,
       keyStatus: () => null,
     });
-    const server = http.createServer({ IncomingMessage: GatewayRequest }, (req, res) => twice.handle(req as GatewayRequest, res, 'none'));
-    server.on('upgrade', (req, socket) => twice.refuseRaw(req as GatewayRequest, socket, ERRORS.webSocket));
+    const server = http.createServer({ IncomingMessage: GatewayRequest }, (req, res) => twice.handle(req, res, 'none'));
+    server.on('upgrade', (req, socket) => twice.refuseRaw(req, socket, ERRORS.webSocket));
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     const port = (server.address() as AddressInfo).port;
     try {

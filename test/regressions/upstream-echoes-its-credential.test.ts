@@ -2,6 +2,7 @@
 // never reach a client"): an upstream that echoes its credential — in a
 // user object, a header, an error body, split across writes, or compressed —
 // never gets it past the gateway.
+import { once } from 'node:events';
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -30,18 +31,17 @@ async function withUpstream(handler: Handler, run: (gw: TestGateway) => Promise<
 /** Answers with whatever `body(secret headers the upstream received)` returns, written in pieces of `piece` bytes. */
 const echoing =
   (body: (req: http.IncomingMessage) => string, extra: (req: http.IncomingMessage) => Record<string, string> = () => ({}), piece = 0): Handler =>
-  (req, res) => {
+  async (req, res) => {
     req.resume();
-    req.on('end', async () => {
-      const text = Buffer.from(body(req));
-      res.writeHead(200, { 'content-type': 'application/json', 'content-length': text.length, ...extra(req) });
-      if (piece === 0) return res.end(text);
-      for (let i = 0; i < text.length; i += piece) {
-        res.write(text.subarray(i, i + piece));
-        await sleep(1);
-      }
-      res.end();
-    });
+    await once(req, 'end');
+    const text = Buffer.from(body(req));
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': text.length, ...extra(req) });
+    if (piece === 0) return res.end(text);
+    for (let i = 0; i < text.length; i += piece) {
+      res.write(text.subarray(i, i + piece));
+      await sleep(1);
+    }
+    res.end();
   };
 
 test("the speech user object's xi_api_key, and a credential echoed in a header or an error body, reach the client masked, same length", async () => {
@@ -105,20 +105,19 @@ for (const [coding, encode, decode] of [
   test(`a ${coding} body echoing a secret is cut before the bytes that would complete it; a clean one passes intact`, async () => {
     const padding = 'x'.repeat(200_000);
     await withUpstream(
-      (req, res) => {
+      async (req, res) => {
         req.resume();
-        req.on('end', async () => {
-          const leak = req.url?.includes('leak') === true;
-          const text = `${padding.slice(0, 100_000)}${leak ? String(req.headers['xi-api-key']) : 'nothing here'}${padding}`;
-          const packed = encode(Buffer.from(text));
-          res.writeHead(200, { 'content-type': 'text/plain', 'content-encoding': coding, 'content-length': packed.length });
-          // In pieces, as a real upstream streams it.
-          for (let i = 0; i < packed.length; i += 512) {
-            res.write(packed.subarray(i, i + 512));
-            await sleep(0);
-          }
-          res.end();
-        });
+        await once(req, 'end');
+        const leak = req.url?.includes('leak') === true;
+        const text = `${padding.slice(0, 100_000)}${leak ? String(req.headers['xi-api-key']) : 'nothing here'}${padding}`;
+        const packed = encode(Buffer.from(text));
+        res.writeHead(200, { 'content-type': 'text/plain', 'content-encoding': coding, 'content-length': packed.length });
+        // In pieces, as a real upstream streams it.
+        for (let i = 0; i < packed.length; i += 512) {
+          res.write(packed.subarray(i, i + 512));
+          await sleep(0);
+        }
+        res.end();
       },
       async (gw) => {
         const auth = { authorization: `Bearer ${gw.token}` };

@@ -16,7 +16,7 @@ export interface Result {
 export function childEnv(extra: Record<string, string>): Record<string, string> {
   const keep = ['PATH', 'HOME', 'NODE_V8_COVERAGE', 'TMPDIR'];
   const env: Record<string, string> = {};
-  for (const k of keep) if (process.env[k] !== undefined) env[k] = process.env[k] as string;
+  for (const k of keep) if (process.env[k] !== undefined) env[k] = process.env[k];
   // Run from source: coverage of child processes then maps onto src/ directly.
   // Children load the sources through tsx, as the test process does: c8
   // merges the V8 coverage of every process by file URL and byte offset, so

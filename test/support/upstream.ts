@@ -16,7 +16,8 @@ export interface Recorded {
   aborted: boolean;
 }
 
-export type Handler = (req: IncomingMessage, res: ServerResponse, rec: Recorded) => void;
+/** An upstream's answer; one that fails (rejects) ends its response, so the test sees a cut, not a hang. */
+export type Handler = (req: IncomingMessage, res: ServerResponse, rec: Recorded) => unknown;
 
 export interface MockUpstream {
   readonly url: string;
@@ -73,7 +74,8 @@ export async function startUpstream(handler: Handler = echo, options: { recordBo
     req.on('close', () => {
       if (!req.complete || !res.writableFinished) rec.aborted = true;
     });
-    mock.handler(req, res, rec);
+    const answered = mock.handler(req, res, rec);
+    if (answered instanceof Promise) answered.catch((err: Error) => res.destroy(err));
   });
   inner.on('connection', (s: net.Socket) => sockets.add(s));
   await new Promise<void>((r) => inner.listen(0, '127.0.0.1', r));

@@ -1,3 +1,4 @@
+import { join } from 'node:path';
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseKeysFile, serialiseKeysFile } from '../../src/keys/file-store.ts';
@@ -91,7 +92,6 @@ test('keys file round-trips and rejects malformed documents with a reason', () =
 test('a keys file with a repeated id loads, but is never written back', async () => {
   const { mkdtempSync, writeFileSync, rmSync } = await import('node:fs');
   const { tmpdir } = await import('node:os');
-  const { join } = await import('node:path');
   const { FileKeyStore } = await import('../../src/keys/file-store.ts');
   const dir = mkdtempSync(join(tmpdir(), 'keyward-unit-'));
   try {
@@ -148,7 +148,7 @@ test('KeySet.next: a revocation or scope change shares the digest index; rotatio
   assert.equal(third.lookup(tokens[6] as string, Date.parse('2026-06-03T00:00:00Z')), null);
   // The grace period's end changed (rotate again with another grace): not the same digests.
   const regraced = rotated.slice();
-  regraced[6] = { ...(rotated[6] as KeyRecord), previous: [{ digest: (rotated[6] as KeyRecord).digest.replace(/.$/, '0'), until: '2026-06-02T00:00:00.000Z' }] };
+  regraced[6] = { ...(rotated[6]), previous: [{ digest: (rotated[6]).digest.replace(/.$/, '0'), until: '2026-06-02T00:00:00.000Z' }] };
   assert.equal(third.next(regraced, now).lookup(tokens[6] as string, now), null);
   // A key added, a key removed.
   const extra = generateToken();

@@ -25,11 +25,11 @@ class Totals implements PeriodUse {
 const policy = (l: Limits) => policyOf(l) as NonNullable<ReturnType<typeof policyOf>>;
 const admitted = (r: Admission | Refused | Promise<Admission | Refused>): Admission => {
   assert.ok(!(r instanceof Promise) && !('code' in r), `refused: ${JSON.stringify(r)}`);
-  return r as Admission;
+  return r;
 };
 const refused = (r: Admission | Refused | Promise<Admission | Refused>): Refused => {
   assert.ok(!(r instanceof Promise) && 'code' in r, 'admitted');
-  return r as Refused;
+  return r;
 };
 
 test('RateLimit fields are the key\'s own whole numbers when a fleet shares a burst; a budget gives no request count', () => {
@@ -37,7 +37,7 @@ test('RateLimit fields are the key\'s own whole numbers when a fleet shares a bu
   const p = policy({ rate: '10/h', burst: 10 });
   const now = Date.now();
   let r: Admission | Refused | Promise<Admission | Refused> = admitted(limiter.admit('k', p, 'seo', now, 3));
-  for (let i = 0; i < 5 && !('code' in r); i++) r = limiter.admit('k', p, 'seo', now, 3) as Admission | Refused;
+  for (let i = 0; i < 5 && !('code' in r); i++) r = limiter.admit('k', p, 'seo', now, 3);
   const no = refused(r);
   assert.equal(no.code, 'rate_limited');
   assert.equal(no.limit, 10, 'the key\'s rate, not this gateway\'s third of it');

@@ -32,7 +32,7 @@ test('the page thread renders from the stores it opens; the same view shares a r
     const answers = await Promise.all([first, ...rest]);
     const busy = answers.filter((a) => a instanceof PageBusy);
     assert.equal(busy.length, views.length - PAGE_QUEUE, `${PAGE_QUEUE} different views at once, the rest turned away`);
-    const html = answers[0] as string;
+    const html = answers[0];
     assert.match(html, /Usage: key ada-lovelace/);
     assert.match(html, new RegExp(`data-day="${today}" data-route="seo" data-requests="37"`), "the ledger's row, read by the thread");
     assert.match(answers[1] as string, /route seo/);

@@ -1,6 +1,7 @@
 // Scraper runs (docs/limits.md, "Scraper runs"): which requests start a run,
 // the run object read at any chunk boundary, the cap on a query, and the
 // settler's decisions, driven without sockets.
+import { join } from 'node:path';
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
@@ -185,7 +186,6 @@ test('the settler: a run another gateway settled first is not booked again', asy
 test('a spooled batch carries its runs; one whose run breaks the rules is set aside, the others written', async () => {
   const { mkdtempSync, readFileSync, rmSync, writeFileSync } = await import('node:fs');
   const { tmpdir } = await import('node:os');
-  const { join } = await import('node:path');
   const { readSpool } = await import('../../src/ledger/spool.ts');
   const dir = mkdtempSync(join(tmpdir(), 'keyward-spool-runs-'));
   try {

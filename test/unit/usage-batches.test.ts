@@ -77,7 +77,7 @@ test('a drain whose store does not answer ends by its deadline and keeps the bat
     assert.equal(kept.length, 1);
     assert.equal(kept[0]?.requests, 10, 'the batch in flight and the one not sent, kept');
     assert.equal(readdirSync(dir).length, 1);
-    const mode = execFileSync('stat', ['-c', '%a', kept[0]?.file as string]).toString().trim();
+    const mode = execFileSync('stat', ['-c', '%a', kept[0]?.file]).toString().trim();
     assert.equal(mode, '600');
 
     // The next start, against the store the first write did reach.
