@@ -20,12 +20,25 @@ interface AnyAdmission {
   done?: (reached: boolean, cost: number) => void;
   release?: () => void;
 }
-const { Limiter } = await load<{ Limiter: new (use: unknown) => { admit(k: string, p: unknown, r: string, now: number, share?: number): AnyAdmission | Promise<unknown> } }>('limits/limiter.ts');
+const { Limiter } = await load<{
+  Limiter: new (use: unknown) => { admit(k: string, p: unknown, r: string, now: number, share?: number): AnyAdmission | Promise<unknown> };
+}>('limits/limiter.ts');
 const { policyOf } = await load<{ policyOf: (l: unknown) => unknown }>('limits/policy.ts');
-const { Ledger } = await load<{ Ledger: new (store: unknown, onError: () => void) => { record(k: string, r: string, s: number, i: number, o: number, c: number): void; requests(): number; cost(): number } }>('ledger/ledger.ts');
+const { Ledger } = await load<{
+  Ledger: new (
+    store: unknown,
+    onError: () => void,
+  ) => { record(k: string, r: string, s: number, i: number, o: number, c: number): void; requests(): number; cost(): number };
+}>('ledger/ledger.ts');
 const { MemoryUsageStore } = await load<{ MemoryUsageStore: new () => unknown }>('ledger/memory-store.ts');
 
-const EVERY_LIMIT = { rate: '100000000/s', burst: 100_000_000, concurrency: 1_000_000, quota: '1000000000/month', budgets: { seo: '1000000000/month', speech: '100000000000/month' } };
+const EVERY_LIMIT = {
+  rate: '100000000/s',
+  burst: 100_000_000,
+  concurrency: 1_000_000,
+  quota: '1000000000/month',
+  budgets: { seo: '1000000000/month', speech: '100000000000/month' },
+};
 const policy = policyOf(EVERY_LIMIT);
 
 function run(limited: boolean): number {

@@ -26,13 +26,16 @@ function random(seed: number): () => number {
 
 function prose(r: () => number, words: number): string {
   const out: string[] = [];
-  for (let i = 0; i < words; i++) out.push(r() < 0.04 ? (ACCENTED[Math.floor(r() * ACCENTED.length)] as string) : (WORDS[Math.floor(r() * WORDS.length)] as string));
+  for (let i = 0; i < words; i++)
+    out.push(r() < 0.04 ? (ACCENTED[Math.floor(r() * ACCENTED.length)] as string) : (WORDS[Math.floor(r() * WORDS.length)] as string));
   return out.join(' ');
 }
 
 function item(r: () => number, i: number): string {
   const host = HOSTS[i % HOSTS.length] as string;
-  const slug = prose(r, 3).replace(/\\u[0-9a-f]{4}/g, 'x').replace(/ /g, '-');
+  const slug = prose(r, 3)
+    .replace(/\\u[0-9a-f]{4}/g, 'x')
+    .replace(/ /g, '-');
   const url = `https://${host}/products/${100000 + i}-${slug}?ref=dataset&page=${1 + (i % 40)}`;
   const title = prose(r, 4 + Math.floor(r() * 6));
   return JSON.stringify({

@@ -33,7 +33,12 @@ const up = await startUpstreamProcess(secrets, 1000);
 const store = new PgKeyStore(db.url, costRoutes(UPSTREAMS));
 await store.migrate();
 const database = new URL(db.url).pathname.slice(1);
-const lines: string[] = [`# keyward fleet benchmark${args.quick === true ? ' (quick)' : ''}`, '', `${machine()}; ${new Date().toISOString()}; ${seconds} s per run`, ''];
+const lines: string[] = [
+  `# keyward fleet benchmark${args.quick === true ? ' (quick)' : ''}`,
+  '',
+  `${machine()}; ${new Date().toISOString()}; ${seconds} s per run`,
+  '',
+];
 
 /** A key for the bench client's token (one token per run, so one key at a time holds it). */
 async function benchKey(id: string, limits: Record<string, unknown>): Promise<void> {
@@ -41,7 +46,8 @@ async function benchKey(id: string, limits: Record<string, unknown>): Promise<vo
   await db.admin`insert into keyward_keys (id, name, digest, created, limits) values (${id}, ${id}, ${`sha256:${tokenDigest(secrets.clientToken)}`}, now(), ${db.admin.json(limits as never)})`;
 }
 
-const commits = async (): Promise<number> => Number((await db.admin<Array<{ n: string }>>`select xact_commit::text as n from pg_stat_database where datname = ${database}`)[0]?.n ?? 0);
+const commits = async (): Promise<number> =>
+  Number((await db.admin<Array<{ n: string }>>`select xact_commit::text as n from pg_stat_database where datname = ${database}`)[0]?.n ?? 0);
 
 interface Drive {
   ok: number;
@@ -57,7 +63,9 @@ async function drive(gateways: readonly System[], connections = 16): Promise<Dri
   const pids = gateways.flatMap((g) => tree(g.pid as number));
   const before = cpuUs(pids);
   const peak = rssPeak(pids);
-  const results = await Promise.all(gateways.map((g) => autocannon({ url: `${g.base}/seo/v3/appendix/user_data`, headers: g.headers('seo'), connections, duration: seconds })));
+  const results = await Promise.all(
+    gateways.map((g) => autocannon({ url: `${g.base}/seo/v3/appendix/user_data`, headers: g.headers('seo'), connections, duration: seconds })),
+  );
   const cpu = cpuUs(pids) - before;
   const ok = results.reduce((n, r) => n + r['2xx'], 0);
   return {
@@ -65,7 +73,12 @@ async function drive(gateways: readonly System[], connections = 16): Promise<Dri
     refused: results.reduce((n, r) => n + r.non2xx, 0),
     p50: Math.max(...results.map((r) => r.latency.p50)),
     p99: Math.max(...results.map((r) => r.latency.p99)),
-    cpuUsPerReq: cpu / Math.max(1, results.reduce((n, r) => n + r['2xx'] + r.non2xx, 0)),
+    cpuUsPerReq:
+      cpu /
+      Math.max(
+        1,
+        results.reduce((n, r) => n + r['2xx'] + r.non2xx, 0),
+      ),
     peakMb: peak() / (1024 * 1024) / gateways.length,
   };
 }
@@ -118,10 +131,21 @@ try {
     const run = await drive([one], 32);
     await one.stop();
     const count = Number((await db.admin<Array<{ n: string }>>`select count(*)::text as n from keyward_usage`)[0]?.n ?? 0);
-    log(`ledger of ${count} rows: start ${startMs.toFixed(0)} ms, p50 ${run.p50} ms, p99 ${run.p99} ms, ${run.cpuUsPerReq.toFixed(0)} µs CPU/request, peak RSS ${run.peakMb.toFixed(0)} MB`);
-    rows.push(`| ${count.toLocaleString('en')} | ${startMs.toFixed(0)} ms | ${Math.round(run.ok / seconds)} | ${run.p50} ms | ${run.p99} ms | ${run.cpuUsPerReq.toFixed(0)} µs | ${run.peakMb.toFixed(0)} MB |`);
+    log(
+      `ledger of ${count} rows: start ${startMs.toFixed(0)} ms, p50 ${run.p50} ms, p99 ${run.p99} ms, ${run.cpuUsPerReq.toFixed(0)} µs CPU/request, peak RSS ${run.peakMb.toFixed(0)} MB`,
+    );
+    rows.push(
+      `| ${count.toLocaleString('en')} | ${startMs.toFixed(0)} ms | ${Math.round(run.ok / seconds)} | ${run.p50} ms | ${run.p99} ms | ${run.cpuUsPerReq.toFixed(0)} µs | ${run.peakMb.toFixed(0)} MB |`,
+    );
   }
-  lines.push('## One gateway, a ledger of 72 rows vs 720,000', '', '| ledger rows | start | requests/s | p50 | p99 | CPU per request | peak RSS |', '|---:|---:|---:|---:|---:|---:|---:|', ...rows, '');
+  lines.push(
+    '## One gateway, a ledger of 72 rows vs 720,000',
+    '',
+    '| ledger rows | start | requests/s | p50 | p99 | CPU per request | peak RSS |',
+    '|---:|---:|---:|---:|---:|---:|---:|',
+    ...rows,
+    '',
+  );
   const out = new URL(`results/fleet${args.quick === true ? '-quick' : ''}.md`, import.meta.url);
   writeFileSync(out, `${lines.join('\n')}\n`);
   log(`written: ${out.pathname}`);

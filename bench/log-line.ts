@@ -7,7 +7,23 @@
 import { createLogger, requestLogger, type RequestFields } from '../src/observe/log.ts';
 
 const LINES = Number(process.argv[2] ?? 200_000);
-const f: RequestFields = { reqId: '5f3a9c1e-2n9', client: '127.0.0.1', keyId: 'key_5f3a9c1e2b7d', keyName: 'bench', route: 'scraper', method: 'POST', path: '/v2/acts/x/runs', status: 201, bytesIn: 2, bytesOut: 1024, durationMs: 1.234, ttfbMs: 0.987, error: null, authFailure: null, aborted: false };
+const f: RequestFields = {
+  reqId: '5f3a9c1e-2n9',
+  client: '127.0.0.1',
+  keyId: 'key_5f3a9c1e2b7d',
+  keyName: 'bench',
+  route: 'scraper',
+  method: 'POST',
+  path: '/v2/acts/x/runs',
+  status: 201,
+  bytesIn: 2,
+  bytesOut: 1024,
+  durationMs: 1.234,
+  ttfbMs: 0.987,
+  error: null,
+  authFailure: null,
+  aborted: false,
+};
 
 async function cpuPerLine(write: () => void): Promise<number> {
   const before = process.cpuUsage();

@@ -41,8 +41,18 @@ const root = fileURLToPath(new URL('..', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'keyward-profile-'));
 const s: Secrets = benchSecrets('profile', generateToken());
 const keys = join(dir, 'keys.json');
-writeFileSync(keys, serialiseKeysFile([{ id: 'key_p', name: 'p', digest: `sha256:${tokenDigest(s.clientToken)}`, created: new Date().toISOString(), expires: null, revoked: null }]));
-const extraEnv = Object.fromEntries((process.env.PROFILE_ENV ?? '').split(',').filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
+writeFileSync(
+  keys,
+  serialiseKeysFile([
+    { id: 'key_p', name: 'p', digest: `sha256:${tokenDigest(s.clientToken)}`, created: new Date().toISOString(), expires: null, revoked: null },
+  ]),
+);
+const extraEnv = Object.fromEntries(
+  (process.env.PROFILE_ENV ?? '')
+    .split(',')
+    .filter(Boolean)
+    .map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
+);
 const extraFlags = (process.env.PROFILE_FLAGS ?? '').split(' ').filter(Boolean);
 
 const up = await startUpstreamProcess(s, 5000);
@@ -58,19 +68,23 @@ interface Started {
 async function startKeyward(): Promise<Started> {
   const port = await freePort();
   const profileDir = mkdtempSync(join(dir, 'keyward-'));
-  const child = spawn(process.execPath, ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, ...KEYWARD_NODE_FLAGS, ...extraFlags, join(root, 'dist/main.js'), 'serve'], {
-    env: {
-      PATH: process.env.PATH ?? '',
-      KEYWARD_PORT: String(port),
-      KEYWARD_ADMIN_PORT: '0',
-      KEYWARD_KEYS_FILE: keys,
-      ...Object.assign({}, ...UPSTREAMS.map((spec) => providerEnv(spec, upstream, s.upstream[spec.name] ?? []))),
-      ...(process.env.KEYWARD_WORKERS ? { KEYWARD_WORKERS: process.env.KEYWARD_WORKERS } : {}),
-      ...(process.env.KEYWARD_LOG_LEVEL ? { KEYWARD_LOG_LEVEL: process.env.KEYWARD_LOG_LEVEL } : {}),
-      ...extraEnv,
+  const child = spawn(
+    process.execPath,
+    ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, ...KEYWARD_NODE_FLAGS, ...extraFlags, join(root, 'dist/main.js'), 'serve'],
+    {
+      env: {
+        PATH: process.env.PATH ?? '',
+        KEYWARD_PORT: String(port),
+        KEYWARD_ADMIN_PORT: '0',
+        KEYWARD_KEYS_FILE: keys,
+        ...Object.assign({}, ...UPSTREAMS.map((spec) => providerEnv(spec, upstream, s.upstream[spec.name] ?? []))),
+        ...(process.env.KEYWARD_WORKERS ? { KEYWARD_WORKERS: process.env.KEYWARD_WORKERS } : {}),
+        ...(process.env.KEYWARD_LOG_LEVEL ? { KEYWARD_LOG_LEVEL: process.env.KEYWARD_LOG_LEVEL } : {}),
+        ...extraEnv,
+      },
+      stdio: ['ignore', 'ignore', 'inherit'],
     },
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
+  );
   const base = `http://127.0.0.1:${port}`;
   await waitReady(base, 10_000, child);
   return { name: 'keyward', child, base, profileDir };
@@ -121,7 +135,13 @@ async function load(base: string): Promise<number> {
   const options =
     scenario === 'latency'
       ? { url: `${base}/seo/v3/appendix/user_data`, method: 'GET' as const, headers: auth, connections: 1 }
-      : { url: `${base}/scraper/v2/acts/x/runs`, method: 'POST' as const, headers: { ...auth, 'content-type': 'application/json' }, body: '{}', connections: 64 };
+      : {
+          url: `${base}/scraper/v2/acts/x/runs`,
+          method: 'POST' as const,
+          headers: { ...auth, 'content-type': 'application/json' },
+          body: '{}',
+          connections: 64,
+        };
   const result = await autocannon({ ...options, duration: seconds });
   process.stderr.write(`${result['2xx']} requests, ${result.non2xx} non-2xx, ${result.errors} errors\n`);
   return result['2xx'];
@@ -152,7 +172,12 @@ function analyse(profile: Profile): { total: number; byModule: Map<string, numbe
   const moduleOf = (n: Node): string => {
     const url = n.callFrame.url.replace(`file://${root}`, '');
     if (url === '') return n.callFrame.functionName;
-    if (url.includes('/node_modules/')) return url.replace(/^.*\/node_modules\//, 'node_modules/').split('/').slice(0, 2).join('/');
+    if (url.includes('/node_modules/'))
+      return url
+        .replace(/^.*\/node_modules\//, 'node_modules/')
+        .split('/')
+        .slice(0, 2)
+        .join('/');
     return url.startsWith('/dist/') || url.startsWith('/src/') || url.startsWith('/bench/') ? url.slice(1) : (url.split('/')[0] ?? url);
   };
   const self = new Map<string, number>();
@@ -193,7 +218,12 @@ for (const r of runs) {
   const a = analyse(r.profile);
   const per = Math.max(1, r.requests);
   totals.push(`${r.name} ${(a.total / per).toFixed(1)} µs`);
-  process.stdout.write(`\n# ${r.name}: ${r.requests} requests, ${(a.total / per).toFixed(1)} µs of samples per request (idle included)\nprofile: ${r.file}\n\nby module, µs per request:\n${top(a.byModule, 20, per)}\n\nhottest functions (self), µs per request:\n${top(a.self, 30, per)}\n`);
-  if (r.name === 'keyward') process.stdout.write(`\nkeyward's own functions, with all they call (inclusive), µs per request:\n${top(a.inclusive, 45, per, (k) => k.includes(' dist/'))}\n`);
+  process.stdout.write(
+    `\n# ${r.name}: ${r.requests} requests, ${(a.total / per).toFixed(1)} µs of samples per request (idle included)\nprofile: ${r.file}\n\nby module, µs per request:\n${top(a.byModule, 20, per)}\n\nhottest functions (self), µs per request:\n${top(a.self, 30, per)}\n`,
+  );
+  if (r.name === 'keyward')
+    process.stdout.write(
+      `\nkeyward's own functions, with all they call (inclusive), µs per request:\n${top(a.inclusive, 45, per, (k) => k.includes(' dist/'))}\n`,
+    );
 }
 process.stdout.write(`\nper request: ${totals.join('; ')}\n`);

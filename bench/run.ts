@@ -56,9 +56,26 @@ const secrets: Secrets = benchSecrets(randomBytes(8).toString('hex'), generateTo
 /** A keys file with the bench key and `count - 1` others; `limits` on the bench key (none by default). */
 function keysFile(count: number, limits?: KeyRecord['limits']): string {
   const now = new Date().toISOString();
-  const records: KeyRecord[] = [{ id: 'key_bench', name: 'bench', digest: `sha256:${tokenDigest(secrets.clientToken)}`, created: now, expires: null, revoked: null, ...(limits === undefined ? {} : { limits }) }];
+  const records: KeyRecord[] = [
+    {
+      id: 'key_bench',
+      name: 'bench',
+      digest: `sha256:${tokenDigest(secrets.clientToken)}`,
+      created: now,
+      expires: null,
+      revoked: null,
+      ...(limits === undefined ? {} : { limits }),
+    },
+  ];
   for (let i = 1; i < count; i++) {
-    records.push({ id: `key_${i.toString(16).padStart(8, '0')}`, name: `client-${i}`, digest: `sha256:${randomBytes(32).toString('hex')}`, created: now, expires: null, revoked: null });
+    records.push({
+      id: `key_${i.toString(16).padStart(8, '0')}`,
+      name: `client-${i}`,
+      digest: `sha256:${randomBytes(32).toString('hex')}`,
+      created: now,
+      expires: null,
+      revoked: null,
+    });
   }
   const path = join(dir, `keys-${count}${limits === undefined ? '' : '-limited'}.json`);
   writeFileSync(path, serialiseKeysFile(records));
@@ -82,7 +99,11 @@ function checkout(ref: string): { root: string; name: string } {
   git('worktree', 'add', '--detach', root, ref);
   worktrees.push(root);
   symlinkSync(join(ROOT, 'node_modules'), join(root, 'node_modules'));
-  const build = spawnSync(process.execPath, [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.build.json'], { cwd: root, stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8' });
+  const build = spawnSync(process.execPath, [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.build.json'], {
+    cwd: root,
+    stdio: ['ignore', 'ignore', 'pipe'],
+    encoding: 'utf8',
+  });
   if (build.status !== 0) throw new Error(`building ${ref}: ${build.stderr.trim()}`);
   writeFileSync(join(root, 'dist/.built'), '');
   return { root, name: `keyward at ${ref}` };
@@ -97,7 +118,13 @@ const LIMITED = 'keyward, key with every limit';
  * budget it is also the row "a scraper request with and without a budget":
  * its run capped (`maxTotalChargeUsd` appended) and settled after the fact.
  */
-const EVERY_LIMIT = { rate: '100000000/s', burst: 100_000_000, concurrency: 1_000_000, quota: '1000000000/month', budgets: { scraper: '1000000000/month', seo: '1000000000/month', speech: '100000000000/month' } };
+const EVERY_LIMIT = {
+  rate: '100000000/s',
+  burst: 100_000_000,
+  concurrency: 1_000_000,
+  quota: '1000000000/month',
+  budgets: { scraper: '1000000000/month', seo: '1000000000/month', speech: '100000000000/month' },
+};
 /** Systems measured in some scenarios only (the rest would add minutes and say nothing new). */
 const ONLY: ReadonlyMap<string, readonly string[]> = new Map([
   [QUIET, ['small']],
@@ -126,7 +153,11 @@ function progress(m: Measurement): string {
   return parts.join(', ');
 }
 
-type Summary = Record<keyof Omit<Measurement, 'requests' | 'errors'>, number | null> & { runs: number; discarded: number; spread: Partial<Record<keyof Measurement, number>> };
+type Summary = Record<keyof Omit<Measurement, 'requests' | 'errors'>, number | null> & {
+  runs: number;
+  discarded: number;
+  spread: Partial<Record<keyof Measurement, number>>;
+};
 
 /** Half the range over rounds, as a fraction of the median: how far one round strays. */
 function spreadOf(xs: number[]): number | undefined {
@@ -145,7 +176,18 @@ function summarise(runs: Measurement[]): Summary {
     const sp = spreadOf(values(k));
     if (sp !== undefined) spread[k] = sp;
   }
-  return { rps: pick('rps'), p50Ms: pick('p50Ms'), p99Ms: pick('p99Ms'), p999Ms: pick('p999Ms'), cpuUsPerReq: pick('cpuUsPerReq'), mbps: pick('mbps'), peakRssMb: pick('peakRssMb'), runs: clean.length, discarded: runs.length - clean.length, spread };
+  return {
+    rps: pick('rps'),
+    p50Ms: pick('p50Ms'),
+    p99Ms: pick('p99Ms'),
+    p999Ms: pick('p999Ms'),
+    cpuUsPerReq: pick('cpuUsPerReq'),
+    mbps: pick('mbps'),
+    peakRssMb: pick('peakRssMb'),
+    runs: clean.length,
+    discarded: runs.length - clean.length,
+    spread,
+  };
 }
 
 async function main(): Promise<void> {
@@ -172,8 +214,15 @@ async function main(): Promise<void> {
     const variants = [...(args.variant ?? []).map((v) => [v, false] as const), ...(args['limited-variant'] ?? []).map((v) => [v, true] as const)];
     for (const [v, limited] of variants) {
       const [label, settings = ''] = v.split(':');
-      const env = Object.fromEntries(settings.split(',').filter(Boolean).map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]));
-      systems.push(await keyward(up.port, secrets, keysFile(10, limited ? EVERY_LIMIT : undefined), `keyward ${label}${limited ? ', key with every limit' : ''}`, env));
+      const env = Object.fromEntries(
+        settings
+          .split(',')
+          .filter(Boolean)
+          .map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
+      );
+      systems.push(
+        await keyward(up.port, secrets, keysFile(10, limited ? EVERY_LIMIT : undefined), `keyward ${label}${limited ? ', key with every limit' : ''}`, env),
+      );
     }
     for (const other of args.against ?? []) {
       const built = existsSync(other) ? { root: resolve(other), name: `keyward, build in ${basename(resolve(other))}` } : checkout(other);
@@ -239,7 +288,9 @@ async function main(): Promise<void> {
         // lines are written in 4 KiB batches or within a second: wait for the line.
         let started: string | undefined;
         for (let waited = 0; started === undefined && waited < 3000; waited += 50) {
-          started = readFileSync(logFile, 'utf8').split('\n').find((l) => l.includes('keyward listening'));
+          started = readFileSync(logFile, 'utf8')
+            .split('\n')
+            .find((l) => l.includes('keyward listening'));
           if (started === undefined) await new Promise((r) => setTimeout(r, 50));
         }
         started ??= '{}';
@@ -257,12 +308,23 @@ async function main(): Promise<void> {
     // The log line on its own, in a child whose stdout is /dev/null (bench/log-line.ts).
     let logLine: LogLine | null = null;
     if (only === undefined || only.includes('small')) {
-      const out = spawnSync(process.execPath, [...NODE_ARGS, join(ROOT, 'bench/log-line.ts'), quick ? '100000' : '400000'], { stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8', timeout: 120_000 });
+      const out = spawnSync(process.execPath, [...NODE_ARGS, join(ROOT, 'bench/log-line.ts'), quick ? '100000' : '400000'], {
+        stdio: ['ignore', 'ignore', 'pipe'],
+        encoding: 'utf8',
+        timeout: 120_000,
+      });
       if (out.status === 0) logLine = JSON.parse(out.stderr.trim().split('\n').at(-1) as string) as LogLine;
       else log(`log line measurement failed: ${out.stderr}`);
     }
 
-    report(results, keyScale, systems.map((s) => s.name), Date.now() - started, logLine, tail);
+    report(
+      results,
+      keyScale,
+      systems.map((s) => s.name),
+      Date.now() - started,
+      logLine,
+      tail,
+    );
   } finally {
     await stopAll();
     for (const w of worktrees) spawnSync('git', ['worktree', 'remove', '--force', w], { cwd: ROOT, stdio: 'ignore' });
@@ -293,7 +355,14 @@ interface Target {
   readonly unit: string;
 }
 
-function report(results: Record<string, Record<string, Measurement[]>>, keyScale: Record<string, { startupMs: number; loadMs: number; rssMb: number; latency: Measurement[] }>, names: string[], elapsedMs: number, logLine: LogLine | null, tail: Cause[]): void {
+function report(
+  results: Record<string, Record<string, Measurement[]>>,
+  keyScale: Record<string, { startupMs: number; loadMs: number; rssMb: number; latency: Measurement[] }>,
+  names: string[],
+  elapsedMs: number,
+  logLine: LogLine | null,
+  tail: Cause[],
+): void {
   const lines: string[] = [];
   const summaries: Record<string, Record<string, Summary>> = {};
   lines.push(
@@ -306,13 +375,20 @@ function report(results: Record<string, Record<string, Measurement[]>>, keyScale
     const bySystem = results[scenario.name];
     if (bySystem === undefined) continue;
     summaries[scenario.name] = {};
-    lines.push(`## ${scenario.title}`, '', `| system | req/s | p50 ms | p99 ms | p99.9 ms | CPU µs/req | MB/s | peak RSS MB | clean runs |`, '|---|---:|---:|---:|---:|---:|---:|---:|---:|');
+    lines.push(
+      `## ${scenario.title}`,
+      '',
+      `| system | req/s | p50 ms | p99 ms | p99.9 ms | CPU µs/req | MB/s | peak RSS MB | clean runs |`,
+      '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+    );
     for (const name of names) {
       if (!runs(name, scenario.name)) continue;
       const s = summarise(bySystem[name] ?? []);
       (summaries[scenario.name] as Record<string, Summary>)[name] = s;
       const sp = s.spread;
-      lines.push(`| ${name} | ${fmt(s.rps, 0)}${pct(sp.rps)} | ${fmt(s.p50Ms, 3)} | ${fmt(s.p99Ms, 2)}${pct(sp.p99Ms)} | ${fmt(s.p999Ms, 2)}${pct(sp.p999Ms)} | ${fmt(s.cpuUsPerReq, 0)}${pct(sp.cpuUsPerReq)} | ${fmt(s.mbps, 1)}${pct(sp.mbps)} | ${fmt(s.peakRssMb, 0)} | ${s.runs}/${s.runs + s.discarded} |`);
+      lines.push(
+        `| ${name} | ${fmt(s.rps, 0)}${pct(sp.rps)} | ${fmt(s.p50Ms, 3)} | ${fmt(s.p99Ms, 2)}${pct(sp.p99Ms)} | ${fmt(s.p999Ms, 2)}${pct(sp.p999Ms)} | ${fmt(s.cpuUsPerReq, 0)}${pct(sp.cpuUsPerReq)} | ${fmt(s.mbps, 1)}${pct(sp.mbps)} | ${fmt(s.peakRssMb, 0)} | ${s.runs}/${s.runs + s.discarded} |`,
+      );
     }
     const k = (summaries[scenario.name] as Record<string, Summary>).keyward;
     const ratios = names
@@ -333,7 +409,12 @@ function report(results: Record<string, Record<string, Measurement[]>>, keyScale
   }
   const ks = Object.entries(keyScale).map(([name, v]) => ({ name, startupMs: v.startupMs, loadMs: v.loadMs, rssMb: v.rssMb, ...summarise(v.latency) }));
   if (ks.length > 0) {
-    lines.push('## key scale: one-connection latency with few and many keys', '', '| gateway | keys load ms | process start to ready ms | RSS MB | p50 ms | p99 ms |', '|---|---:|---:|---:|---:|---:|');
+    lines.push(
+      '## key scale: one-connection latency with few and many keys',
+      '',
+      '| gateway | keys load ms | process start to ready ms | RSS MB | p50 ms | p99 ms |',
+      '|---|---:|---:|---:|---:|---:|',
+    );
     for (const k of ks) lines.push(`| ${k.name} | ${k.loadMs} | ${k.startupMs} | ${fmt(k.rssMb, 0)} | ${fmt(k.p50Ms, 3)} | ${fmt(k.p99Ms, 3)} |`);
     lines.push('');
   }
@@ -369,7 +450,14 @@ function report(results: Record<string, Record<string, Measurement[]>>, keyScale
     lines.push(
       '## log line and metrics',
       '',
-      `CPU per small request, same run, medians of the round-by-round differences: the request log line at \`info\` costs **${fmt(logCost, 1)} µs** (keyward minus "${NO_LOG}"; rounds ${perRound('keyward', NO_LOG).map((x) => fmt(x, 1)).join(', ')}); the metrics **${fmt(metricsCost, 1)} µs** ("${NO_LOG}" minus "${QUIET}"; rounds ${perRound(NO_LOG, QUIET).map((x) => fmt(x, 1)).join(', ')}). Each round's difference is as noisy as the rounds themselves (see ± above): read the median.`,
+      `CPU per small request, same run, medians of the round-by-round differences: the request log line at \`info\` costs **${fmt(logCost, 1)} µs** (keyward minus "${NO_LOG}"; rounds ${perRound(
+        'keyward',
+        NO_LOG,
+      )
+        .map((x) => fmt(x, 1))
+        .join(', ')}); the metrics **${fmt(metricsCost, 1)} µs** ("${NO_LOG}" minus "${QUIET}"; rounds ${perRound(NO_LOG, QUIET)
+        .map((x) => fmt(x, 1))
+        .join(', ')}). Each round's difference is as noisy as the rounds themselves (see ± above): read the median.`,
       '',
     );
   }
@@ -379,7 +467,14 @@ function report(results: Record<string, Record<string, Measurement[]>>, keyScale
     lines.push(
       '## egress filter',
       '',
-      `Scanning every response for the upstream secrets, same run, medians of the round-by-round comparisons with "${NO_FILTER}": **${fmt(filterCost, 1)} µs** of CPU per small request (rounds ${perRound('keyward', NO_FILTER).map((x) => fmt(x, 1)).join(', ')}); the 10 MiB binary stream at **${fmt(median(filterStream), 3)}×** the throughput (rounds ${filterStream.map((x) => fmt(x, 3)).join(', ')}); the 10 MiB JSON dataset at **${fmt(median(filterJson), 3)}×** (rounds ${filterJson.map((x) => fmt(x, 3)).join(', ')}). A difference inside the rounds' spread is noise.`,
+      `Scanning every response for the upstream secrets, same run, medians of the round-by-round comparisons with "${NO_FILTER}": **${fmt(filterCost, 1)} µs** of CPU per small request (rounds ${perRound(
+        'keyward',
+        NO_FILTER,
+      )
+        .map((x) => fmt(x, 1))
+        .join(
+          ', ',
+        )}); the 10 MiB binary stream at **${fmt(median(filterStream), 3)}×** the throughput (rounds ${filterStream.map((x) => fmt(x, 3)).join(', ')}); the 10 MiB JSON dataset at **${fmt(median(filterJson), 3)}×** (rounds ${filterJson.map((x) => fmt(x, 3)).join(', ')}). A difference inside the rounds' spread is noise.`,
       '',
     );
   }
@@ -388,7 +483,12 @@ function report(results: Record<string, Record<string, Measurement[]>>, keyScale
     lines.push(
       '## per-key limits',
       '',
-      `The bench key with every limit set (rate, burst, concurrency, quota, budgets, the scraper's included: the small request is a run-start, capped and its run settled; none reached) against the same gateway whose key has none, same run, small request: **${fmt(limitsCost, 1)} µs** of CPU per request (rounds ${perRound(LIMITED, 'keyward').map((x) => fmt(x, 1)).join(', ')}). Keys without limits are not checked; every key's requests go to the ledger in both.`,
+      `The bench key with every limit set (rate, burst, concurrency, quota, budgets, the scraper's included: the small request is a run-start, capped and its run settled; none reached) against the same gateway whose key has none, same run, small request: **${fmt(limitsCost, 1)} µs** of CPU per request (rounds ${perRound(
+        LIMITED,
+        'keyward',
+      )
+        .map((x) => fmt(x, 1))
+        .join(', ')}). Keys without limits are not checked; every key's requests go to the ledger in both.`,
       '',
     );
   }
@@ -403,7 +503,13 @@ function report(results: Record<string, Record<string, Measurement[]>>, keyScale
   const slowRuns = results.slow?.keyward ?? [];
   if (slowRuns.length > 0) {
     budget('slow streams: keyward peak RSS', get('slow', 'keyward')?.peakRssMb ?? null, 150, '<=', ' MB');
-    budget('slow streams: keyward errors', slowRuns.reduce((n, r) => n + r.errors, 0), 0, '<=', '');
+    budget(
+      'slow streams: keyward errors',
+      slowRuns.reduce((n, r) => n + r.errors, 0),
+      0,
+      '<=',
+      '',
+    );
   }
   if (ks.length === 2) {
     budget(`auth p50 with ${manyKeys.toLocaleString('en')} keys vs 10 keys`, ratio(ks[1]?.p50Ms, ks[0]?.p50Ms), 1.1, '<=', '×');
@@ -413,13 +519,15 @@ function report(results: Record<string, Record<string, Measurement[]>>, keyScale
   if (tail.length > 0) {
     const served = (results.small?.keyward ?? []).reduce((n, m) => n + m.requests, 0);
     lines.push(
-      '## the tail: what held keyward\'s event loop (small requests)',
+      "## the tail: what held keyward's event loop (small requests)",
       '',
       `From keyward's own metrics (\`keyward_loop_task_seconds\`, \`nodejs_gc_duration_seconds\`) over the measured rounds (${served.toLocaleString('en')} requests); no request moves while one of these runs. p99 and max are the upper bounds of their histogram buckets.`,
       '',
       '| cause | runs | per 1,000 requests | total ms | p99 ms | max ms |',
       '|---|---:|---:|---:|---:|---:|',
-      ...tail.map((c) => `| ${c.cause} | ${c.runs} | ${fmt((c.runs * 1000) / Math.max(1, served), 1)} | ${fmt(c.totalMs, 1)} | ${fmt(c.p99Ms, 2)} | ${fmt(c.maxMs, 2)} |`),
+      ...tail.map(
+        (c) => `| ${c.cause} | ${c.runs} | ${fmt((c.runs * 1000) / Math.max(1, served), 1)} | ${fmt(c.totalMs, 1)} | ${fmt(c.p99Ms, 2)} | ${fmt(c.maxMs, 2)} |`,
+      ),
       '',
     );
   }
@@ -438,7 +546,8 @@ function report(results: Record<string, Record<string, Measurement[]>>, keyScale
     if (!ok) failed.push(t.label);
     lines.push(`| ${t.label} | ${fmt(m, 2)}${t.unit} | ${range(t.rounds)} | ${t.cmp} ${t.bound}${t.unit} | ${ok ? 'yes' : 'NO'} |`);
   }
-  if (p999.length > 0) lines.push(`| small request: p99.9 at 64 connections vs the naive peer (no target) | ${fmt(median(p999), 2)}× | ${range(p999)} | — | — |`);
+  if (p999.length > 0)
+    lines.push(`| small request: p99.9 at 64 connections vs the naive peer (no target) | ${fmt(median(p999), 2)}× | ${range(p999)} | — | — |`);
   lines.push('', '## other budgets', '', '| budget | measured | bound | holds |', '|---|---:|---:|---|');
   for (const [label, value, bound, ok] of budgets) {
     if (ok === false) failed.push(label);
@@ -450,7 +559,21 @@ function report(results: Record<string, Record<string, Measurement[]>>, keyScale
   lines.push('', verdict, '');
   const markdown = lines.join('\n');
   process.stdout.write(`${markdown}\n`);
-  const json = JSON.stringify({ machine: machine(), quick, rounds, date: new Date().toISOString(), summaries, keyScale: ks, targets: targets.map((t) => ({ label: t.label, value: median(t.rounds), rounds: t.rounds, bound: `${t.cmp} ${t.bound}${t.unit}` })), budgets: budgets.map(([label, value, bound, ok]) => ({ label, value, bound, ok })), raw: results }, null, 2);
+  const json = JSON.stringify(
+    {
+      machine: machine(),
+      quick,
+      rounds,
+      date: new Date().toISOString(),
+      summaries,
+      keyScale: ks,
+      targets: targets.map((t) => ({ label: t.label, value: median(t.rounds), rounds: t.rounds, bound: `${t.cmp} ${t.bound}${t.unit}` })),
+      budgets: budgets.map(([label, value, bound, ok]) => ({ label, value, bound, ok })),
+      raw: results,
+    },
+    null,
+    2,
+  );
   const resultsDir = new URL('./results/', import.meta.url);
   writeFileSync(new URL('latest.local.json', resultsDir), json);
   writeFileSync(new URL('latest.local.md', resultsDir), markdown);

@@ -158,7 +158,15 @@ function streamed(route: Route, method: 'GET' | 'POST', path: string): (sys: Sys
     );
     agent.destroy();
     const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-    return { ...empty(), requests, errors, rps: requests / seconds, mbps: bytes / seconds / 1e6, cpuUsPerReq: sys.name === 'direct' || requests === 0 ? null : cpu / requests, peakRssMb: mb(sys, peak) };
+    return {
+      ...empty(),
+      requests,
+      errors,
+      rps: requests / seconds,
+      mbps: bytes / seconds / 1e6,
+      cpuUsPerReq: sys.name === 'direct' || requests === 0 ? null : cpu / requests,
+      peakRssMb: mb(sys, peak),
+    };
   };
 }
 
@@ -223,7 +231,14 @@ export const SCENARIOS: readonly Scenario[] = [
       });
       agent.destroy();
       samples.sort((x, y) => x - y);
-      return { ...empty(), requests: samples.length, errors, p50Ms: quantile(samples, 0.5), p99Ms: quantile(samples, 0.99), cpuUsPerReq: sys.name === 'direct' ? null : cpu / samples.length };
+      return {
+        ...empty(),
+        requests: samples.length,
+        errors,
+        p50Ms: quantile(samples, 0.5),
+        p99Ms: quantile(samples, 0.99),
+        cpuUsPerReq: sys.name === 'direct' ? null : cpu / samples.length,
+      };
     },
   },
   {
@@ -250,7 +265,14 @@ export const SCENARIOS: readonly Scenario[] = [
         ),
       );
       const seconds = (Date.now() - started) / 1000;
-      return { ...empty(), requests: o.slowStreams - errors, errors, mbps: (o.slowStreams * 65_536) / seconds / 1e6, cpuUsPerReq: sys.name === 'direct' ? null : cpu / o.slowStreams, peakRssMb: mb(sys, peak) };
+      return {
+        ...empty(),
+        requests: o.slowStreams - errors,
+        errors,
+        mbps: (o.slowStreams * 65_536) / seconds / 1e6,
+        cpuUsPerReq: sys.name === 'direct' ? null : cpu / o.slowStreams,
+        peakRssMb: mb(sys, peak),
+      };
     },
   },
   {
@@ -258,7 +280,12 @@ export const SCENARIOS: readonly Scenario[] = [
     title: 'upload: POST /speech/v1/speech-to-text, 50 MiB each, one at a time',
     validate: async (sys) => {
       const a = await call(sys, 'speech', 'POST', '/v1/speech-to-text', UPLOAD);
-      expect(sys, 'upload', a.status === 200 && a.body.toString() === JSON.stringify({ bytes: UPLOAD.length }), `status ${a.status}: ${a.body.toString().slice(0, 80)}`);
+      expect(
+        sys,
+        'upload',
+        a.status === 200 && a.body.toString() === JSON.stringify({ bytes: UPLOAD.length }),
+        `status ${a.status}: ${a.body.toString().slice(0, 80)}`,
+      );
     },
     run: async (sys, o) => {
       let errors = 0;
@@ -270,7 +297,14 @@ export const SCENARIOS: readonly Scenario[] = [
         }
       });
       const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-      return { ...empty(), requests: o.uploads, errors, mbps: (o.uploads * UPLOAD.length) / seconds / 1e6, cpuUsPerReq: sys.name === 'direct' ? null : cpu / o.uploads, peakRssMb: mb(sys, peak) };
+      return {
+        ...empty(),
+        requests: o.uploads,
+        errors,
+        mbps: (o.uploads * UPLOAD.length) / seconds / 1e6,
+        cpuUsPerReq: sys.name === 'direct' ? null : cpu / o.uploads,
+        peakRssMb: mb(sys, peak),
+      };
     },
   },
 ];

@@ -135,26 +135,42 @@ function gateway(name: string, base: string, child: ChildProcess, s: Secrets, ag
 }
 
 /** `root`: another built checkout of keyward (`--against`), for a same-run A/B of two builds. */
-export async function keyward(upstreamPort: number, s: Secrets, keysFile: string, name = 'keyward', extraEnv: Record<string, string> = {}, logFile?: string, root = ROOT): Promise<System & { startupMs: number }> {
+export async function keyward(
+  upstreamPort: number,
+  s: Secrets,
+  keysFile: string,
+  name = 'keyward',
+  extraEnv: Record<string, string> = {},
+  logFile?: string,
+  root = ROOT,
+): Promise<System & { startupMs: number }> {
   const port = await freePort();
   const adminPort = await freePort();
   const up = `http://127.0.0.1:${upstreamPort}`;
   const started = Date.now();
-  const child = startKeyward({
-    KEYWARD_HOST: '127.0.0.1',
-    KEYWARD_PORT: String(port),
-    KEYWARD_KEYS_FILE: keysFile,
-    KEYWARD_LOG_LEVEL: 'info',
-    // Defaults as users run them, metrics included; an admin port of its own
-    // so that several gateways can run side by side (and the bench reads its metrics).
-    KEYWARD_ADMIN_PORT: String(adminPort),
-    ...Object.assign({}, ...UPSTREAMS.map((spec) => providerEnv(spec, up, s.upstream[spec.name] ?? []))),
-    ...extraEnv,
-  }, logFile, root);
+  const child = startKeyward(
+    {
+      KEYWARD_HOST: '127.0.0.1',
+      KEYWARD_PORT: String(port),
+      KEYWARD_KEYS_FILE: keysFile,
+      KEYWARD_LOG_LEVEL: 'info',
+      // Defaults as users run them, metrics included; an admin port of its own
+      // so that several gateways can run side by side (and the bench reads its metrics).
+      KEYWARD_ADMIN_PORT: String(adminPort),
+      ...Object.assign({}, ...UPSTREAMS.map((spec) => providerEnv(spec, up, s.upstream[spec.name] ?? []))),
+      ...extraEnv,
+    },
+    logFile,
+    root,
+  );
   const base = `http://127.0.0.1:${port}`;
   await waitReady(base, 60_000, child);
   const admin = extraEnv.KEYWARD_ADMIN_PORT === 'off' ? undefined : `http://127.0.0.1:${adminPort}`;
-  return { ...gateway(name, base, child, s, () => keyward(upstreamPort, s, keysFile, name, extraEnv, logFile, root)), startupMs: Date.now() - started, ...(admin === undefined ? {} : { admin }) };
+  return {
+    ...gateway(name, base, child, s, () => keyward(upstreamPort, s, keysFile, name, extraEnv, logFile, root)),
+    startupMs: Date.now() - started,
+    ...(admin === undefined ? {} : { admin }),
+  };
 }
 
 export async function naive(upstreamPort: number, s: Secrets): Promise<System> {
@@ -192,7 +208,8 @@ export async function nginx(binary: string, upstreamPort: number, s: Secrets, di
   // The client's Authorization never goes upstream: replaced by the credential, or cleared.
   const location = (spec: (typeof UPSTREAMS)[number]): string => {
     const [name, value] = spec.credential(s.upstream[spec.name] ?? []);
-    const set = name === 'authorization' ? `proxy_set_header Authorization "${value}";` : `proxy_set_header Authorization ""; proxy_set_header ${name} "${value}";`;
+    const set =
+      name === 'authorization' ? `proxy_set_header Authorization "${value}";` : `proxy_set_header Authorization ""; proxy_set_header ${name} "${value}";`;
     return `
     location /${spec.name}/ {
       if ($kw_client = "") { return 401; }

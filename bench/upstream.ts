@@ -19,12 +19,25 @@ function credentialed(req: http.IncomingMessage, route: string): boolean {
 
 export const SMALL_BODY = Buffer.from(
   JSON.stringify({
-    data: { id: 'HG7ML7M8z78YcAPEB', actId: 'x', userId: 'u', startedAt: '2026-01-01T00:00:00.000Z', status: 'READY', meta: { origin: 'API' }, pad: 'x'.repeat(800) },
+    data: {
+      id: 'HG7ML7M8z78YcAPEB',
+      actId: 'x',
+      userId: 'u',
+      startedAt: '2026-01-01T00:00:00.000Z',
+      status: 'READY',
+      meta: { origin: 'API' },
+      pad: 'x'.repeat(800),
+    },
   }),
 );
 const RUN_ENDED = Buffer.from(JSON.stringify({ data: { id: 'HG7ML7M8z78YcAPEB', actId: 'x', status: 'SUCCEEDED', usageTotalUsd: 0 } }));
 const READ_BODY = Buffer.from(
-  JSON.stringify({ version: '0.1', status_code: 20000, status_message: 'Ok.', tasks: [{ id: 't', status_code: 20000, result: [{ login: 'bench', money: { balance: 42.5 } }] }] }),
+  JSON.stringify({
+    version: '0.1',
+    status_code: 20000,
+    status_message: 'Ok.',
+    tasks: [{ id: 't', status_code: 20000, result: [{ login: 'bench', money: { balance: 42.5 } }] }],
+  }),
 );
 const AUDIO = randomBytes(10 * 1024 * 1024);
 /** A scraper dataset download: 10 MiB of JSON text, the scraper's common large answer. */

@@ -48,7 +48,13 @@ async function alongside(records: KeyRecord[]): Promise<void> {
   const secrets = benchSecrets(randomBytes(4).toString('hex'), generateToken());
   const keysPath = join(dir, 'keys.json');
   const now = new Date().toISOString();
-  writeFileSync(keysPath, serialiseKeysFile([{ id: 'key_bench', name: 'bench', digest: `sha256:${tokenDigest(secrets.clientToken)}`, created: now, expires: null, revoked: null }, ...records]));
+  writeFileSync(
+    keysPath,
+    serialiseKeysFile([
+      { id: 'key_bench', name: 'bench', digest: `sha256:${tokenDigest(secrets.clientToken)}`, created: now, expires: null, revoked: null },
+      ...records,
+    ]),
+  );
   // The gateway's ledger is the seeded file beside its keys file.
   for (const suffix of ['', '-wal', '-shm']) if (existsSync(`${path}${suffix}`)) renameSync(`${path}${suffix}`, `${keysPath}.usage.sqlite${suffix}`);
   const up = await startUpstreamProcess(secrets, 1_000);
@@ -85,15 +91,21 @@ async function alongside(records: KeyRecord[]): Promise<void> {
     rendering = false;
     await Promise.all(loops);
     pageMs.sort((a, b) => a - b);
-    log(`proxied GET, one at a time: alone p50 ${p(alone, 0.5).toFixed(2)} ms, p99 ${p(alone, 0.99).toFixed(2)} ms, max ${(alone.at(-1) ?? 0).toFixed(1)} ms (${alone.length} requests)`);
-    log(`  while 3 views of the page render in a loop: p50 ${p(during, 0.5).toFixed(2)} ms, p99 ${p(during, 0.99).toFixed(2)} ms (${(p(during, 0.99) / p(alone, 0.99)).toFixed(2)}x alone), max ${(during.at(-1) ?? 0).toFixed(1)} ms (${during.length} requests); ${pages} pages, median ${p(pageMs, 0.5).toFixed(0)} ms each, ${busy} turned away busy`);
+    log(
+      `proxied GET, one at a time: alone p50 ${p(alone, 0.5).toFixed(2)} ms, p99 ${p(alone, 0.99).toFixed(2)} ms, max ${(alone.at(-1) ?? 0).toFixed(1)} ms (${alone.length} requests)`,
+    );
+    log(
+      `  while 3 views of the page render in a loop: p50 ${p(during, 0.5).toFixed(2)} ms, p99 ${p(during, 0.99).toFixed(2)} ms (${(p(during, 0.99) / p(alone, 0.99)).toFixed(2)}x alone), max ${(during.at(-1) ?? 0).toFixed(1)} ms (${during.length} requests); ${pages} pages, median ${p(pageMs, 0.5).toFixed(0)} ms each, ${busy} turned away busy`,
+    );
   } finally {
     await g.stop();
     await up.stop();
   }
 }
 
-const { values: args } = parseArgs({ options: { keys: { type: 'string', default: '10000' }, days: { type: 'string', default: '365' }, limited: { type: 'string', default: '0.33' } } });
+const { values: args } = parseArgs({
+  options: { keys: { type: 'string', default: '10000' }, days: { type: 'string', default: '365' }, limited: { type: 'string', default: '0.33' } },
+});
 const KEYS = Number(args.keys);
 const DAYS = Number(args.days);
 /** The share of keys with a quota or budget. */
@@ -116,12 +128,21 @@ try {
     for (let k = 0; k < KEYS; k++) {
       const route = ROUTES[(k + d) % 3] as string;
       const requests = 1 + ((k * 7 + d) % 50);
-      insert.run(`key_${k.toString(16).padStart(12, '0')}`, route, day, requests, requests, route === 'scraper' ? 0 : requests * (route === 'seo' ? 0.002 : 40));
+      insert.run(
+        `key_${k.toString(16).padStart(12, '0')}`,
+        route,
+        day,
+        requests,
+        requests,
+        route === 'scraper' ? 0 : requests * (route === 'seo' ? 0.002 : 40),
+      );
     }
   }
   db.exec('commit');
   db.close();
-  log(`seeded ${(KEYS * DAYS).toLocaleString('en')} rows in ${((performance.now() - at) / 1000).toFixed(1)} s (${(statSync(path).size / 1024 ** 2).toFixed(0)} MB)`);
+  log(
+    `seeded ${(KEYS * DAYS).toLocaleString('en')} rows in ${((performance.now() - at) / 1000).toFixed(1)} s (${(statSync(path).size / 1024 ** 2).toFixed(0)} MB)`,
+  );
 
   const records: KeyRecord[] = Array.from({ length: KEYS }, (_, k) => ({
     id: `key_${k.toString(16).padStart(12, '0')}`,
@@ -130,10 +151,16 @@ try {
     created: '2026-01-01T00:00:00Z',
     expires: null,
     revoked: null,
-    ...((k % 100) < LIMITED * 100 ? { limits: k % 2 === 0 ? { quota: '40/day' } : { budgets: { speech: '1000/day' } } } : {}),
+    ...(k % 100 < LIMITED * 100 ? { limits: k % 2 === 0 ? { quota: '40/day' } : { budgets: { speech: '1000/day' } } } : {}),
   }));
   const store = new SqliteUsageStore(path);
-  const page = usagePage(store, () => records, ROUTES, (r) => (r === 'seo' ? 'usd' : r === 'speech' ? 'characters' : null), renderPage);
+  const page = usagePage(
+    store,
+    () => records,
+    ROUTES,
+    (r) => (r === 'seo' ? 'usd' : r === 'speech' ? 'characters' : null),
+    renderPage,
+  );
   // The longest the event loop (where requests run) went without a turn while the page was built.
   const time = async (what: string, params: Record<string, string>): Promise<void> => {
     const runs: number[] = [];
@@ -155,7 +182,9 @@ try {
     }
     runs.sort((a, b) => a - b);
     stalls.sort((a, b) => a - b);
-    log(`${what}: median ${runs[2]?.toFixed(0)} ms (${runs[0]?.toFixed(0)}–${runs[4]?.toFixed(0)}), ${(bytes / 1024).toFixed(0)} KiB; longest event-loop stall median ${stalls[2]?.toFixed(0)} ms (${stalls[0]?.toFixed(0)}–${stalls[4]?.toFixed(0)})`);
+    log(
+      `${what}: median ${runs[2]?.toFixed(0)} ms (${runs[0]?.toFixed(0)}–${runs[4]?.toFixed(0)}), ${(bytes / 1024).toFixed(0)} KiB; longest event-loop stall median ${stalls[2]?.toFixed(0)} ms (${stalls[0]?.toFixed(0)}–${stalls[4]?.toFixed(0)})`,
+    );
   };
   log(`# usage page, ${KEYS.toLocaleString('en')} keys × ${DAYS} days; ${machine()}`);
   await time('every key', {});

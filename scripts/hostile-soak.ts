@@ -87,13 +87,24 @@ const HOSTILE: ReadonlyArray<[string, () => Buffer[]]> = [
   ['7 html entity', () => whole(Buffer.from([...key].map((c) => `&#${c.charCodeAt(0)};`).join('')))],
   ['8 gzip as identity', () => whole(zlib.gzipSync(json), 'content-encoding: identity\r\n')],
   ['8 gzip unlabelled', () => whole(zlib.gzipSync(json))],
-  ['8 transfer gzip', () => [Buffer.from(head('200 OK', 'transfer-encoding: gzip, chunked\r\n', null)), Buffer.from(`${zlib.gzipSync(json).length.toString(16)}\r\n`), zlib.gzipSync(json), Buffer.from('\r\n0\r\n\r\n')]],
+  [
+    '8 transfer gzip',
+    () => [
+      Buffer.from(head('200 OK', 'transfer-encoding: gzip, chunked\r\n', null)),
+      Buffer.from(`${zlib.gzipSync(json).length.toString(16)}\r\n`),
+      zlib.gzipSync(json),
+      Buffer.from('\r\n0\r\n\r\n'),
+    ],
+  ],
   ['9 stacked codings', () => whole(zlib.gzipSync(json), `content-encoding: ${Array(3000).fill('gzip').join(',')}\r\n`)],
   ['10 held body', () => whole(held, 'content-encoding: gzip\r\n')],
   ['11 brotli bomb', () => whole(bombBr, 'content-encoding: br\r\n')],
   ['11 gzip bomb', () => whole(bombGz, 'content-encoding: gzip\r\n')],
   ['12 undecodable', () => whole(Buffer.from('plain bytes, not gzip'), 'content-encoding: gzip\r\n')],
-  ['12b stray bytes', () => [Buffer.concat([Buffer.from(head('200 OK', '', json.length)), Buffer.from('{"ok":true}'.padEnd(json.length)), Buffer.from(`STRAY ${key}\r\n\r\n`)])]],
+  [
+    '12b stray bytes',
+    () => [Buffer.concat([Buffer.from(head('200 OK', '', json.length)), Buffer.from('{"ok":true}'.padEnd(json.length)), Buffer.from(`STRAY ${key}\r\n\r\n`)])],
+  ],
 ];
 const honest = Buffer.from(JSON.stringify({ voices: Array.from({ length: 40 }, (_, i) => ({ voice_id: `v${i}`, name: `Voice ${i}` })) }));
 const honestGz = zlib.gzipSync(honest);
@@ -110,7 +121,12 @@ async function main(): Promise<number> {
     const answer = async (d: Buffer): Promise<void> => {
       const path = /^[A-Z]+ (\S+)/.exec(d.toString('latin1'))?.[1] ?? '';
       const n = /\/hostile\/(\d+)/.exec(path)?.[1];
-      const parts = n === undefined ? (path.includes('gz') ? whole(honestGz, 'content-encoding: gzip\r\n') : whole(honest)) : (HOSTILE[Number(n)] as (typeof HOSTILE)[number])[1]();
+      const parts =
+        n === undefined
+          ? path.includes('gz')
+            ? whole(honestGz, 'content-encoding: gzip\r\n')
+            : whole(honest)
+          : (HOSTILE[Number(n)] as (typeof HOSTILE)[number])[1]();
       for (const [i, p] of parts.entries()) {
         if (socket.destroyed) return;
         socket.write(p);
@@ -150,7 +166,10 @@ async function main(): Promise<number> {
   const pid = gateway.pid as number;
   const stat = (): { cpuMs: number; rssMb: number } => {
     const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? [];
-    return { cpuMs: ((Number(f[11]) + Number(f[12])) * 1000) / 100, rssMb: Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]) / 1024 };
+    return {
+      cpuMs: ((Number(f[11]) + Number(f[12])) * 1000) / 100,
+      rssMb: Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]) / 1024,
+    };
   };
 
   /** One request on its own connection; every byte that came back. */
@@ -158,7 +177,9 @@ async function main(): Promise<number> {
     new Promise((resolve) => {
       const start = performance.now();
       const out: Buffer[] = [];
-      const s = net.connect(port, '127.0.0.1', () => s.write(`GET /speech${path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${token}\r\naccept-encoding: gzip, br, zstd\r\nconnection: close\r\n\r\n`));
+      const s = net.connect(port, '127.0.0.1', () =>
+        s.write(`GET /speech${path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${token}\r\naccept-encoding: gzip, br, zstd\r\nconnection: close\r\n\r\n`),
+      );
       const timer = setTimeout(() => s.destroy(), 20_000);
       s.on('data', (d: Buffer) => out.push(d));
       s.on('close', () => {
@@ -284,7 +305,9 @@ async function main(): Promise<number> {
     const now = stat();
     const cpu = (now.cpuMs - last.cpuMs) / 1000;
     last = now;
-    console.log(`  +${((Date.now() - stopped) / 1000).toFixed(0)} s: CPU ${(cpu * 100).toFixed(0)} %, RSS ${now.rssMb.toFixed(0)} MB, upstream sockets ${sockets.size}`);
+    console.log(
+      `  +${((Date.now() - stopped) / 1000).toFixed(0)} s: CPU ${(cpu * 100).toFixed(0)} %, RSS ${now.rssMb.toFixed(0)} MB, upstream sockets ${sockets.size}`,
+    );
     if (cpu < 0.05 && now.rssMb < idle.rssMb + 64 && sockets.size === 0) {
       settled = (Date.now() - stopped) / 1000;
       break;
@@ -306,15 +329,26 @@ async function main(): Promise<number> {
   leaked = [...new Set(leaked)];
   const before = p99(samples.before);
   const during = p99(samples.during);
-  console.log(`hostile soak: ${SECONDS} s, ${sent} requests in the mix (${HOSTILE.length} hostile kinds, ${RATE}/s) beside an honest client, then each kind alone for ${alone.toFixed(1)} s`);
+  console.log(
+    `hostile soak: ${SECONDS} s, ${sent} requests in the mix (${HOSTILE.length} hostile kinds, ${RATE}/s) beside an honest client, then each kind alone for ${alone.toFixed(1)} s`,
+  );
   for (const [name, m] of outcomes) console.log(`  ${name.padEnd(22)} ${[...m].map(([st, n]) => `${st}×${n}`).join(' ')}`);
-  console.log(`  honest client p99: before ${before.toFixed(1)} ms, during ${during.toFixed(1)} ms (${(during / before).toFixed(1)}×), after ${p99(samples.after).toFixed(1)} ms`);
-  console.log(`  gateway's longest event-loop stall: before ${stalls.get('before')?.toFixed(1)} ms, during ${stalls.get('during')?.toFixed(1)} ms, after ${stalls.get('after')?.toFixed(1)} ms`);
+  console.log(
+    `  honest client p99: before ${before.toFixed(1)} ms, during ${during.toFixed(1)} ms (${(during / before).toFixed(1)}×), after ${p99(samples.after).toFixed(1)} ms`,
+  );
+  console.log(
+    `  gateway's longest event-loop stall: before ${stalls.get('before')?.toFixed(1)} ms, during ${stalls.get('during')?.toFixed(1)} ms, after ${stalls.get('after')?.toFixed(1)} ms`,
+  );
   console.log('  what each kind alone costs the honest client (p99 while only it is sent), and the longest stall, most costly first:');
   const costs = HOSTILE.map(([name]) => ({ name, p99: p99(samples[name]), stall: stalls.get(name) ?? NaN })).sort((a, b) => b.p99 - a.p99);
-  for (const c of costs) console.log(`    ${c.name.padEnd(22)} p99 ${c.p99.toFixed(1).padStart(7)} ms (${(c.p99 / before).toFixed(1)}×)   longest stall ${c.stall.toFixed(1)} ms`);
-  console.log(`  gateway: idle RSS ${idle.rssMb.toFixed(0)} MB; back to baseline (CPU < 5 %, RSS < idle + 64 MB, no upstream socket open) ${settled < 0 ? 'NOT within 10 s' : `after ${settled} s`}; final RSS ${final.rssMb.toFixed(0)} MB`);
-  console.log(`  secret bytes at a client: ${leaked.length === 0 ? 'none' : leaked.join(', ')}; in the logs: ${secretInLogs ? 'YES' : 'none'}; upstream sockets open: ${sockets.size}`);
+  for (const c of costs)
+    console.log(`    ${c.name.padEnd(22)} p99 ${c.p99.toFixed(1).padStart(7)} ms (${(c.p99 / before).toFixed(1)}×)   longest stall ${c.stall.toFixed(1)} ms`);
+  console.log(
+    `  gateway: idle RSS ${idle.rssMb.toFixed(0)} MB; back to baseline (CPU < 5 %, RSS < idle + 64 MB, no upstream socket open) ${settled < 0 ? 'NOT within 10 s' : `after ${settled} s`}; final RSS ${final.rssMb.toFixed(0)} MB`,
+  );
+  console.log(
+    `  secret bytes at a client: ${leaked.length === 0 ? 'none' : leaked.join(', ')}; in the logs: ${secretInLogs ? 'YES' : 'none'}; upstream sockets open: ${sockets.size}`,
+  );
   const tailOk = during <= 3 * before;
   if (!tailOk) console.log(`  honest p99 during the mix is ${(during / before).toFixed(1)}× its p99 before (at most 3×)`);
   const ok = leaked.length === 0 && !secretInLogs && settled >= 0 && tailOk;

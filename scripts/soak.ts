@@ -31,7 +31,9 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs, promisify } from 'node:util';
 import { providerEnv, UPSTREAMS } from '../src/request/routes.ts';
 
-const { values: args } = parseArgs({ options: { seconds: { type: 'string', default: '120' }, rate: { type: 'string', default: '150' }, json: { type: 'string' } } });
+const { values: args } = parseArgs({
+  options: { seconds: { type: 'string', default: '120' }, rate: { type: 'string', default: '150' }, json: { type: 'string' } },
+});
 const SECONDS = Number(args.seconds);
 const RATE = Number(args.rate);
 if (!(SECONDS >= 10 && SECONDS <= 3600) || !(RATE >= 1 && RATE <= 2000)) {
@@ -118,7 +120,8 @@ async function main(): Promise<number> {
     ...Object.assign({}, ...UPSTREAMS.map((spec) => providerEnv(spec, stands[spec.name]?.url ?? '', secrets[spec.name] ?? []))),
     KEYWARD_IDLE_TIMEOUT: '10s',
   };
-  const createKey = async (name: string): Promise<string> => (JSON.parse((await exec(BIN, ['keys', 'create', '--name', name, '--json'], { env })).stdout) as { token: string }).token;
+  const createKey = async (name: string): Promise<string> =>
+    (JSON.parse((await exec(BIN, ['keys', 'create', '--name', name, '--json'], { env })).stdout) as { token: string }).token;
   const live: string[] = [];
   for (let i = 0; i < 8; i++) live.push(await createKey(`client-${i}`));
   const revoked: Array<{ token: string; at: number }> = [];
@@ -194,15 +197,27 @@ async function main(): Promise<number> {
   const UPLOAD = Buffer.alloc(256 * 1024, 0x41);
   const kinds: Array<[weight: number, kind: string, plan: () => Plan]> = [
     [40, 'seo read', () => ({ method: 'GET', path: '/seo/v3/appendix/user_data', token: pick(live), expect: [200] })],
-    [15, 'scraper run', () => ({ method: 'POST', path: '/scraper/v2/acts/a~b/runs?timeout=60', token: pick(live), body: Buffer.from('{"x":1}'), expect: [201] })],
-    [10, 'speech stream', () => ({ method: 'GET', path: '/speech/v1/text-to-speech/v/stream', token: pick(live), expect: [200], length: 8 * AUDIO_CHUNK.length })],
+    [
+      15,
+      'scraper run',
+      () => ({ method: 'POST', path: '/scraper/v2/acts/a~b/runs?timeout=60', token: pick(live), body: Buffer.from('{"x":1}'), expect: [201] }),
+    ],
+    [
+      10,
+      'speech stream',
+      () => ({ method: 'GET', path: '/speech/v1/text-to-speech/v/stream', token: pick(live), expect: [200], length: 8 * AUDIO_CHUNK.length }),
+    ],
     [8, 'upload', () => ({ method: 'POST', path: '/speech/v1/upload', token: pick(live), body: UPLOAD, expect: [200] })],
     [5, 'abort mid-download', () => ({ method: 'GET', path: '/speech/v1/text-to-speech/v/stream', token: pick(live), expect: [200], abort: 'download' })],
     [4, 'abort mid-upload', () => ({ method: 'POST', path: '/speech/v1/upload', token: pick(live), body: UPLOAD, expect: [200, 408], abort: 'upload' })],
     [4, 'upstream reset', () => ({ method: 'GET', path: '/speech/v1/fail-reset', token: pick(live), expect: [502] })],
     [4, 'upstream 500', () => ({ method: 'GET', path: '/seo/v3/fail-500', token: pick(live), expect: [500] })],
     [5, 'no token', () => ({ method: 'GET', path: '/seo/v3/x', token: null, expect: [401] })],
-    [5, 'revoked key', () => ({ method: 'GET', path: '/seo/v3/x', token: revoked.filter((r) => Date.now() - r.at > 1_500).at(-1)?.token ?? 'kw_unknown', expect: [401] })],
+    [
+      5,
+      'revoked key',
+      () => ({ method: 'GET', path: '/seo/v3/x', token: revoked.filter((r) => Date.now() - r.at > 1_500).at(-1)?.token ?? 'kw_unknown', expect: [401] }),
+    ],
   ];
   const total = kinds.reduce((a, k) => a + k[0], 0);
   const choose = (): [string, Plan] => {
@@ -228,22 +243,25 @@ async function main(): Promise<number> {
       inFlight--;
       note(kind, good, detail);
     };
-    const req = http.request({ host: '127.0.0.1', port, method: plan.method, path: plan.path, headers, agent: plan.abort === undefined ? agent : false, timeout: 20_000 }, (res) => {
-      let bytes = 0;
-      res.on('data', (c: Buffer) => {
-        bytes += c.length;
-        if (plan.abort === 'download') {
-          req.destroy();
-          done(res.statusCode === 200 || (res.statusCode === 401 && plan.token !== null && retiring.has(plan.token)), `status ${res.statusCode}`);
-        }
-      });
-      res.on('end', () => {
-        const okStatus = plan.expect.includes(res.statusCode as number) || (res.statusCode === 401 && plan.token !== null && retiring.has(plan.token));
-        const okLength = plan.length === undefined || res.statusCode !== 200 || bytes === plan.length;
-        done(okStatus && okLength, `status ${res.statusCode}, ${bytes} bytes`);
-      });
-      res.on('error', (e) => done(false, `response error ${e.message}`));
-    });
+    const req = http.request(
+      { host: '127.0.0.1', port, method: plan.method, path: plan.path, headers, agent: plan.abort === undefined ? agent : false, timeout: 20_000 },
+      (res) => {
+        let bytes = 0;
+        res.on('data', (c: Buffer) => {
+          bytes += c.length;
+          if (plan.abort === 'download') {
+            req.destroy();
+            done(res.statusCode === 200 || (res.statusCode === 401 && plan.token !== null && retiring.has(plan.token)), `status ${res.statusCode}`);
+          }
+        });
+        res.on('end', () => {
+          const okStatus = plan.expect.includes(res.statusCode as number) || (res.statusCode === 401 && plan.token !== null && retiring.has(plan.token));
+          const okLength = plan.length === undefined || res.statusCode !== 200 || bytes === plan.length;
+          done(okStatus && okLength, `status ${res.statusCode}, ${bytes} bytes`);
+        });
+        res.on('error', (e) => done(false, `response error ${e.message}`));
+      },
+    );
     req.on('timeout', () => req.destroy(new Error('client timeout')));
     req.on('error', (e: NodeJS.ErrnoException) => done(plan.abort !== undefined, `request error ${e.code ?? e.message}`));
     if (plan.abort === 'upload' && plan.body !== undefined) {
@@ -301,11 +319,13 @@ async function main(): Promise<number> {
   const scrape = async (): Promise<void> => {
     try {
       const text = await new Promise<string>((resolve, reject) => {
-        http.get({ host: '127.0.0.1', port: admin, path: '/metrics', agent: false }, (res) => {
-          let body = '';
-          res.setEncoding('utf8').on('data', (d: string) => (body += d));
-          res.on('end', () => resolve(body));
-        }).on('error', reject);
+        http
+          .get({ host: '127.0.0.1', port: admin, path: '/metrics', agent: false }, (res) => {
+            let body = '';
+            res.setEncoding('utf8').on('data', (d: string) => (body += d));
+            res.on('end', () => resolve(body));
+          })
+          .on('error', reject);
       });
       const v = Number(/^nodejs_eventloop_lag_p99_seconds (\S+)$/m.exec(text)?.[1]);
       if (Number.isFinite(v)) lagP99.push(v * 1000);
@@ -370,10 +390,14 @@ async function main(): Promise<number> {
     fdAfter = fds();
   }
 
-  const held = await Promise.all([retainedAt.warm, retainedAt.end].map((p) => (p ?? Promise.reject(new Error('not measured'))).catch((err: Error) => {
-    unexpected.push(`memory after collection: ${err.message}`);
-    return NaN;
-  })));
+  const held = await Promise.all(
+    [retainedAt.warm, retainedAt.end].map((p) =>
+      (p ?? Promise.reject(new Error('not measured'))).catch((err: Error) => {
+        unexpected.push(`memory after collection: ${err.message}`);
+        return NaN;
+      }),
+    ),
+  );
   const [heldWarm = NaN, heldEnd = NaN] = held;
   // Between the two measurements a 30 s run at 150/s makes 2,700 requests:
   // a leak of 400 bytes a request is past 1 MB. Without one the figure moves
@@ -411,11 +435,17 @@ async function main(): Promise<number> {
   }
   rmSync(dir, { recursive: true, force: true });
 
-  const unexpectedCount = [...tally.values()].reduce((a, t) => a + t.unexpected, 0) + unexpected.filter((u) => !u.includes(':') || u.startsWith('key churn') || u.startsWith('metrics') || u.startsWith('memory after collection') || u.includes('never finished')).length;
+  const unexpectedCount =
+    [...tally.values()].reduce((a, t) => a + t.unexpected, 0) +
+    unexpected.filter(
+      (u) =>
+        !u.includes(':') || u.startsWith('key churn') || u.startsWith('metrics') || u.startsWith('memory after collection') || u.includes('never finished'),
+    ).length;
   const failures: string[] = [];
   if (unexpectedCount > 0) failures.push(`${unexpectedCount} unexpected outcomes`);
   if (heldLeaking) failures.push(`memory held after a full collection grew ${heldWarm.toFixed(1)} → ${heldEnd.toFixed(1)} MB`);
-  if (leaking) failures.push(`RSS grew ${(growth * 100).toFixed(1)} % after warm-up, in both halves (${halves.map((h) => `${(h * 100).toFixed(1)} %`).join(', ')})`);
+  if (leaking)
+    failures.push(`RSS grew ${(growth * 100).toFixed(1)} % after warm-up, in both halves (${halves.map((h) => `${(h * 100).toFixed(1)} %`).join(', ')})`);
   if (fdAfter > fdBaseline) failures.push(`descriptors ${fdAfter} after vs ${fdBaseline} before`);
   if (gatewayExit !== undefined && exitCode !== 0) failures.push(`gateway exited ${exitCode}`);
   if (secretInLogs) failures.push('a secret or token appeared in the logs');
@@ -429,18 +459,33 @@ async function main(): Promise<number> {
     outcomes: Object.fromEntries(tally),
     unexpected: unexpectedCount,
     examples: unexpected,
-    rssMb: { warmupEnd: Math.round(rssStart * 10) / 10, end: Math.round(rssEnd * 10) / 10, peak: Math.round(peak * 10) / 10, growthPercent: Math.round(growth * 1000) / 10, slopeMbPerMin: Math.round(slope * 60 * 100) / 100, perSecond: samples.map((s) => [Math.round(s.t), Math.round(s.rss * 10) / 10]) },
+    rssMb: {
+      warmupEnd: Math.round(rssStart * 10) / 10,
+      end: Math.round(rssEnd * 10) / 10,
+      peak: Math.round(peak * 10) / 10,
+      growthPercent: Math.round(growth * 1000) / 10,
+      slopeMbPerMin: Math.round(slope * 60 * 100) / 100,
+      perSecond: samples.map((s) => [Math.round(s.t), Math.round(s.rss * 10) / 10]),
+    },
     heldAfterCollectionMb: { warmupEnd: Math.round(heldWarm * 10) / 10, end: Math.round(heldEnd * 10) / 10 },
     fds: { before: fdBaseline, after: fdAfter },
-    eventLoopDelayP99Ms: { median: Math.round((lagSorted[Math.floor(lagSorted.length / 2)] ?? 0) * 100) / 100, worst: Math.round((lagSorted.at(-1) ?? 0) * 100) / 100 },
+    eventLoopDelayP99Ms: {
+      median: Math.round((lagSorted[Math.floor(lagSorted.length / 2)] ?? 0) * 100) / 100,
+      worst: Math.round((lagSorted.at(-1) ?? 0) * 100) / 100,
+    },
     gatewayExit: exitCode,
     pass: failures.length === 0,
     failures,
   };
   console.log(`soak: ${fired} requests in ${SECONDS} s at ${RATE}/s, ${revocations} keys revoked and replaced during the run`);
-  for (const [kind, t] of tally) console.log(`  ${kind.padEnd(20)} ${String(t.ok).padStart(7)} as expected  ${t.unexpected > 0 ? `${t.unexpected} UNEXPECTED` : ''}`);
-  console.log(`  held after a full collection (heap in use + external): ${report.heldAfterCollectionMb.warmupEnd} MB at the end of warm-up, ${report.heldAfterCollectionMb.end} MB before the traffic stopped`);
-  console.log(`  RSS after warm-up ${report.rssMb.warmupEnd} → ${report.rssMb.end} MB (${report.rssMb.growthPercent} %: ${halves.map((h) => `${(h * 100).toFixed(1)} %`).join(' then ')}; slope ${report.rssMb.slopeMbPerMin} MB/min), peak ${report.rssMb.peak} MB`);
+  for (const [kind, t] of tally)
+    console.log(`  ${kind.padEnd(20)} ${String(t.ok).padStart(7)} as expected  ${t.unexpected > 0 ? `${t.unexpected} UNEXPECTED` : ''}`);
+  console.log(
+    `  held after a full collection (heap in use + external): ${report.heldAfterCollectionMb.warmupEnd} MB at the end of warm-up, ${report.heldAfterCollectionMb.end} MB before the traffic stopped`,
+  );
+  console.log(
+    `  RSS after warm-up ${report.rssMb.warmupEnd} → ${report.rssMb.end} MB (${report.rssMb.growthPercent} %: ${halves.map((h) => `${(h * 100).toFixed(1)} %`).join(' then ')}; slope ${report.rssMb.slopeMbPerMin} MB/min), peak ${report.rssMb.peak} MB`,
+  );
   console.log(`  descriptors ${fdBaseline} before, ${fdAfter} after`);
   console.log(`  event-loop delay p99 per 5 s window: median ${report.eventLoopDelayP99Ms.median} ms, worst ${report.eventLoopDelayP99Ms.worst} ms`);
   for (const e of unexpected) console.log(`  ! ${e}`);

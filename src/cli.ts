@@ -44,7 +44,8 @@ export async function run(argv: string[], io: Io, providers: readonly UpstreamSp
       case 'dev-db': {
         const { values } = parse(rest, { dir: { type: 'string' }, port: { type: 'string' } }, HELP['dev-db'] as string);
         const port = values.port === undefined ? null : Number(values.port);
-        if (port !== null && !(Number.isInteger(port) && port > 0 && port < 65536)) throw new UsageError('--port must be a whole number from 1 to 65535', HELP['dev-db'] as string);
+        if (port !== null && !(Number.isInteger(port) && port > 0 && port < 65536))
+          throw new UsageError('--port must be a whole number from 1 to 65535', HELP['dev-db'] as string);
         return await runDevDb(typeof values.dir === 'string' ? values.dir : 'keyward-dev-db', port, io);
       }
       case 'help':

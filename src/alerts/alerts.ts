@@ -46,7 +46,14 @@ export function crossed(key: { id: string; name: string }, policy: Policy, use: 
         threshold,
         resetsAt: new Date(p.ends).toISOString().replace('.000Z', 'Z'),
       };
-      out.push({ id: `${key.id}/${kind}${route === null ? '' : `:${route}`}/${p.key}/${threshold}`, event: threshold >= 100 ? 'limit_reached' : 'threshold_crossed', key: { id: key.id, name: key.name }, limit, used: Math.round(used * 1e6) / 1e6, at });
+      out.push({
+        id: `${key.id}/${kind}${route === null ? '' : `:${route}`}/${p.key}/${threshold}`,
+        event: threshold >= 100 ? 'limit_reached' : 'threshold_crossed',
+        key: { id: key.id, name: key.name },
+        limit,
+        used: Math.round(used * 1e6) / 1e6,
+        at,
+      });
     }
   };
   if (policy.quota !== null) check('quota', null, policy.quota.count, policy.quota.period, use.requests(key.id, policy.quota.period, now));

@@ -60,7 +60,12 @@ export function createSpend(o: SpendOptions): Spend {
   // A store that fails (a SQLite ledger another process is writing, a database not reachable yet) is asked again.
   const retrier = new Retrier();
   // A firing marked delivered, asked again if the store fails: else the next start would send it twice.
-  const webhook = webhookFor(o, (id) => detach(retrier.run(() => alertStore.alertDelivered(id), 500, 6), neverRejects));
+  const webhook = webhookFor(o, (id) =>
+    detach(
+      retrier.run(() => alertStore.alertDelivered(id), 500, 6),
+      neverRejects,
+    ),
+  );
   // Read at scrape time, once the alerts below exist.
   const counters = alertCounters(o.registry, () => alerts.pending);
   const alerts = new Alerts({
@@ -99,7 +104,10 @@ function webhookFor(o: SpendOptions, delivered: (id: string) => void): Webhook |
     retryMs: o.config.alertWebhookRetryMs,
     onDelivered: delivered,
     onFailed: (id, reason, attempt, gaveUp) =>
-      o.logger[gaveUp ? 'error' : 'warn']({ alert: id, reason, attempt }, gaveUp ? 'alert webhook: not delivered within KEYWARD_ALERT_WEBHOOK_RETRY; given up' : 'alert webhook: not delivered; retrying'),
+      o.logger[gaveUp ? 'error' : 'warn'](
+        { alert: id, reason, attempt },
+        gaveUp ? 'alert webhook: not delivered within KEYWARD_ALERT_WEBHOOK_RETRY; given up' : 'alert webhook: not delivered; retrying',
+      ),
   });
 }
 
@@ -108,7 +116,19 @@ function firing(o: SpendOptions, metric: ReturnType<typeof alertCounters>['fired
   return (alert, body) => {
     const l = alert.limit;
     o.logger.warn(
-      { alert: alert.id, event: alert.event, keyId: alert.key.id, keyName: alert.key.name, limit: l.kind, route: l.route ?? null, threshold: l.threshold, used: alert.used, value: l.value, unit: l.unit, period: l.periodKey },
+      {
+        alert: alert.id,
+        event: alert.event,
+        keyId: alert.key.id,
+        keyName: alert.key.name,
+        limit: l.kind,
+        route: l.route ?? null,
+        threshold: l.threshold,
+        used: alert.used,
+        value: l.value,
+        unit: l.unit,
+        period: l.periodKey,
+      },
       `limit alert: key ${alert.key.name} has used ${l.threshold}% of its ${l.kind === 'quota' ? 'quota' : `${l.route} budget`} this ${l.period}`,
     );
     metric.inc({ kind: l.kind, threshold: String(l.threshold) });

@@ -107,7 +107,13 @@ export class Webhook {
     if (this.#o.secret !== null) headers['x-keyward-signature'] = signature(this.#o.secret, p.body);
     let reason: string | null = null;
     try {
-      const res = await fetch(this.#o.url, { method: 'POST', headers, body: p.body, signal: AbortSignal.timeout(this.#o.timeoutMs ?? 10_000), redirect: 'manual' });
+      const res = await fetch(this.#o.url, {
+        method: 'POST',
+        headers,
+        body: p.body,
+        signal: AbortSignal.timeout(this.#o.timeoutMs ?? 10_000),
+        redirect: 'manual',
+      });
       // The body is not read: only the status matters, and the connection goes back to the pool.
       await res.body?.cancel().catch(() => undefined);
       if (res.status < 200 || res.status > 299) reason = `status ${res.status}`;

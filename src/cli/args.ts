@@ -15,7 +15,10 @@ const limitsHelp = (providers: readonly UpstreamSpec[]): string => `limits (each
   --concurrency N         requests in flight at once
   --quota N/day|N/month   requests forwarded per UTC day or month
   --budget ROUTE=AMOUNT/day|month   cost the upstream reports, in its unit
-                          (${providers.filter((u) => u.cost !== null).map((u) => `${u.name}: ${u.cost?.unit}`).join(', ')}); repeat for several routes
+                          (${providers
+                            .filter((u) => u.cost !== null)
+                            .map((u) => `${u.name}: ${u.cost?.unit}`)
+                            .join(', ')}); repeat for several routes
   --alert-at P%,…|none    alert when a quota or budget reaches these shares
                           of itself (default 80%,100%), once per period
 `;
@@ -126,7 +129,6 @@ ${limitsHelp(providers)}`,
 Changes a key's scope, expiry or limits without changing its token; a
 limit given as none (--rate none, --budget seo=none) is removed.
 ${limitsHelp(providers)}`,
-
   };
 }
 
@@ -177,7 +179,8 @@ export function routesOption(text: string, known: readonly string[], help: strin
   if (allowAll && text === 'all') return null;
   const names = text.split(',').map((n) => n.trim());
   for (const n of names) {
-    if (!known.includes(n)) throw new UsageError(`--routes: unknown route ${JSON.stringify(n)} (routes: ${known.join(', ')}${allowAll ? ', or all' : ''})`, help);
+    if (!known.includes(n))
+      throw new UsageError(`--routes: unknown route ${JSON.stringify(n)} (routes: ${known.join(', ')}${allowAll ? ', or all' : ''})`, help);
   }
   return [...new Set(names)];
 }

@@ -29,4 +29,3 @@ export async function dbCommand(args: string[], io: Io, providers: readonly Upst
     await store.close();
   }
 }
-

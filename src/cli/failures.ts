@@ -9,7 +9,14 @@ import type { HelpRequested, UsageError } from './args.ts';
 
 export type Failure = ConfigError | UsageError | HelpRequested | KeyUsageError | KeysFileError | BindError;
 
-const CODES: ReadonlySet<string> = new Set<Failure['code']>(['KEYWARD_ERR_CONFIG', 'KEYWARD_ERR_USAGE', 'KEYWARD_HELP', 'KEYWARD_ERR_KEY_USAGE', 'KEYWARD_ERR_KEYS_FILE', 'KEYWARD_ERR_BIND']);
+const CODES: ReadonlySet<string> = new Set<Failure['code']>([
+  'KEYWARD_ERR_CONFIG',
+  'KEYWARD_ERR_USAGE',
+  'KEYWARD_HELP',
+  'KEYWARD_ERR_KEY_USAGE',
+  'KEYWARD_ERR_KEYS_FILE',
+  'KEYWARD_ERR_BIND',
+]);
 
 /** `err` as one of keyward's own failures (by its code), or null for anything else. */
 export function failureOf(err: unknown): Failure | null {

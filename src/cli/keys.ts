@@ -23,7 +23,16 @@ import { asError } from '../lib/error.ts';
 const KEYS_COMMANDS = ['create', 'list', 'revoke', 'rotate', 'update', 'import', 'export', 'help'];
 
 function publicView(r: KeyRecord, lastUsed: string | null = null): Record<string, unknown> {
-  return { id: r.id, name: r.name, routes: r.routes ?? null, created: r.created, expires: r.expires, revoked: r.revoked, lastUsed, ...(r.limits === undefined ? {} : { limits: r.limits }) };
+  return {
+    id: r.id,
+    name: r.name,
+    routes: r.routes ?? null,
+    created: r.created,
+    expires: r.expires,
+    revoked: r.revoked,
+    lastUsed,
+    ...(r.limits === undefined ? {} : { limits: r.limits }),
+  };
 }
 
 export async function keysCommand(args: string[], io: Io, providers: readonly UpstreamSpec[]): Promise<number> {
@@ -88,7 +97,11 @@ function needTarget(parsed: ReturnType<typeof parseArgs>, command: string, help:
 }
 
 function createAction({ rest, help, names, costly }: KeysContext): KeysAction {
-  const { values } = parse(rest, { name: { type: 'string' }, routes: { type: 'string' }, 'expires-in': { type: 'string' }, json: { type: 'boolean' }, ...LIMIT_OPTIONS, ...FORCE }, help);
+  const { values } = parse(
+    rest,
+    { name: { type: 'string' }, routes: { type: 'string' }, 'expires-in': { type: 'string' }, json: { type: 'boolean' }, ...LIMIT_OPTIONS, ...FORCE },
+    help,
+  );
   if (typeof values.name !== 'string') throw new UsageError('keys create needs --name NAME', help);
   const name = values.name;
   const expiresInMs = typeof values['expires-in'] === 'string' ? durationOption('expires-in', values['expires-in'], help) : null;
@@ -96,12 +109,17 @@ function createAction({ rest, help, names, costly }: KeysContext): KeysAction {
   const limits = applyLimits(undefined, limitChanges(values, costly, help, false));
   if (values.burst !== undefined && limits?.rate === undefined) throw new UsageError('--burst needs --rate', help);
   return async (store, io, noteForced) => {
-    const { record, token } = await createKey(store, name, { expiresInMs, routes, ...(limits === undefined ? {} : { limits }) }, Date.now(), { force: values.force === true });
+    const { record, token } = await createKey(store, name, { expiresInMs, routes, ...(limits === undefined ? {} : { limits }) }, Date.now(), {
+      force: values.force === true,
+    });
     noteForced();
     if (values.json === true) {
       line(io.stdout, JSON.stringify({ ...publicView(record), token }));
     } else {
-      line(io.stdout, `Created key ${record.id} (name ${printable(record.name)}, routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}${record.limits === undefined ? '' : `, limits ${describeLimits(record.limits)}`}).`);
+      line(
+        io.stdout,
+        `Created key ${record.id} (name ${printable(record.name)}, routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}${record.limits === undefined ? '' : `, limits ${describeLimits(record.limits)}`}).`,
+      );
       line(io.stdout, 'Token (shown this once; only its SHA-256 digest is stored):');
       line(io.stdout, token);
     }
@@ -123,7 +141,16 @@ function listAction({ rest, help }: KeysContext): KeysAction {
     const limited = records.some((r) => r.limits !== undefined);
     const rows = [
       ['ID', 'NAME', 'ROUTES', 'CREATED', 'EXPIRES', 'REVOKED', 'LAST USED', ...(limited ? ['LIMITS'] : [])],
-      ...records.map((r) => [r.id, r.name, r.routes?.join(',') ?? 'all', r.created, r.expires ?? '-', r.revoked ?? '-', used.get(r.id) ?? '-', ...(limited ? [describeLimits(r.limits, left.get(r.id) ?? null)] : [])]),
+      ...records.map((r) => [
+        r.id,
+        r.name,
+        r.routes?.join(',') ?? 'all',
+        r.created,
+        r.expires ?? '-',
+        r.revoked ?? '-',
+        used.get(r.id) ?? '-',
+        ...(limited ? [describeLimits(r.limits, left.get(r.id) ?? null)] : []),
+      ]),
     ];
     for (const l of table(rows)) line(io.stdout, l);
     return EXIT_OK;
@@ -155,7 +182,12 @@ function revokeAction({ rest, command, help }: KeysContext): KeysAction {
   return async (store, io, noteForced) => {
     const { record, already } = await revokeKey(store, target, Date.now(), { force: parsed.values.force === true });
     noteForced();
-    line(io.stdout, already ? `Key ${record.id} (name ${printable(record.name)}) was already revoked at ${record.revoked}.` : `Revoked key ${record.id} (name ${printable(record.name)}) at ${record.revoked}.`);
+    line(
+      io.stdout,
+      already
+        ? `Key ${record.id} (name ${printable(record.name)}) was already revoked at ${record.revoked}.`
+        : `Revoked key ${record.id} (name ${printable(record.name)}) at ${record.revoked}.`,
+    );
     return EXIT_OK;
   };
 }
@@ -171,7 +203,10 @@ function rotateAction({ rest, command, help }: KeysContext): KeysAction {
     if (values.json === true) {
       line(io.stdout, JSON.stringify({ ...publicView(record), token, graceUntil }));
     } else {
-      line(io.stdout, `Rotated key ${record.id} (name ${printable(record.name)}); the old token ${graceUntil !== null ? `works until ${graceUntil}` : 'stopped working'}.`);
+      line(
+        io.stdout,
+        `Rotated key ${record.id} (name ${printable(record.name)}); the old token ${graceUntil !== null ? `works until ${graceUntil}` : 'stopped working'}.`,
+      );
       line(io.stdout, 'New token (shown this once):');
       line(io.stdout, token);
     }
@@ -185,25 +220,38 @@ function updateAction({ rest, command, help, names, costly }: KeysContext): Keys
   const { values } = parsed;
   const changes: { routes?: string[] | null; expiresInMs?: number | null; limits?: KeyChanges['limits'] } = {};
   if (typeof values.routes === 'string') changes.routes = routesOption(values.routes, names, help, true);
-  if (typeof values['expires-in'] === 'string') changes.expiresInMs = values['expires-in'] === 'never' ? null : durationOption('expires-in', values['expires-in'], help);
+  if (typeof values['expires-in'] === 'string')
+    changes.expiresInMs = values['expires-in'] === 'never' ? null : durationOption('expires-in', values['expires-in'], help);
   const limitEdits = limitChanges(values, costly, help, true);
   if (Object.keys(limitEdits).length > 0) {
     changes.limits = (current) => {
       const next = applyLimits(current, limitEdits);
-      if (limitEdits.burst !== undefined && limitEdits.burst !== null && next?.rate === undefined) throw new KeyUsageError('--burst needs a rate (give --rate too)');
+      if (limitEdits.burst !== undefined && limitEdits.burst !== null && next?.rate === undefined)
+        throw new KeyUsageError('--burst needs a rate (give --rate too)');
       return next;
     };
   }
-  if (Object.keys(changes).length === 0) throw new UsageError('keys update needs --routes or --expires-in, or a limit (--rate, --burst, --concurrency, --quota, --budget, --alert-at)', help);
+  if (Object.keys(changes).length === 0)
+    throw new UsageError('keys update needs --routes or --expires-in, or a limit (--rate, --burst, --concurrency, --quota, --budget, --alert-at)', help);
   return async (store, io, noteForced) => {
     const record = await updateKey(store, target, changes, Date.now(), { force: values.force === true });
     noteForced();
-    line(io.stdout, `Updated key ${record.id} (name ${printable(record.name)}): routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}${record.limits === undefined ? '' : `, limits ${describeLimits(record.limits)}`}.`);
+    line(
+      io.stdout,
+      `Updated key ${record.id} (name ${printable(record.name)}): routes ${record.routes?.join(',') ?? 'all'}, expires ${record.expires ?? 'never'}${record.limits === undefined ? '' : `, limits ${describeLimits(record.limits)}`}.`,
+    );
     return EXIT_OK;
   };
 }
 
-const KEYS_ACTIONS: Readonly<Record<string, (ctx: KeysContext) => KeysAction>> = { create: createAction, list: listAction, import: importAction, export: exportAction, revoke: revokeAction, rotate: rotateAction };
+const KEYS_ACTIONS: Readonly<Record<string, (ctx: KeysContext) => KeysAction>> = {
+  create: createAction,
+  list: listAction,
+  import: importAction,
+  export: exportAction,
+  revoke: revokeAction,
+  rotate: rotateAction,
+};
 
 /** The keys file given to `keys import`, read and checked; errors name the file and say what it must be. */
 function readKeysArgument(file: string, costly: readonly string[]): KeyRecord[] {
@@ -222,7 +270,6 @@ function readKeysArgument(file: string, costly: readonly string[]): KeyRecord[] 
     throw new KeyUsageError(`keys import: ${file} is not a keys file (${asError(err).message}); give a file written by keys export or a gateway's keys.json`);
   }
 }
-
 
 /** This month's ledger rows, when some key has a quota or budget and the store keeps a ledger file. */
 async function usageThisMonth(store: KeyStore, records: readonly KeyRecord[], warn: (text: string) => void): Promise<UsageRow[]> {

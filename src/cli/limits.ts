@@ -62,7 +62,7 @@ export function limitChanges(values: Record<string, unknown>, costly: readonly s
   const alertAt = values['alert-at'];
   if (typeof alertAt === 'string') {
     // `none` turns a key's alerts off, on create as on update: absent means the defaults (80 % and 100 %).
-    const list = alertAt === 'none' ? [] : alertAt.split(',').map((p) => (/^\s*([1-9]\d?|100)\s*%?\s*$/.exec(p)?.[1] ?? null));
+    const list = alertAt === 'none' ? [] : alertAt.split(',').map((p) => /^\s*([1-9]\d?|100)\s*%?\s*$/.exec(p)?.[1] ?? null);
     if (list.some((p) => p === null) || list.length > 10) fail('--alert-at must be up to 10 percentages from 1 to 100 (e.g. 80%,100%), or none');
     else changes.alerts = [...new Set(list.map(Number))].sort((a, b) => a - b);
   }
@@ -113,7 +113,7 @@ export function applyLimits(limits: Limits | undefined, changes: LimitChanges): 
     if (Object.keys(budgets).length === 0) delete next.budgets;
     else next.budgets = budgets;
   }
-  return Object.keys(next).length === 0 ? undefined : (next);
+  return Object.keys(next).length === 0 ? undefined : next;
 }
 
 /** One line for `keys list` and the create/update messages: `rate 10/s burst 20, quota 1000/day (988 left), budget seo 5/day`. */
@@ -123,7 +123,8 @@ export function describeLimits(limits: Limits | undefined, left: Left | null = n
   if (limits.rate !== undefined) parts.push(`rate ${limits.rate}${limits.burst !== undefined ? ` burst ${limits.burst}` : ''}`);
   if (limits.concurrency !== undefined) parts.push(`concurrency ${limits.concurrency}`);
   if (limits.quota !== undefined) parts.push(`quota ${limits.quota}${left?.quota !== undefined ? ` (${left.quota} left)` : ''}`);
-  for (const [route, b] of Object.entries(limits.budgets ?? {})) parts.push(`budget ${route} ${b}${left?.budgets?.[route] !== undefined ? ` (${left.budgets[route]} left)` : ''}`);
+  for (const [route, b] of Object.entries(limits.budgets ?? {}))
+    parts.push(`budget ${route} ${b}${left?.budgets?.[route] !== undefined ? ` (${left.budgets[route]} left)` : ''}`);
   if (limits.alerts !== undefined) parts.push(limits.alerts.length === 0 ? 'no alerts' : `alerts at ${limits.alerts.map((a) => `${a}%`).join(',')}`);
   return parts.join(', ');
 }

@@ -4,8 +4,8 @@ import { startAdmin, type Admin } from '../process/admin.ts';
 import { effectiveEnv, knownVariables, loadConfig, type Config } from '../config/load.ts';
 import { openKeyStore } from '../keys/open.ts';
 import { createLogger, type LogHandle } from '../observe/log.ts';
-import { clusterMetrics, createMetrics, newRegistry } from '../observe/metrics.ts';
-import { createGateway, type Gateway } from '../process/server.ts';
+import { clusterMetrics, createMetrics, newRegistry, type Registry } from '../observe/metrics.ts';
+import { createGateway, type Gateway, type Readiness } from '../process/server.ts';
 import { Ledger } from '../ledger/ledger.ts';
 import { Limiter } from '../limits/limiter.ts';
 import { periodUse } from '../views/key-status.ts';
@@ -35,7 +35,8 @@ export async function serveCommand(args: string[], io: Io, providers: readonly U
   // leaves it to its primary): the JSON warning after "listening" was easy
   // to miss while the gateway ran on a default.
   if (io.env.NODE_UNIQUE_ID === undefined) {
-    for (const u of config.unknownVariables) line(io.stderr, `keyward: ${u.name} is not a keyward setting and is ignored${u.suggestion === null ? '' : `; did you mean ${u.suggestion}?`}`);
+    for (const u of config.unknownVariables)
+      line(io.stderr, `keyward: ${u.name} is not a keyward setting and is ignored${u.suggestion === null ? '' : `; did you mean ${u.suggestion}?`}`);
   }
   const listenFd = inheritedListenFd(io.env, io.pid);
   let worker = false;
@@ -59,26 +60,44 @@ function checkServeArgs(args: string[], providers: readonly UpstreamSpec[]): voi
   try {
     parse(args, {}, helpTexts(providers).serve as string);
   } catch (err) {
-    const flag = args.find((a) => a.startsWith('--') && a !== '--help')?.slice(2).split('=')[0];
+    const flag = args
+      .find((a) => a.startsWith('--') && a !== '--help')
+      ?.slice(2)
+      .split('=')[0];
     const usage = failureOf(err);
     if (usage?.code !== 'KEYWARD_ERR_USAGE' || flag === undefined) throw err;
     const name = `KEYWARD_${flag.toUpperCase().replace(/-/g, '_')}`;
     const known = closest(name, knownVariables(providers));
-    throw new UsageError(`serve takes no options; it is configured by environment variables${known === null ? '' : ` (--${flag}: ${known}, e.g. ${known}=… keyward serve)`}`, usage.help);
+    throw new UsageError(
+      `serve takes no options; it is configured by environment variables${known === null ? '' : ` (--${flag}: ${known}, e.g. ${known}=… keyward serve)`}`,
+      usage.help,
+    );
   }
 }
 
 /** The gateway listening (and the admin listener, if any), or why it cannot start (logged). */
-async function startServing(config: Config, listenFd: number | null, worker: boolean, log: LogHandle): Promise<{ gateway: Gateway; admin: Admin | null } | string> {
+async function startServing(
+  config: Config,
+  listenFd: number | null,
+  worker: boolean,
+  log: LogHandle,
+): Promise<{ gateway: Gateway; admin: Admin | null } | string> {
   // Workers record for the primary's admin listener; a single process only when it has one.
   // Sized once from the configured routes: a reload keeps the same table (routes.ts), so the same counters.
-  const metrics = createMetrics(config.admin !== null, config.routes.map((r) => r.name));
+  const metrics = createMetrics(
+    config.admin !== null,
+    config.routes.map((r) => r.name),
+  );
   log.timed((seconds) => metrics.task('log_write', seconds));
   try {
     const store = openKeyStore(config);
     // A worker's limits are decided by its primary, for the whole machine.
     const w = worker ? await import('../process/workers.ts') : null;
-    const gateway = await createGateway(config, store, log.logger, { listenFd, metrics, ...(w === null ? {} : { admit: w.primaryAdmit(), limitStatus: w.primaryStatus() }) });
+    const gateway = await createGateway(config, store, log.logger, {
+      listenFd,
+      metrics,
+      ...(w === null ? {} : { admit: w.primaryAdmit(), limitStatus: w.primaryStatus() }),
+    });
     await gateway.listen();
     if (w !== null) {
       metrics.serveToPrimary();
@@ -86,7 +105,11 @@ async function startServing(config: Config, listenFd: number | null, worker: boo
       return { gateway, admin: null };
     }
     if (config.admin === null) return { gateway, admin: null };
-    const admin = await startAdmin(config.admin, { readiness: () => gateway.readiness(), metrics: () => metrics.text(), metricsContentType: metrics.contentType, usage: (p) => gateway.usagePage(p) }, log.logger);
+    const admin = await startAdmin(
+      config.admin,
+      { readiness: () => gateway.readiness(), metrics: () => metrics.text(), metricsContentType: metrics.contentType, usage: (p) => gateway.usagePage(p) },
+      log.logger,
+    );
     return { gateway, admin };
   } catch (err) {
     // A failure the message explains (a port in use, a damaged keys file) is
@@ -197,21 +220,7 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io): Pr
     },
   );
   const primary = runPrimary(config.workers, ['serve'], io, listenFd === null ? {} : { KEYWARD_INHERITED_FD: String(listenFd) });
-  let admin: Admin | null = null;
-  let pages: PageThread | null = null;
-  if (config.admin !== null) {
-    const summed = clusterMetrics();
-    try {
-      const text = async (): Promise<string> => `${await summed.text()}\n${await registry.metrics()}`;
-      // The page in a thread of its own, which reads the key records from the store at most every 10 s (the primary holds no key set).
-      pages = pageThread(pageSource(config, units));
-      const page = pages;
-      admin = await startAdmin(config.admin, { readiness: () => primary.readiness(), metrics: text, metricsContentType: summed.contentType, usage: (p) => page.page(p) }, log.logger);
-    } catch (err) {
-      line(io.stderr, `keyward: admin listener: ${(err as Error).message}`);
-      io.signals.emit('SIGTERM');
-    }
-  }
+  const { admin, pages } = await primaryAdmin(config, primary, registry, units, log, io);
   const code = await primary.done;
   await admin?.close();
   await pages?.close();
@@ -224,3 +233,30 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io): Pr
   return code;
 }
 
+/** The primary's admin listener, if configured: the workers' metrics summed with its own, the usage page in a thread. */
+async function primaryAdmin(
+  config: Config,
+  primary: { readiness(): Promise<Readiness> },
+  registry: Registry,
+  units: (route: string) => string | null,
+  log: LogHandle,
+  io: Io,
+): Promise<{ admin: Admin | null; pages: PageThread | null }> {
+  if (config.admin === null) return { admin: null, pages: null };
+  const summed = clusterMetrics();
+  // The page in a thread of its own, which reads the key records from the store at most every 10 s (the primary holds no key set).
+  const pages = pageThread(pageSource(config, units));
+  try {
+    const text = async (): Promise<string> => `${await summed.text()}\n${await registry.metrics()}`;
+    const admin = await startAdmin(
+      config.admin,
+      { readiness: () => primary.readiness(), metrics: text, metricsContentType: summed.contentType, usage: (p) => pages.page(p) },
+      log.logger,
+    );
+    return { admin, pages };
+  } catch (err) {
+    line(io.stderr, `keyward: admin listener: ${asError(err).message}`);
+    io.signals.emit('SIGTERM');
+    return { admin: null, pages };
+  }
+}

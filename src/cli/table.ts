@@ -22,7 +22,12 @@ export function printable(text: string): string {
 export function table(rows: ReadonlyArray<readonly string[]>): string[] {
   const cells = rows.map((row) => row.map(printable));
   const widths = (cells[0] ?? []).map((_, c) => Math.max(...cells.map((row) => (row[c] ?? '').length)));
-  return cells.map((row) => row.map((cell, c) => cell.padEnd(widths[c] ?? 0)).join('  ').trimEnd());
+  return cells.map((row) =>
+    row
+      .map((cell, c) => cell.padEnd(widths[c] ?? 0))
+      .join('  ')
+      .trimEnd(),
+  );
 }
 
 /** Rows as CSV (RFC 4180 quoting), each cell printable. */

@@ -78,7 +78,19 @@ function pendingOf(runs: ReadonlyArray<{ keyId: string; route: string; day: stri
 export async function usageCommand(args: string[], io: Io, providers: readonly UpstreamSpec[]): Promise<number> {
   const help = helpTexts(providers).usage as string;
   const units: Units = Object.fromEntries(providers.map((u) => [u.name, u.cost?.unit ?? null]));
-  const { values } = parse(args, { key: { type: 'string' }, route: { type: 'string' }, since: { type: 'string' }, until: { type: 'string' }, by: { type: 'string' }, json: { type: 'boolean' }, csv: { type: 'boolean' } }, help);
+  const { values } = parse(
+    args,
+    {
+      key: { type: 'string' },
+      route: { type: 'string' },
+      since: { type: 'string' },
+      until: { type: 'string' },
+      by: { type: 'string' },
+      json: { type: 'boolean' },
+      csv: { type: 'boolean' },
+    },
+    help,
+  );
   if (values.json === true && values.csv === true) throw new UsageError('--json and --csv: choose one', help);
   if (values.by !== undefined && values.by !== 'day' && values.by !== 'month') throw new UsageError('--by must be day or month', help);
   const until = typeof values.until === 'string' ? sinceDay(values.until, Date.now(), help, '--until') : null;
@@ -145,17 +157,49 @@ function totals(rows: readonly UsageRow[], units: Units): string[][] {
     const sum = (c: (typeof COUNTS)[number]): string => String(of.reduce((n, r) => n + r[c], 0));
     const cost = rows.filter((r) => (units[r.route] ?? '') === unit).reduce((n, r) => n + r.cost, 0);
     // The counts once, on the first line; each unit's cost on its own.
-    return ['TOTAL', '', '', ...(i === 0 ? COUNTS.filter((c) => c !== 'cost').map(sum) : Array<string>(9).fill('')), String(Math.round(cost * 1e6) / 1e6), unit];
+    return [
+      'TOTAL',
+      '',
+      '',
+      ...(i === 0 ? COUNTS.filter((c) => c !== 'cost').map(sum) : Array<string>(9).fill('')),
+      String(Math.round(cost * 1e6) / 1e6),
+      unit,
+    ];
   });
 }
 
-function print(rows: readonly UsageRow[], names: ReadonlyMap<string, string>, units: Units, pending: Pending, values: { json?: unknown; csv?: unknown }, range: { since: string; until: string | null; by: 'day' | 'month' }, io: Io): number {
+function print(
+  rows: readonly UsageRow[],
+  names: ReadonlyMap<string, string>,
+  units: Units,
+  pending: Pending,
+  values: { json?: unknown; csv?: unknown },
+  range: { since: string; until: string | null; by: 'day' | 'month' },
+  io: Io,
+): number {
   if (values.json === true) {
     line(io.stdout, JSON.stringify(rows.map((r) => view(r, names, units, pending))));
     return EXIT_OK;
   }
   const header = [range.by, 'key', 'route', 'requests', '2xx', '3xx', '4xx', '5xx', 'other', 'limited', 'bytesIn', 'bytesOut', 'cost', 'costUnit'];
-  const cells = rows.map((r) => [r.day, names.get(r.keyId) ?? r.keyId, r.route, r.requests, r.s2xx, r.s3xx, r.s4xx, r.s5xx, r.other, r.limited, r.bytesIn, r.bytesOut, r.cost, units[r.route] ?? ''].map(String));
+  const cells = rows.map((r) =>
+    [
+      r.day,
+      names.get(r.keyId) ?? r.keyId,
+      r.route,
+      r.requests,
+      r.s2xx,
+      r.s3xx,
+      r.s4xx,
+      r.s5xx,
+      r.other,
+      r.limited,
+      r.bytesIn,
+      r.bytesOut,
+      r.cost,
+      units[r.route] ?? '',
+    ].map(String),
+  );
   if (cells.length > 0) cells.push(...totals(rows, units));
   if (values.csv === true) {
     // The runs still pending per row, as the last column.
@@ -174,6 +218,10 @@ function print(rows: readonly UsageRow[], names: ReadonlyMap<string, string>, un
     return EXIT_OK;
   }
   for (const l of table([header.map((h) => h.toUpperCase()), ...cells])) line(io.stdout, l);
-  if (marks > 0) line(io.stdout, `* ${marks} scraper run${marks === 1 ? '' : 's'} still pending: booked at ${marks === 1 ? 'its reservation' : 'their reservations'} until ${marks === 1 ? 'it ends' : 'they end'} and ${marks === 1 ? 'its' : 'their'} cost is asked for.`);
+  if (marks > 0)
+    line(
+      io.stdout,
+      `* ${marks} scraper run${marks === 1 ? '' : 's'} still pending: booked at ${marks === 1 ? 'its reservation' : 'their reservations'} until ${marks === 1 ? 'it ends' : 'they end'} and ${marks === 1 ? 'its' : 'their'} cost is asked for.`,
+    );
   return EXIT_OK;
 }

@@ -149,7 +149,9 @@ function alertWebhook(o: Options): string | null {
     // Node's fetch refuses a URL with credentials in it (WHATWG Fetch): every
     // delivery would fail for the whole retry time. Said now, never echoed.
     if ((url.protocol === 'http:' || url.protocol === 'https:') && (url.username !== '' || url.password !== '')) {
-      o.problem('KEYWARD_ALERT_WEBHOOK must not carry a login (user:password@host): HTTP clients refuse such URLs; put a token in its path or query, and sign deliveries with KEYWARD_ALERT_WEBHOOK_SECRET');
+      o.problem(
+        'KEYWARD_ALERT_WEBHOOK must not carry a login (user:password@host): HTTP clients refuse such URLs; put a token in its path or query, and sign deliveries with KEYWARD_ALERT_WEBHOOK_SECRET',
+      );
       return null;
     }
     if (url.protocol === 'http:' || url.protocol === 'https:') return url.href;
@@ -182,7 +184,13 @@ export function loadConfig(env: Env, readFile: ReadFile, cwd: string, providers:
   const unknown = unknownVariables(env, known);
   if (env.KEYWARD_STRICT_ENV === '1') for (const u of unknown) o.problem(unknownMessage(u));
   if (o.problems.length > 0) throw new ConfigError(o.problems);
-  return freezeDeep({ ...config, routes: routeList, unknownVariables: unknown, enabledRoutes: routeList.filter((r) => r.credential !== null).map((r) => r.name), costRoutes: costRoutes(providers) });
+  return freezeDeep({
+    ...config,
+    routes: routeList,
+    unknownVariables: unknown,
+    enabledRoutes: routeList.filter((r) => r.credential !== null).map((r) => r.name),
+    costRoutes: costRoutes(providers),
+  });
 }
 
 /**
@@ -190,7 +198,12 @@ export function loadConfig(env: Env, readFile: ReadFile, cwd: string, providers:
  * the other options' problems are serve's business, not a reason for a
  * command that manages keys to refuse.
  */
-export function storeConfig(env: Env, cwd: string, readFile: ReadFile, providers: readonly UpstreamSpec[]): StoreOptions & { readonly databaseTimeoutMs: number } {
+export function storeConfig(
+  env: Env,
+  cwd: string,
+  readFile: ReadFile,
+  providers: readonly UpstreamSpec[],
+): StoreOptions & { readonly databaseTimeoutMs: number } {
   const only: Record<string, string | undefined> = {};
   for (const [k, v] of Object.entries(env)) if (!k.startsWith('KEYWARD_') || k.startsWith('KEYWARD_DATABASE_') || k === 'KEYWARD_KEYS_FILE') only[k] = v;
   const { databaseUrl, databaseTimeoutMs, keysFile, costRoutes } = loadConfig(only, readFile, cwd, providers);

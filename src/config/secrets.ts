@@ -33,7 +33,8 @@ export function secret(o: Options, name: string, readFile: ReadFile): string | n
     try {
       value = readFile(join(credentials, name.toLowerCase()));
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') o.problem(`${name}: cannot read the systemd credential (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT')
+        o.problem(`${name}: cannot read the systemd credential (${(err as NodeJS.ErrnoException).code ?? 'error'})`);
       return null;
     }
   }

@@ -4,7 +4,13 @@
 // the known name closest to it. Pure.
 
 /** Read by the launcher or by tests, not by the configuration. */
-export const ELSEWHERE: ReadonlySet<string> = new Set(['KEYWARD_CONFIG_FILE', 'KEYWARD_FROM_SOURCE', 'KEYWARD_INHERITED_FD', 'KEYWARD_STRICT_ENV', 'KEYWARD_TEST_DATABASE_URL']);
+export const ELSEWHERE: ReadonlySet<string> = new Set([
+  'KEYWARD_CONFIG_FILE',
+  'KEYWARD_FROM_SOURCE',
+  'KEYWARD_INHERITED_FD',
+  'KEYWARD_STRICT_ENV',
+  'KEYWARD_TEST_DATABASE_URL',
+]);
 
 export interface UnknownVariable {
   readonly name: string;
@@ -17,7 +23,8 @@ export function distance(a: string, b: string): number {
   let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i++) {
     const row = [i];
-    for (let j = 1; j <= b.length; j++) row[j] = Math.min((prev[j] as number) + 1, (row[j - 1] as number) + 1, (prev[j - 1] as number) + (a[i - 1] === b[j - 1] ? 0 : 1));
+    for (let j = 1; j <= b.length; j++)
+      row[j] = Math.min((prev[j] as number) + 1, (row[j - 1] as number) + 1, (prev[j - 1] as number) + (a[i - 1] === b[j - 1] ? 0 : 1));
     prev = row;
   }
   return prev[b.length] as number;

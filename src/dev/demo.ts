@@ -44,15 +44,33 @@ async function demoKeys(store: KeyStore, specs: readonly UpstreamSpec[]): Promis
   const { token } = await createKey(store, 'demo');
   // A second key with a small budget on the first route that reports a cost, so a refusal can be tried.
   const costly = specs.find((spec) => spec.cost !== null && spec.demo.examples.some((e) => e.method === 'POST' && e.output !== undefined && e.stream !== true));
-  const budgeted = costly === undefined ? null : { spec: costly, example: costly.demo.examples.find((e) => e.method === 'POST' && e.output !== undefined && e.stream !== true) as Example, key: await createKey(store, 'demo-budget', { limits: { budgets: { [costly.name]: `${BUDGET}/day` } } }) };
+  const budgeted =
+    costly === undefined
+      ? null
+      : {
+          spec: costly,
+          example: costly.demo.examples.find((e) => e.method === 'POST' && e.output !== undefined && e.stream !== true) as Example,
+          key: await createKey(store, 'demo-budget', { limits: { budgets: { [costly.name]: `${BUDGET}/day` } } }),
+        };
   // A key with a budget on the scraper's runs, settled once they end (docs/limits.md, "Scraper runs").
   const runSpec = specs.find((spec) => spec.cost?.runs !== undefined && spec.demo.examples.some((e) => e.method === 'POST'));
-  const runs = runSpec === undefined ? null : { spec: runSpec, example: runSpec.demo.examples.find((e) => e.method === 'POST') as Example, key: await createKey(store, 'demo-runs', { limits: { budgets: { [runSpec.name]: `${RUN_BUDGET}/day` } } }) };
+  const runs =
+    runSpec === undefined
+      ? null
+      : {
+          spec: runSpec,
+          example: runSpec.demo.examples.find((e) => e.method === 'POST') as Example,
+          key: await createKey(store, 'demo-runs', { limits: { budgets: { [runSpec.name]: `${RUN_BUDGET}/day` } } }),
+        };
   return { token, budgeted, runs };
 }
 
 /** What the demo prints: the gateway's address, the token, and a curl line per example. */
-function demoText(base: string, specs: readonly UpstreamSpec[], { token, budgeted, runs }: { token: string; budgeted: DemoKey | null; runs: DemoKey | null }): string {
+function demoText(
+  base: string,
+  specs: readonly UpstreamSpec[],
+  { token, budgeted, runs }: { token: string; budgeted: DemoKey | null; runs: DemoKey | null },
+): string {
   const auth = `-H 'Authorization: Bearer ${token}'`;
   // The refused request: the first plain GET of any provider.
   const plain = specs.flatMap((spec) => spec.demo.examples.filter((e) => e.method === 'GET' && e.body === undefined).map((e) => [spec.name, e] as const))[0];
@@ -62,12 +80,19 @@ function demoText(base: string, specs: readonly UpstreamSpec[], { token, budgete
     `Token: ${token}`,
     '',
     ...specs.flatMap((spec) => [`# ${spec.demo.title}`, ...spec.demo.examples.map((e) => curlLine(base, spec.name, e, auth)), '']),
-    ...(plain === undefined ? [] : ['# no token: refused by the gateway (401 {"error":"Unauthorized.","code":"unauthorized"})', curlLine(base, plain[0], plain[1], null), '']),
+    ...(plain === undefined
+      ? []
+      : ['# no token: refused by the gateway (401 {"error":"Unauthorized.","code":"unauthorized"})', curlLine(base, plain[0], plain[1], null), '']),
     ...(budgeted === null
       ? []
       : [
           `# key "demo-budget", a budget of ${BUDGET} ${budgeted.spec.cost?.unit ?? ''} a day on ${budgeted.spec.name}: the first call is admitted (and costs more), the next refused (429 budget_exceeded)`,
-          curlLine(base, budgeted.spec.name, { ...budgeted.example, output: `budget-${budgeted.example.output ?? 'out'}` }, `-H 'Authorization: Bearer ${budgeted.key.token}'`),
+          curlLine(
+            base,
+            budgeted.spec.name,
+            { ...budgeted.example, output: `budget-${budgeted.example.output ?? 'out'}` },
+            `-H 'Authorization: Bearer ${budgeted.key.token}'`,
+          ),
           curlLine(base, budgeted.spec.name, { ...budgeted.example, output: undefined }, `-H 'Authorization: Bearer ${budgeted.key.token}'`),
           '',
         ]),
@@ -125,7 +150,10 @@ export async function runDemo(io: Io, specs: readonly UpstreamSpec[]): Promise<n
 
   return new Promise((resolve) => {
     const stop = (): void => {
-      detach(cleanUp().then(() => resolve(0)), () => resolve(1));
+      detach(
+        cleanUp().then(() => resolve(0)),
+        () => resolve(1),
+      );
     };
     io.signals.once('SIGINT', stop);
     io.signals.once('SIGTERM', stop);

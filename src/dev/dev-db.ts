@@ -41,7 +41,10 @@ async function state(dir: string, wantedPort: number | null): Promise<{ state: R
   const file = join(dir, 'dev-db.json');
   if (existsSync(file)) {
     const kept = JSON.parse(readFileSync(file, 'utf8')) as DevDbState;
-    return { state: { port: wantedPort ?? kept.port, password: kept.password, data: kept.data ?? join(dir, 'data') }, fresh: !existsSync(join(kept.data ?? join(dir, 'data'), 'PG_VERSION')) };
+    return {
+      state: { port: wantedPort ?? kept.port, password: kept.password, data: kept.data ?? join(dir, 'data') },
+      fresh: !existsSync(join(kept.data ?? join(dir, 'data'), 'PG_VERSION')),
+    };
   }
   if (!existsSync(dir)) {
     mkdirSync(dir, { recursive: true });
@@ -60,7 +63,9 @@ export async function runDevDb(dirOption: string, portOption: number | null, io:
     binaries = pgBinaries();
   } catch (err) {
     if (err instanceof NoBinaries) {
-      io.stderr.write('keyward: dev-db needs the development install (run `npm ci` in a checkout of keyward); production points KEYWARD_DATABASE_URL at a real PostgreSQL server\n');
+      io.stderr.write(
+        'keyward: dev-db needs the development install (run `npm ci` in a checkout of keyward); production points KEYWARD_DATABASE_URL at a real PostgreSQL server\n',
+      );
       return 1;
     }
     io.stderr.write(`keyward: dev-db: ${(err as Error).message}\n`);
@@ -80,7 +85,9 @@ export async function runDevDb(dirOption: string, portOption: number | null, io:
   try {
     server = await startServer({ binaries, dataDir: s.data, port: s.port });
   } catch (err) {
-    io.stderr.write(`keyward: dev-db: PostgreSQL did not start on 127.0.0.1:${s.port} (${(err as Error).message}); is another dev-db using ${dir}, or the port taken? --port picks another\n`);
+    io.stderr.write(
+      `keyward: dev-db: PostgreSQL did not start on 127.0.0.1:${s.port} (${(err as Error).message}); is another dev-db using ${dir}, or the port taken? --port picks another\n`,
+    );
     return 1;
   }
   try {
@@ -92,14 +99,20 @@ export async function runDevDb(dirOption: string, portOption: number | null, io:
   }
   const url = `postgres://postgres:${s.password}@127.0.0.1:${s.port}/${DATABASE}`;
   io.stdout.write(`export KEYWARD_DATABASE_URL=${url}\n`);
-  const where = s.data === join(dir, 'data') ? `data in ${dir}` : `data in ${s.data} (the postgres user cannot enter ${dir}; ${join(dir, 'dev-db.json')} points there)`;
+  const where =
+    s.data === join(dir, 'data') ? `data in ${dir}` : `data in ${s.data} (the postgres user cannot enter ${dir}; ${join(dir, 'dev-db.json')} points there)`;
   const copied = binaries.copiedTo === null ? '' : `; server binaries from ${binaries.copiedTo}`;
-  io.stderr.write(`keyward: dev-db: PostgreSQL on 127.0.0.1:${s.port}, ${where}${fresh ? ' (new)' : ''}${copied}. Development only. Ctrl-C stops it; run again to start it on the same data.\n`);
+  io.stderr.write(
+    `keyward: dev-db: PostgreSQL on 127.0.0.1:${s.port}, ${where}${fresh ? ' (new)' : ''}${copied}. Development only. Ctrl-C stops it; run again to start it on the same data.\n`,
+  );
   return new Promise((done) => {
     let stopping = false;
     const stop = (): void => {
       stopping = true;
-      detach(server.stop().then(() => done(0)), () => done(1));
+      detach(
+        server.stop().then(() => done(0)),
+        () => done(1),
+      );
     };
     io.signals.once('SIGINT', stop);
     io.signals.once('SIGTERM', stop);

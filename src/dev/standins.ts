@@ -70,7 +70,9 @@ function scraperStandin(): Handler {
       const r = { actId: run[1] as string, started: Date.now(), cap: Number.isFinite(cap) ? cap : Infinity };
       runs.set(id, r);
       const now = new Date(r.started).toISOString();
-      return json(res, 201, { data: { id, actId: r.actId, status: 'READY', startedAt: now, defaultDatasetId: randomBytes(8).toString('hex'), usageTotalUsd: 0 } });
+      return json(res, 201, {
+        data: { id, actId: r.actId, status: 'READY', startedAt: now, defaultDatasetId: randomBytes(8).toString('hex'), usageTotalUsd: 0 },
+      });
     }
     const asked = /^\/v2\/actor-runs\/([^/]+)$/.exec(path);
     if (req.method === 'GET' && asked) {

@@ -166,7 +166,8 @@ export class FileKeyStore implements KeyStore {
         current = await this.load();
       } catch (err) {
         if (!(err instanceof KeysFileCorrupt)) throw err;
-        if (options.force !== true) throw new KeysFileCorrupt(`${err.message}; nothing was changed (--force replaces the file, keeping the unreadable one beside it)`);
+        if (options.force !== true)
+          throw new KeysFileCorrupt(`${err.message}; nothing was changed (--force replaces the file, keeping the unreadable one beside it)`);
         // --force: keep the unreadable file for inspection, start from an empty set.
         const aside = `${this.location}.corrupt-${new Date().toISOString().replace(/[:.]/g, '-')}`;
         await rename(this.location, aside);

@@ -122,7 +122,8 @@ export class KeyHolder {
   // Each skipped row is logged once, when it first fails the check (by id, never its digest).
   #invalidRows(invalid: ReadonlyMap<string, string>): void {
     for (const [id, problem] of invalid) {
-      if (!this.#invalid.has(id)) this.#logger.warn({ keyStore: this.#store.location, id, problem }, 'stored key skipped: it fails the record check and opens nothing');
+      if (!this.#invalid.has(id))
+        this.#logger.warn({ keyStore: this.#store.location, id, problem }, 'stored key skipped: it fails the record check and opens nothing');
     }
     this.#invalid = invalid;
   }

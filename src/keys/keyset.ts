@@ -67,7 +67,13 @@ function buildTable(records: readonly KeyRecord[]): Table {
   const entries = countDigests(records);
   let capacity = 8;
   while (capacity < entries * 2) capacity *= 2;
-  const t: Table = { digests: Buffer.alloc(entries * 32), slots: new Int32Array(capacity), entryRecord: new Int32Array(entries), entryUntil: new Float64Array(entries), mask: capacity - 1 };
+  const t: Table = {
+    digests: Buffer.alloc(entries * 32),
+    slots: new Int32Array(capacity),
+    entryRecord: new Int32Array(entries),
+    entryUntil: new Float64Array(entries),
+    mask: capacity - 1,
+  };
   let n = 0;
   const add = (digest: unknown, record: number, until: number): void => {
     // A row written behind keyward's back may lack a digest: it opens nothing,
@@ -204,4 +210,3 @@ export class KeySet {
     }
   }
 }
-

@@ -45,9 +45,15 @@ export function limitsProblem(limits: unknown, costRoutes: readonly string[]): s
   if (unknown !== undefined) return `.limits.${unknown} is not a limit (rate, burst, concurrency, quota, budgets, alerts)`;
   if (l.rate !== undefined && !(typeof l.rate === 'string' && RATE.test(l.rate))) return '.limits.rate must be N/s, N/m or N/h';
   if (l.burst !== undefined && !(Number.isInteger(l.burst) && (l.burst as number) > 0)) return '.limits.burst must be a whole number above 0';
-  if (l.concurrency !== undefined && !(Number.isInteger(l.concurrency) && (l.concurrency as number) > 0)) return '.limits.concurrency must be a whole number above 0';
-  if (l.quota !== undefined && !(typeof l.quota === 'string' && PER_PERIOD.test(l.quota) && Number.isInteger(Number(l.quota.split('/')[0])))) return '.limits.quota must be N/day or N/month';
-  if (l.alerts !== undefined && !(Array.isArray(l.alerts) && l.alerts.length <= 10 && l.alerts.every((a) => Number.isInteger(a) && (a as number) >= 1 && (a as number) <= 100))) return '.limits.alerts must be a list of up to 10 whole percentages from 1 to 100';
+  if (l.concurrency !== undefined && !(Number.isInteger(l.concurrency) && (l.concurrency as number) > 0))
+    return '.limits.concurrency must be a whole number above 0';
+  if (l.quota !== undefined && !(typeof l.quota === 'string' && PER_PERIOD.test(l.quota) && Number.isInteger(Number(l.quota.split('/')[0]))))
+    return '.limits.quota must be N/day or N/month';
+  if (
+    l.alerts !== undefined &&
+    !(Array.isArray(l.alerts) && l.alerts.length <= 10 && l.alerts.every((a) => Number.isInteger(a) && (a as number) >= 1 && (a as number) <= 100))
+  )
+    return '.limits.alerts must be a list of up to 10 whole percentages from 1 to 100';
   if (l.budgets !== undefined) {
     if (typeof l.budgets !== 'object' || l.budgets === null || Array.isArray(l.budgets)) return '.limits.budgets must be an object of route → AMOUNT/day|month';
     for (const [route, v] of Object.entries(l.budgets)) {

@@ -38,9 +38,7 @@ function checkLifetime(ms: number | null | undefined): void {
 /** A key by id, or the active key of that name, or else the latest revoked one of that name. */
 function find(records: readonly KeyRecord[], idOrName: string): KeyRecord {
   const found =
-    records.find((r) => r.id === idOrName) ??
-    records.find((r) => r.name === idOrName && r.revoked === null) ??
-    records.findLast((r) => r.name === idOrName);
+    records.find((r) => r.id === idOrName) ?? records.find((r) => r.name === idOrName && r.revoked === null) ?? records.findLast((r) => r.name === idOrName);
   if (found === undefined) throw new KeyUsageError(`no key with id or name ${idOrName}`);
   return found;
 }
@@ -79,7 +77,12 @@ export async function listKeys(store: KeyStore): Promise<readonly KeyRecord[]> {
 }
 
 /** Revoke by id or name. Revoking a revoked key changes nothing and is not an error (by id or by name). */
-export async function revokeKey(store: KeyStore, idOrName: string, now = Date.now(), update: UpdateOptions = {}): Promise<{ record: KeyRecord; already: boolean }> {
+export async function revokeKey(
+  store: KeyStore,
+  idOrName: string,
+  now = Date.now(),
+  update: UpdateOptions = {},
+): Promise<{ record: KeyRecord; already: boolean }> {
   return store.update<{ record: KeyRecord; already: boolean }>((records) => {
     const target = find(records, idOrName);
     if (target.revoked !== null) return { records, result: { record: target, already: true } };

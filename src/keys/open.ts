@@ -13,5 +13,7 @@ export interface StoreOptions {
 }
 
 export function openKeyStore(options: StoreOptions): KeyStore {
-  return options.databaseUrl !== null ? new PgKeyStore(options.databaseUrl, options.costRoutes, options.databaseTimeoutMs) : new FileKeyStore(options.keysFile, options.costRoutes);
+  return options.databaseUrl !== null
+    ? new PgKeyStore(options.databaseUrl, options.costRoutes, options.databaseTimeoutMs)
+    : new FileKeyStore(options.keysFile, options.costRoutes);
 }

@@ -317,4 +317,3 @@ export function noticeVersion(payload: string): bigint | null {
     return null;
   }
 }
-

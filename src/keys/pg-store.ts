@@ -12,7 +12,6 @@ import { reconnectDelayMs, watchTable } from './pg-watch.ts';
 import { validRecords } from './record.ts';
 import type { Change, Database, KeyStore, UpdateOptions } from './store.ts';
 
-
 /** Where the keys are, for messages: host, port and database, never the password. */
 function describeDatabase(url: string): string {
   try {
@@ -28,7 +27,6 @@ export interface Migration {
   readonly from: number;
   readonly to: number;
 }
-
 
 export interface PgStatus {
   (up: boolean, err?: Error): void;
@@ -120,22 +118,24 @@ export class PgKeyStore implements KeyStore {
 
   /** Apply pending migrations under an advisory lock (several gateways may start at once); says which versions it went between. */
   migrate(): Promise<Migration> {
-    this.#migrated ??= this.within((sql) => sql
-      .begin(async (tx) => {
-        await tx`select pg_advisory_xact_lock(${MIGRATION_LOCK})`;
-        await tx`create table if not exists keyward_schema (version int primary key, applied timestamptz not null default now())`;
-        const [row] = await tx<Array<{ v: number | null }>>`select max(version) as v from keyward_schema`;
-        const from = row?.v ?? 0;
-        for (let v = from + 1; v <= MIGRATIONS.length; v++) {
-          await tx.unsafe(MIGRATIONS[v - 1] as string);
-          await tx`insert into keyward_schema (version) values (${v})`;
-        }
-        return { from, to: Math.max(from, MIGRATIONS.length) };
-      }) as Promise<Migration>, this.timeoutMs * FULL_READ_FACTOR)
-      .catch((err: Error) => {
-        this.#migrated = null;
-        throw err;
-      });
+    this.#migrated ??= this.within(
+      (sql) =>
+        sql.begin(async (tx) => {
+          await tx`select pg_advisory_xact_lock(${MIGRATION_LOCK})`;
+          await tx`create table if not exists keyward_schema (version int primary key, applied timestamptz not null default now())`;
+          const [row] = await tx<Array<{ v: number | null }>>`select max(version) as v from keyward_schema`;
+          const from = row?.v ?? 0;
+          for (let v = from + 1; v <= MIGRATIONS.length; v++) {
+            await tx.unsafe(MIGRATIONS[v - 1] as string);
+            await tx`insert into keyward_schema (version) values (${v})`;
+          }
+          return { from, to: Math.max(from, MIGRATIONS.length) };
+        }) as Promise<Migration>,
+      this.timeoutMs * FULL_READ_FACTOR,
+    ).catch((err: Error) => {
+      this.#migrated = null;
+      throw err;
+    });
     return this.#migrated;
   }
 
@@ -158,7 +158,11 @@ export class PgKeyStore implements KeyStore {
         costRoutes: this.costRoutes,
         migrate: () => this.migrate(),
         within: (work, full) => this.within(work, full ? this.timeoutMs * FULL_READ_FACTOR : this.timeoutMs),
-        snapshot: (read, full) => this.within((sql) => sql.begin('isolation level repeatable read read only', read) as Promise<Awaited<ReturnType<typeof read>>>, full ? this.timeoutMs * FULL_READ_FACTOR : this.timeoutMs),
+        snapshot: (read, full) =>
+          this.within(
+            (sql) => sql.begin('isolation level repeatable read read only', read) as Promise<Awaited<ReturnType<typeof read>>>,
+            full ? this.timeoutMs * FULL_READ_FACTOR : this.timeoutMs,
+          ),
       },
       { onChange, onError, onStatus, onInvalid, onWarning },
     );
@@ -166,29 +170,37 @@ export class PgKeyStore implements KeyStore {
 
   async update<T>(change: (records: readonly KeyRecord[]) => Change<T>, _options: UpdateOptions = {}): Promise<T> {
     await this.migrate();
-    return this.within((sql) => sql.begin(async (tx) => {
-      // One writer at a time across the fleet and every CLI: the change sees the set it replaces.
-      await tx`select pg_advisory_xact_lock(${WRITE_LOCK})`;
-      // This write announces itself below, naming its keys; the triggers' own notice would repeat it.
-      await tx`select set_config('keyward.writer', 'on', true)`;
-      const rows = await allRows(tx);
-      const before = rows.map(toRecord);
-      const byId = new Map(before.map((r) => [r.id, JSON.stringify(r)]));
-      const next = change(before);
-      const changed = next.records.filter((r) => byId.get(r.id) !== JSON.stringify(r));
-      let top = '0';
-      for (const r of changed) {
-        const [row] = await tx<Array<{ version: string }>>`
+    return this.within(
+      (sql) =>
+        sql.begin(async (tx) => {
+          // One writer at a time across the fleet and every CLI: the change sees the set it replaces.
+          await tx`select pg_advisory_xact_lock(${WRITE_LOCK})`;
+          // This write announces itself below, naming its keys; the triggers' own notice would repeat it.
+          await tx`select set_config('keyward.writer', 'on', true)`;
+          const rows = await allRows(tx);
+          const before = rows.map(toRecord);
+          const byId = new Map(before.map((r) => [r.id, JSON.stringify(r)]));
+          const next = change(before);
+          const changed = next.records.filter((r) => byId.get(r.id) !== JSON.stringify(r));
+          let top = '0';
+          for (const r of changed) {
+            const [row] = await tx<Array<{ version: string }>>`
           insert into keyward_keys (id, name, digest, created, expires, revoked, routes, previous, limits, version)
           values (${r.id}, ${r.name}, ${r.digest}, ${r.created}, ${r.expires}, ${r.revoked}, ${r.routes ?? null}, ${tx.json((r.previous ?? []) as never)}, ${r.limits === undefined ? null : tx.json(r.limits as never)}, nextval('keyward_keys_version'))
           on conflict (id) do update set name = excluded.name, digest = excluded.digest, expires = excluded.expires,
             revoked = excluded.revoked, routes = excluded.routes, previous = excluded.previous, limits = excluded.limits, version = excluded.version
           returning version::text`;
-        top = row?.version ?? top;
-      }
-      if (changed.length > 0) await tx`select pg_notify(${CHANNEL}, ${notice(top, changed.map((r) => r.id))})`;
-      return next.result;
-    }) as Promise<T>, this.timeoutMs * FULL_READ_FACTOR);
+            top = row?.version ?? top;
+          }
+          if (changed.length > 0)
+            await tx`select pg_notify(${CHANNEL}, ${notice(
+              top,
+              changed.map((r) => r.id),
+            )})`;
+          return next.result;
+        }) as Promise<T>,
+      this.timeoutMs * FULL_READ_FACTOR,
+    );
   }
 
   async recordUse(uses: ReadonlyMap<string, number>): Promise<void> {
@@ -196,14 +208,22 @@ export class PgKeyStore implements KeyStore {
     const ids = [...uses.keys()];
     const times = ids.map((id) => new Date(uses.get(id) as number).toISOString());
     // Not a key change: no new version, no notification, no reload anywhere.
-    await this.within((sql) => sql`
+    await this.within(
+      (sql) => sql`
       update keyward_keys k set last_used = greatest(k.last_used, u.t)
-      from (select unnest(${ids}::text[]) as id, unnest(${times}::timestamptz[]) as t) u where k.id = u.id`);
+      from (select unnest(${ids}::text[]) as id, unnest(${times}::timestamptz[]) as t) u where k.id = u.id`,
+    );
   }
 
   async lastUse(): Promise<ReadonlyMap<string, string>> {
     await this.migrate();
-    const rows = await this.within((sql) => sql<Array<{ id: string; last_used: number }>>`select id, ${sql.unsafe(instant('last_used'))} as last_used from keyward_keys where last_used is not null`, this.timeoutMs * FULL_READ_FACTOR);
+    const rows = await this.within(
+      (sql) =>
+        sql<
+          Array<{ id: string; last_used: number }>
+        >`select id, ${sql.unsafe(instant('last_used'))} as last_used from keyward_keys where last_used is not null`,
+      this.timeoutMs * FULL_READ_FACTOR,
+    );
     // A time JavaScript cannot place (written by SQL) is left out rather than failing the whole list.
     return new Map(rows.map((r) => [r.id, isoInstant(msOf(r.last_used))] as const).filter(([, t]) => t !== UNPLACEABLE));
   }

@@ -87,7 +87,10 @@ export function pgSource(db: Db): Source {
     readAll: async () => {
       await db.migrate();
       return db.snapshot(async (tx) => {
-        const [[mark], rows] = await Promise.all([tx<Array<{ top: string | null; seq: string }>>`select ${tx.unsafe(TOP)} as top, ${tx.unsafe(SEQUENCE)} as seq`, allRows(tx, true)]);
+        const [[mark], rows] = await Promise.all([
+          tx<Array<{ top: string | null; seq: string }>>`select ${tx.unsafe(TOP)} as top, ${tx.unsafe(SEQUENCE)} as seq`,
+          allRows(tx, true),
+        ]);
         return { rows, mark: { top: big(mark?.top), seq: big(mark?.seq) } };
       }, true);
     },
@@ -109,7 +112,9 @@ export function pgSource(db: Db): Source {
     // deadline, which would drop the pool and read the million keys again for nothing.
     readCensus: () =>
       db.within(async (sql) => {
-        const [row] = await sql<Array<{ top: string | null; n: number; sum: string | null }>>`select ${sql.unsafe(TOP)} as top, (select count(*)::int from keyward_keys) as n, (select ${sql.unsafe(CHECKSUM)} from keyward_keys) as sum`;
+        const [row] = await sql<
+          Array<{ top: string | null; n: number; sum: string | null }>
+        >`select ${sql.unsafe(TOP)} as top, (select count(*)::int from keyward_keys) as n, (select ${sql.unsafe(CHECKSUM)} from keyward_keys) as sum`;
         return { top: big(row?.top), n: row?.n ?? 0, sum: big(row?.sum) };
       }, true),
   };
@@ -156,17 +161,19 @@ export class TableWatch {
   subscribe(): void {
     const pool = this.#source.pool();
     this.#listenedOn = pool;
-    this.#source.listen(
-      (payload) => this.#serial(() => this.#notice(payload)),
-      () => this.#serial(() => this.#full()),
-    ).then(
-      (l) => {
-        this.#attempt = 0;
-        this.#listening = l;
-        if (this.#stopped) void l.unlisten().catch(() => undefined);
-      },
-      (err: Error) => this.#unsubscribed(pool, err),
-    );
+    this.#source
+      .listen(
+        (payload) => this.#serial(() => this.#notice(payload)),
+        () => this.#serial(() => this.#full()),
+      )
+      .then(
+        (l) => {
+          this.#attempt = 0;
+          this.#listening = l;
+          if (this.#stopped) void l.unlisten().catch(() => undefined);
+        },
+        (err: Error) => this.#unsubscribed(pool, err),
+      );
   }
 
   /**
@@ -187,7 +194,10 @@ export class TableWatch {
     this.#pinging = true;
     this.#source
       .readMark()
-      .then((mark) => this.#marked(mark, consistency), (err: Error) => this.#failed(err))
+      .then(
+        (mark) => this.#marked(mark, consistency),
+        (err: Error) => this.#failed(err),
+      )
       .finally(() => (this.#pinging = false));
   }
 
@@ -265,7 +275,11 @@ export class TableWatch {
       // whole set is read again, until it passes the highest version.
       if (!this.#warnedBack) {
         this.#warnedBack = true;
-        this.#on.onWarning?.('the key version sequence is behind the highest version; every key change is read in full until it is set forward', { sequence: seq.toString(), highest: version.toString(), fix: `select setval('keyward_keys_version', ${version.toString()})` });
+        this.#on.onWarning?.('the key version sequence is behind the highest version; every key change is read in full until it is set forward', {
+          sequence: seq.toString(),
+          highest: version.toString(),
+          fix: `select setval('keyward_keys_version', ${version.toString()})`,
+        });
       }
       if (seq !== this.#reloadedAt || this.#dirty) this.#serial(() => this.#full());
       return;

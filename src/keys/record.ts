@@ -35,7 +35,8 @@ export function recordProblem(k: unknown, costRoutes: readonly string[]): string
   if (!isString(r.created) || !ISO_INSTANT.test(r.created)) return '.created must be a date';
   if (r.expires !== null && !isDate(r.expires)) return '.expires must be a date or null';
   if (r.revoked !== null && !isDate(r.revoked)) return '.revoked must be a date or null';
-  if (r.routes !== undefined && r.routes !== null && !(Array.isArray(r.routes) && r.routes.every(isString))) return '.routes must be a list of route names or null';
+  if (r.routes !== undefined && r.routes !== null && !(Array.isArray(r.routes) && r.routes.every(isString)))
+    return '.routes must be a list of route names or null';
   const limits = limitsProblem(r.limits, costRoutes);
   if (limits !== null) return limits;
   if (r.previous !== undefined) {

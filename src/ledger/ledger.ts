@@ -172,7 +172,16 @@ export class Ledger implements PeriodUse {
   }
 
   /** A forwarded request, once it completed: its status (null: none reached the client), body bytes and reported cost. */
-  record(keyId: string, route: string, status: number | null, bytesIn: number, bytesOut: number, cost: number, now = this.now(), run: { readonly id: string; readonly path: string } | null = null): void {
+  record(
+    keyId: string,
+    route: string,
+    status: number | null,
+    bytesIn: number,
+    bytesOut: number,
+    cost: number,
+    now = this.now(),
+    run: { readonly id: string; readonly path: string } | null = null,
+  ): void {
     const row = this.#row(keyId, route, now);
     row.requests++;
     if (status === null || status < 200 || status > 599) row.other++;
@@ -187,7 +196,8 @@ export class Ledger implements PeriodUse {
     row.cost += cost;
     this.#counted(keyId, route, 1, cost, now);
     // A scraper run whose cost comes later: `cost` is what its start booked, settled in place later (runs.ts).
-    if (run !== null && !this.#runs.has(run.id)) this.#runs.set(run.id, { id: run.id, keyId, route, day: row.day, booked: cost, path: run.path, at: Math.round(now) });
+    if (run !== null && !this.#runs.has(run.id))
+      this.#runs.set(run.id, { id: run.id, keyId, route, day: row.day, booked: cost, path: run.path, at: Math.round(now) });
   }
 
   /** A run was settled: its day's cost moved by `delta` (in the store already), so the period totals move too. */
@@ -254,7 +264,9 @@ export class Ledger implements PeriodUse {
       const left = end - Date.now();
       if (left === Infinity) return p;
       let timer: NodeJS.Timeout | undefined;
-      return Promise.race([p, new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), Math.max(0, left))))]).finally(() => clearTimeout(timer));
+      return Promise.race([p, new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), Math.max(0, left))))]).finally(() =>
+        clearTimeout(timer),
+      );
     };
     await bounded(this.leave());
     await bounded(this.flush());
@@ -287,7 +299,11 @@ export class Ledger implements PeriodUse {
     try {
       const file = writeSpool(this.#spool.prefix, this.#id, batches, this.#spooled);
       this.#spooled = file === null ? [] : [file];
-      if (file !== null) this.#spool.onKept(file, batches.reduce((n, b) => n + b.rows.reduce((m, r) => m + r.requests, 0), 0));
+      if (file !== null)
+        this.#spool.onKept(
+          file,
+          batches.reduce((n, b) => n + b.rows.reduce((m, r) => m + r.requests, 0), 0),
+        );
     } catch (err) {
       this.#onError(asError(err), true);
     }
@@ -329,7 +345,9 @@ export class Ledger implements PeriodUse {
   #batch(): Batch {
     const runs = [...this.#runs.values()];
     this.#runs.clear();
-    return runs.length === 0 ? { gateway: this.#id, seq: ++this.#seq, rows: [...this.#pending.values()] } : { gateway: this.#id, seq: ++this.#seq, rows: [...this.#pending.values()], runs };
+    return runs.length === 0
+      ? { gateway: this.#id, seq: ++this.#seq, rows: [...this.#pending.values()] }
+      : { gateway: this.#id, seq: ++this.#seq, rows: [...this.#pending.values()], runs };
   }
 
   /** The pending row of a key and route for today. */

@@ -18,7 +18,12 @@ export class MemoryUsageStore implements UsageStore {
   }
 
   rows(filter: { since?: string; keyId?: string; route?: string }): Promise<UsageRow[]> {
-    return Promise.resolve(this.#rows.filter((r) => r.day >= (filter.since ?? '') && (filter.keyId === undefined || r.keyId === filter.keyId) && (filter.route === undefined || r.route === filter.route)));
+    return Promise.resolve(
+      this.#rows.filter(
+        (r) =>
+          r.day >= (filter.since ?? '') && (filter.keyId === undefined || r.keyId === filter.keyId) && (filter.route === undefined || r.route === filter.route),
+      ),
+    );
   }
 
   close(): Promise<void> {

@@ -35,7 +35,10 @@ export function openUsageStore(config: { readonly keysFile: string }, store: Key
   if (problem !== null) {
     // A ledger that was there and cannot be read is a fault, never a fresh ledger: its
     // quotas and budgets would start again from zero (docs/limits.md, "Limits under faults").
-    logger.error({ usageLedger: path, problem }, 'usage ledger cannot be read; keys with a quota or budget get 503 ledger_unavailable until it is repaired or moved aside');
+    logger.error(
+      { usageLedger: path, problem },
+      'usage ledger cannot be read; keys with a quota or budget get 503 ledger_unavailable until it is repaired or moved aside',
+    );
     return damagedLedger(path, problem);
   }
   try {
@@ -116,14 +119,24 @@ export function countOnly(store: UsageStore): UsageStore {
  * renewed at every flush, and the ledger counting days by the fleet's clock.
  * Null for a store of one machine.
  */
-export async function fleetLeases(store: UsageStore, ledger: Ledger, config: { readonly leaseTtlMs: number; readonly usageFlushMs: number }, clock = new Clock(), logger?: Logger): Promise<Leases | null> {
+export async function fleetLeases(
+  store: UsageStore,
+  ledger: Ledger,
+  config: { readonly leaseTtlMs: number; readonly usageFlushMs: number },
+  clock = new Clock(),
+  logger?: Logger,
+): Promise<Leases | null> {
   // A fleet's leases in PostgreSQL; one machine's in its SQLite file (none when counting in memory).
   const leaseStore = store.fleet?.leases ?? store.leases;
   if (leaseStore === undefined) return null;
   const leases = new Leases(leaseStore, ledger.id, clock, () => ledger.gateways, Math.max(1, Math.ceil(config.leaseTtlMs / 1000)));
   ledger.now = () => clock.now();
   // Frozen or cut off past the TTL: its leases were swept (their units stay granted) and are written back now.
-  leases.onLost = (count) => logger?.warn({ leases: count }, 'leases found swept at renewal (this gateway was frozen or cut off past KEYWARD_LEASE_TTL); written back, their units were never handed out again');
+  leases.onLost = (count) =>
+    logger?.warn(
+      { leases: count },
+      'leases found swept at renewal (this gateway was frozen or cut off past KEYWARD_LEASE_TTL); written back, their units were never handed out again',
+    );
   await leases.start(config.usageFlushMs);
   return leases;
 }

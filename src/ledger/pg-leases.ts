@@ -19,13 +19,21 @@ export class PgLeaseStore implements LeaseStore {
     this.#pool = pool;
   }
 
-  async claim(gateway: string, u: { keyId: string; kind: string; period: string }, want: { least: number; share: number; whole: boolean }, limit: number, ttlS: number): Promise<{ got: number; now: number }> {
+  async claim(
+    gateway: string,
+    u: { keyId: string; kind: string; period: string },
+    want: { least: number; share: number; whole: boolean },
+    limit: number,
+    ttlS: number,
+  ): Promise<{ got: number; now: number }> {
     await this.#pool.migrate();
     return this.#pool.within((sql) =>
       sql.begin(async (tx) => {
         await tx`insert into keyward_allowances (key_id, kind, period) values (${u.keyId}, ${u.kind}, ${u.period}) on conflict do nothing`;
         // Row-locked read and conditional update: no two gateways are ever handed the same unit.
-        const [a] = await tx<Array<{ granted: number }>>`select granted from keyward_allowances where key_id = ${u.keyId} and kind = ${u.kind} and period = ${u.period} for update`;
+        const [a] = await tx<
+          Array<{ granted: number }>
+        >`select granted from keyward_allowances where key_id = ${u.keyId} and kind = ${u.kind} and period = ${u.period} for update`;
         const left = limit - (a?.granted ?? 0);
         // A share of what is left, at least what this request needs: chunks shrink to one unit near the end.
         const share = want.whole ? Math.ceil(left * want.share) : left * want.share;

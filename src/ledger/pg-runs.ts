@@ -17,8 +17,9 @@ export class PgRunStore implements RunStore {
     await this.#pool.migrate();
     // The database's clock decides what is due and when a claim ends (one clock for the fleet); `now` is unused here.
     void now;
-    return this.#pool.within((sql) =>
-      sql<DueRun[]>`
+    return this.#pool.within(
+      (sql) =>
+        sql<DueRun[]>`
         update keyward_runs set claimed_by = ${gateway}, claimed_until = now() + make_interval(secs => ${forMs / 1000})
         where id in (select id from keyward_runs where next_at <= now() and claimed_until < now() order by next_at limit ${limit} for update skip locked)
         returning id, key_id as "keyId", route, day::text as day, booked, path, (extract(epoch from at) * 1000)::float8 as at, attempts`,
@@ -43,7 +44,10 @@ export class PgRunStore implements RunStore {
   }
 
   async deferRun(id: string, attempts: number, waitMs: number): Promise<void> {
-    await this.#pool.within((sql) => sql`update keyward_runs set attempts = ${attempts}, next_at = now() + make_interval(secs => ${waitMs / 1000}), claimed_by = null, claimed_until = '-infinity' where id = ${id}`);
+    await this.#pool.within(
+      (sql) =>
+        sql`update keyward_runs set attempts = ${attempts}, next_at = now() + make_interval(secs => ${waitMs / 1000}), claimed_by = null, claimed_until = '-infinity' where id = ${id}`,
+    );
   }
 
   async dropRun(id: string): Promise<boolean> {
@@ -53,6 +57,11 @@ export class PgRunStore implements RunStore {
 
   async pendingRuns(): Promise<Array<{ keyId: string; route: string; day: string; runs: number }>> {
     await this.#pool.migrate();
-    return this.#pool.within((sql) => sql<Array<{ keyId: string; route: string; day: string; runs: number }>>`select key_id as "keyId", route, day::text as day, count(*)::int as runs from keyward_runs group by key_id, route, day`);
+    return this.#pool.within(
+      (sql) =>
+        sql<
+          Array<{ keyId: string; route: string; day: string; runs: number }>
+        >`select key_id as "keyId", route, day::text as day, count(*)::int as runs from keyward_runs group by key_id, route, day`,
+    );
   }
 }

@@ -15,7 +15,6 @@ const ALIVE_S = 10;
 /** A heartbeat may be this far ahead of the database's now (the statement's own start time) and still count. */
 const SKEW_S = 1;
 
-
 export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQueries {
   readonly location: string;
   /** The key store's database: its pool with deadlines, and its migrations. */
@@ -45,8 +44,9 @@ export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQu
 
   async daily(since: string, keyId: string | null, route: string | null): Promise<DayTotal[]> {
     await this.#pool.migrate();
-    return await this.#pool.within((sql) =>
-      sql<DayTotal[]>`
+    return await this.#pool.within(
+      (sql) =>
+        sql<DayTotal[]>`
         select day::text as day, route, sum(requests)::float8 as requests, sum(cost)::float8 as cost from keyward_usage
         where day >= ${since}::date and (${keyId}::text is null or key_id = ${keyId}) and (${route}::text is null or route = ${route})
         group by day, route order by day, route`,
@@ -57,15 +57,20 @@ export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQu
     await this.#pool.migrate();
     return await this.#pool.within((sql) =>
       keyIds === null
-        ? sql<KeyTotal[]>`select key_id as "keyId", route, sum(requests)::float8 as requests, sum(cost)::float8 as cost from keyward_usage where day >= ${since}::date group by key_id, route`
-        : sql<KeyTotal[]>`select key_id as "keyId", route, sum(requests)::float8 as requests, sum(cost)::float8 as cost from keyward_usage where key_id = any(${keyIds as string[]}::text[]) and day >= ${since}::date group by key_id, route`,
+        ? sql<
+            KeyTotal[]
+          >`select key_id as "keyId", route, sum(requests)::float8 as requests, sum(cost)::float8 as cost from keyward_usage where day >= ${since}::date group by key_id, route`
+        : sql<
+            KeyTotal[]
+          >`select key_id as "keyId", route, sum(requests)::float8 as requests, sum(cost)::float8 as cost from keyward_usage where key_id = any(${keyIds as string[]}::text[]) and day >= ${since}::date group by key_id, route`,
     );
   }
 
   async claimAlert(a: AlertRow): Promise<boolean> {
     await this.#pool.migrate();
     const made = await this.#pool.within(
-      (sql) => sql`insert into keyward_alerts (id, key_id, body, at) values (${a.id}, ${a.keyId}, ${a.body}, to_timestamp(${a.at / 1000})) on conflict do nothing returning id`,
+      (sql) =>
+        sql`insert into keyward_alerts (id, key_id, body, at) values (${a.id}, ${a.keyId}, ${a.body}, to_timestamp(${a.at / 1000})) on conflict do nothing returning id`,
     );
     return made.length > 0;
   }
@@ -77,8 +82,9 @@ export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQu
   async undeliveredAlerts(by: string, since: number, forMs: number): Promise<AlertRow[]> {
     await this.#pool.migrate();
     // Marked as being sent by `by`: another gateway starting now leaves them alone until `forMs` passed.
-    return await this.#pool.within((sql) =>
-      sql<AlertRow[]>`
+    return await this.#pool.within(
+      (sql) =>
+        sql<AlertRow[]>`
         update keyward_alerts set sender = ${by}, sending_until = now() + make_interval(secs => ${forMs / 1000})
         where not delivered and at >= to_timestamp(${since / 1000}) and sending_until < now()
         returning id, key_id as "keyId", body, (extract(epoch from at) * 1000)::float8 as at`,
@@ -142,7 +148,9 @@ export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQu
     return this.#pool.within(async (sql) => {
       await sql`insert into keyward_gateways (id, seen) values (${id}, now()) on conflict (id) do update set seen = now()`;
       // Rows dated ahead of the database's clock are not counted: written by hand (a gateway stamps now()), they would never expire.
-      const [row] = await sql<Array<{ n: number }>>`select count(*)::int as n from keyward_gateways where seen > now() - make_interval(secs => ${ALIVE_S}) and seen <= now() + make_interval(secs => ${SKEW_S})`;
+      const [row] = await sql<
+        Array<{ n: number }>
+      >`select count(*)::int as n from keyward_gateways where seen > now() - make_interval(secs => ${ALIVE_S}) and seen <= now() + make_interval(secs => ${SKEW_S})`;
       return Math.max(1, row?.n ?? 1);
     });
   }

@@ -43,7 +43,8 @@ export function rowProblem(r: unknown, known: Known): string | null {
   const t = Date.parse(`${o.day}T00:00:00Z`);
   if (!Number.isFinite(t) || new Date(t).toISOString().slice(0, 10) !== o.day || o.day < '1970-01-01') return `day ${o.day} does not exist`;
   for (const k of COUNTS) if (!Number.isSafeInteger(o[k]) || (o[k] as number) < 0) return `${k} ${String(o[k])} is not a whole number from 0 to 2^53`;
-  if (typeof o.cost !== 'number' || !Number.isFinite(o.cost) || o.cost < 0 || o.cost > MOST_COST) return `cost ${String(o.cost)} is not a figure from 0 to ${MOST_COST}`;
+  if (typeof o.cost !== 'number' || !Number.isFinite(o.cost) || o.cost < 0 || o.cost > MOST_COST)
+    return `cost ${String(o.cost)} is not a figure from 0 to ${MOST_COST}`;
   return known(o.keyId, o.route);
 }
 
@@ -73,7 +74,8 @@ function runProblem(r: unknown, known: Known): string | null {
   if (typeof o.id !== 'string' || !/^[A-Za-z0-9_-]{1,64}$/.test(o.id)) return 'a run without a run id';
   if (typeof o.path !== 'string' || !o.path.startsWith('/') || o.path.length > 2048) return `run ${o.id}: no path to ask`;
   if (!Number.isSafeInteger(o.at) || (o.at as number) < 0) return `run ${o.id}: no start time`;
-  if (typeof o.booked !== 'number' || !Number.isFinite(o.booked) || o.booked < 0 || o.booked > MOST_COST) return `run ${o.id}: booked ${String(o.booked)} is not a figure from 0 to ${MOST_COST}`;
+  if (typeof o.booked !== 'number' || !Number.isFinite(o.booked) || o.booked < 0 || o.booked > MOST_COST)
+    return `run ${o.id}: booked ${String(o.booked)} is not a figure from 0 to ${MOST_COST}`;
   return rowProblem({ ...o, requests: 0, s2xx: 0, s3xx: 0, s4xx: 0, s5xx: 0, other: 0, limited: 0, bytesIn: 0, bytesOut: 0, cost: o.booked }, known);
 }
 

@@ -60,11 +60,18 @@ export class SqliteLeaseStore implements LeaseStore {
     return immediate(this.#db, work);
   }
 
-  claim(gateway: string, u: { keyId: string; kind: string; period: string }, want: { least: number; share: number; whole: boolean }, limit: number, ttlS: number): Promise<{ got: number; now: number }> {
+  claim(
+    gateway: string,
+    u: { keyId: string; kind: string; period: string },
+    want: { least: number; share: number; whole: boolean },
+    limit: number,
+    ttlS: number,
+  ): Promise<{ got: number; now: number }> {
     return this.#tx(() => {
       const now = this.#now();
       this.#db.prepare('insert into allowances (key_id, kind, period) values (?, ?, ?) on conflict do nothing').run(u.keyId, u.kind, u.period);
-      const a = this.#db.prepare('select granted from allowances where key_id = ? and kind = ? and period = ?').get(u.keyId, u.kind, u.period) as { granted: number } | undefined;
+      const a = this.#db.prepare('select granted from allowances where key_id = ? and kind = ? and period = ?').get(u.keyId, u.kind, u.period) as
+        { granted: number } | undefined;
       const left = limit - (a?.granted ?? 0);
       const share = want.whole ? Math.ceil(left * want.share) : left * want.share;
       const wanted = Math.max(0, Math.min(left, Math.max(want.least, share)));
@@ -72,7 +79,9 @@ export class SqliteLeaseStore implements LeaseStore {
       if (got > 0) {
         this.#db.prepare('update allowances set granted = granted + ? where key_id = ? and kind = ? and period = ?').run(got, u.keyId, u.kind, u.period);
         this.#db
-          .prepare('insert into leases (gateway, key_id, kind, period, held, expires) values (?, ?, ?, ?, ?, ?) on conflict (gateway, key_id, kind, period) do update set held = held + excluded.held, expires = excluded.expires')
+          .prepare(
+            'insert into leases (gateway, key_id, kind, period, held, expires) values (?, ?, ?, ?, ?, ?) on conflict (gateway, key_id, kind, period) do update set held = held + excluded.held, expires = excluded.expires',
+          )
           .run(gateway, u.keyId, u.kind, u.period, got, now + ttlS * 1000);
       }
       return { got, now };

@@ -41,16 +41,26 @@ export class SqliteRunStore implements RunStore {
       if (this.#db.prepare('delete from runs where id = ? returning id').get(run.id) === undefined) return false;
       const delta = cost - run.booked;
       this.#db
-        .prepare('insert into usage (key_id, route, day, cost) values (?, ?, ?, max(0, ?)) on conflict (key_id, route, day) do update set cost = max(0, cost + ?)')
+        .prepare(
+          'insert into usage (key_id, route, day, cost) values (?, ?, ?, max(0, ?)) on conflict (key_id, route, day) do update set cost = max(0, cost + ?)',
+        )
         .run(run.keyId, run.route, run.day, delta, delta);
       const [day, month] = periodsOf(run.day);
-      this.#db.prepare('update allowances set granted = max(0, granted + ?) where key_id = ? and kind = ? and period in (?, ?)').run(delta, run.keyId, `budget:${run.route}`, day, month);
+      this.#db
+        .prepare('update allowances set granted = max(0, granted + ?) where key_id = ? and kind = ? and period in (?, ?)')
+        .run(delta, run.keyId, `budget:${run.route}`, day, month);
       return true;
     });
   }
 
   deferRun(id: string, attempts: number, waitMs: number): Promise<void> {
-    return immediate(this.#db, () => void this.#db.prepare('update runs set attempts = ?, next_at = ?, claimed_by = null, claimed_until = 0 where id = ?').run(attempts, Date.now() + waitMs, id));
+    return immediate(
+      this.#db,
+      () =>
+        void this.#db
+          .prepare('update runs set attempts = ?, next_at = ?, claimed_by = null, claimed_until = 0 where id = ?')
+          .run(attempts, Date.now() + waitMs, id),
+    );
   }
 
   dropRun(id: string): Promise<boolean> {
@@ -58,6 +68,13 @@ export class SqliteRunStore implements RunStore {
   }
 
   pendingRuns(): Promise<Array<{ keyId: string; route: string; day: string; runs: number }>> {
-    return Promise.resolve(this.#db.prepare('select key_id as keyId, route, day, count(*) as runs from runs group by key_id, route, day').all() as unknown as Array<{ keyId: string; route: string; day: string; runs: number }>);
+    return Promise.resolve(
+      this.#db.prepare('select key_id as keyId, route, day, count(*) as runs from runs group by key_id, route, day').all() as unknown as Array<{
+        keyId: string;
+        route: string;
+        day: string;
+        runs: number;
+      }>,
+    );
   }
 }

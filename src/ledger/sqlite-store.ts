@@ -44,7 +44,6 @@ const UPSERT = `
     limited = limited + excluded.limited, bytes_in = bytes_in + excluded.bytes_in,
     bytes_out = bytes_out + excluded.bytes_out, cost = cost + excluded.cost`;
 
-
 export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
   readonly location: string;
   readonly #db: DatabaseSync;
@@ -91,7 +90,8 @@ export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
     this.#db.exec('begin immediate');
     try {
       if (this.#db.prepare(BATCH).get(batch.gateway, batch.seq, new Date().toISOString()) !== undefined) {
-        for (const r of rows) upsert.run(r.keyId, r.route, r.day, r.requests, r.s2xx, r.s3xx, r.s4xx, r.s5xx, r.other, r.limited, r.bytesIn, r.bytesOut, r.cost);
+        for (const r of rows)
+          upsert.run(r.keyId, r.route, r.day, r.requests, r.s2xx, r.s3xx, r.s4xx, r.s5xx, r.other, r.limited, r.bytesIn, r.bytesOut, r.cost);
         // Pending runs in the same transaction as the rows that booked their start: both or neither.
         if (batch.runs !== undefined && batch.runs.length > 0) {
           const run = this.#db.prepare(RUN_INSERT);
@@ -129,13 +129,21 @@ export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
   }
 
   daily(since: string, keyId: string | null, route: string | null): Promise<DayTotal[]> {
-    return this.#read<DayTotal>('select day, route, sum(requests) as requests, sum(cost) as cost from usage where day >= ? and (? is null or key_id = ?) and (? is null or route = ?) group by day, route order by day, route', [since, keyId, keyId, route, route]);
+    return this.#read<DayTotal>(
+      'select day, route, sum(requests) as requests, sum(cost) as cost from usage where day >= ? and (? is null or key_id = ?) and (? is null or route = ?) group by day, route order by day, route',
+      [since, keyId, keyId, route, route],
+    );
   }
 
   byKey(since: string, keyIds: readonly string[] | null): Promise<KeyTotal[]> {
     return keyIds === null
-      ? this.#read<KeyTotal>('select key_id as keyId, route, sum(requests) as requests, sum(cost) as cost from usage where day >= ? group by key_id, route', [since])
-      : this.#read<KeyTotal>('select key_id as keyId, route, sum(requests) as requests, sum(cost) as cost from usage where key_id in (select value from json_each(?)) and day >= ? group by key_id, route', [JSON.stringify(keyIds), since]);
+      ? this.#read<KeyTotal>('select key_id as keyId, route, sum(requests) as requests, sum(cost) as cost from usage where day >= ? group by key_id, route', [
+          since,
+        ])
+      : this.#read<KeyTotal>(
+          'select key_id as keyId, route, sum(requests) as requests, sum(cost) as cost from usage where key_id in (select value from json_each(?)) and day >= ? group by key_id, route',
+          [JSON.stringify(keyIds), since],
+        );
   }
 
   /** A read for the usage page, in the reader thread (sqlite-reader.ts), started on first use. */
@@ -166,7 +174,12 @@ export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
   }
 
   claimAlert(a: AlertRow): Promise<boolean> {
-    return this.#run(() => this.#db.prepare('insert into alerts (id, key_id, body, at) values (?, ?, ?, ?) on conflict do nothing returning id').get(a.id, a.keyId, a.body, a.at) !== undefined);
+    return this.#run(
+      () =>
+        this.#db
+          .prepare('insert into alerts (id, key_id, body, at) values (?, ?, ?, ?) on conflict do nothing returning id')
+          .get(a.id, a.keyId, a.body, a.at) !== undefined,
+    );
   }
 
   alertDelivered(id: string): Promise<void> {
@@ -178,7 +191,9 @@ export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
     return this.#run(
       () =>
         this.#db
-          .prepare('update alerts set sender = ?, sending_until = ? where delivered = 0 and at >= ? and sending_until < ? returning id, key_id as keyId, body, at')
+          .prepare(
+            'update alerts set sender = ?, sending_until = ? where delivered = 0 and at >= ? and sending_until < ? returning id, key_id as keyId, body, at',
+          )
           .all(by, now + forMs, since, now) as unknown as AlertRow[],
     );
   }

@@ -13,10 +13,13 @@ export class Retrier {
   run(work: () => Promise<void>, firstMs: number, tries: number, attempt = 1): Promise<void> {
     return work().catch(() => {
       if (this.#stopped || attempt >= tries) return;
-      const t = setTimeout(() => {
-        this.#waiting.delete(t);
-        detach(this.run(work, firstMs, tries, attempt + 1), neverRejects);
-      }, backoff(attempt, { firstMs, maxMs: 30_000 })).unref();
+      const t = setTimeout(
+        () => {
+          this.#waiting.delete(t);
+          detach(this.run(work, firstMs, tries, attempt + 1), neverRejects);
+        },
+        backoff(attempt, { firstMs, maxMs: 30_000 }),
+      ).unref();
       this.#waiting.add(t);
     });
   }

@@ -85,7 +85,10 @@ export function remoteAdmit(send: (m: AdmitMessage | DoneMessage | StatusMessage
     const settle = waiting.get(msg.id);
     if (settle === undefined) return;
     waiting.delete(msg.id);
-    const budget = typeof msg.reserved === 'number' && typeof msg.left === 'number' && Number.isFinite(msg.reserved) && Number.isFinite(msg.left) ? { reserved: msg.reserved, left: msg.left } : null;
+    const budget =
+      typeof msg.reserved === 'number' && typeof msg.left === 'number' && Number.isFinite(msg.reserved) && Number.isFinite(msg.left)
+        ? { reserved: msg.reserved, left: msg.left }
+        : null;
     settle(msg.refused ?? null, budget);
   });
   return (principal, _policy, route, now) => {
@@ -116,7 +119,10 @@ export function remoteAdmit(send: (m: AdmitMessage | DoneMessage | StatusMessage
  * In a worker: where a key's limits stand, asked of the primary that
  * decides them (GET /keyward/key); null when it does not answer in time.
  */
-export function remoteStatus(send: (m: StatusMessage) => void, on: (listener: (m: unknown) => void) => void): (principal: Principal) => Promise<readonly LimitState[] | null> {
+export function remoteStatus(
+  send: (m: StatusMessage) => void,
+  on: (listener: (m: unknown) => void) => void,
+): (principal: Principal) => Promise<readonly LimitState[] | null> {
   let next = 0;
   const waiting = new Map<number, (r: readonly LimitState[] | null) => void>();
   on((m) => {
@@ -141,6 +147,32 @@ export function remoteStatus(send: (m: StatusMessage) => void, on: (listener: (m
     });
 }
 
+/** Each distinct limits text (as a worker sends it) parsed once. */
+function policyCache(): (limits: string) => Policy | null {
+  const policies = new Map<string, Policy | null>();
+  return (limits) => {
+    let policy = policies.get(limits);
+    if (policy === undefined) {
+      // Sent by a worker from a key record its key set checked.
+      policy = policyOf(JSON.parse(limits) as Limits | null);
+      if (policies.size > 100_000) policies.clear();
+      policies.set(limits, policy);
+    }
+    return policy;
+  };
+}
+
+/** The primary's answer to a worker: refused, or admitted (held open until the worker reports the request done). */
+function answered(worker: Worker, id: number, r: Admission | Refused, held: () => Map<number, Held>, what: Omit<Held, 'admission'>): void {
+  if ('code' in r) {
+    worker.send({ type: ADMITTED, id, refused: r } satisfies AdmittedMessage);
+    return;
+  }
+  held().set(id, { admission: r, ...what });
+  const budget = r.left !== undefined ? { reserved: r.reserved ?? 0, left: r.left } : {};
+  worker.send({ type: ADMITTED, id, refused: null, ...budget } satisfies AdmittedMessage);
+}
+
 /** An admission the primary holds open for a worker's request. */
 interface Held {
   readonly admission: Admission;
@@ -163,21 +195,22 @@ export function serveAdmissions(
   counted: (key: { id: string; name: string }, policy: Policy, route: string, cost: number) => void,
   status: (keyId: string, policy: Policy) => readonly LimitState[] | Promise<readonly LimitState[]> = () => [],
 ): void {
-  const policies = new Map<string, Policy | null>();
-  const policyFrom = (limits: string): Policy | null => {
-    let policy = policies.get(limits);
-    if (policy === undefined) {
-      policy = policyOf(JSON.parse(limits) as Limits | null);
-      if (policies.size > 100_000) policies.clear();
-      policies.set(limits, policy);
-    }
-    return policy;
-  };
+  const policyFrom = policyCache();
   // Admissions a worker holds open, by its request id: given back when it reports the request done, or dies.
   const open = new Map<Worker, Map<number, Held>>();
   cluster.on('message', (worker, m) => {
     // Loosely typed on purpose: checked field by field below.
-    const msg = m as { type?: unknown; id?: unknown; key?: unknown; name?: unknown; limits?: unknown; route?: unknown; now?: unknown; reached?: unknown; cost?: unknown } | null;
+    const msg = m as {
+      type?: unknown;
+      id?: unknown;
+      key?: unknown;
+      name?: unknown;
+      limits?: unknown;
+      route?: unknown;
+      now?: unknown;
+      reached?: unknown;
+      cost?: unknown;
+    } | null;
     if (msg?.type === STATUS && typeof msg.id === 'number' && typeof msg.key === 'string' && typeof msg.limits === 'string') {
       const { id } = msg;
       const policy = policyFrom(msg.limits);
@@ -185,24 +218,30 @@ export function serveAdmissions(
       const r = policy === null ? [] : status(msg.key, policy);
       if (r instanceof Promise) void r.then(reply, () => undefined);
       else reply(r);
-    } else if (msg?.type === ADMIT && typeof msg.id === 'number' && typeof msg.key === 'string' && typeof msg.route === 'string' && typeof msg.limits === 'string') {
+    } else if (
+      msg?.type === ADMIT &&
+      typeof msg.id === 'number' &&
+      typeof msg.key === 'string' &&
+      typeof msg.route === 'string' &&
+      typeof msg.limits === 'string'
+    ) {
       const policy = policyFrom(msg.limits);
       const { id, route } = msg;
       const key = { id: msg.key, name: typeof msg.name === 'string' ? msg.name : msg.key };
-      const answer = (r: Admission | Refused | null): void => {
-        if (r !== null && 'code' in r) {
-          worker.send({ type: ADMITTED, id, refused: r } satisfies AdmittedMessage);
-          return;
-        }
-        if (r !== null) {
-          let mine = open.get(worker);
-          if (mine === undefined) open.set(worker, (mine = new Map<number, Held>()));
-          mine.set(id, { admission: r, key, policy: policy as Policy, route });
-        }
-        const budget = r !== null && r.left !== undefined ? { reserved: r.reserved ?? 0, left: r.left } : {};
-        worker.send({ type: ADMITTED, id, refused: null, ...budget } satisfies AdmittedMessage);
-      };
-      const r = policy === null ? null : limiter.admit(key.id, policy, route, typeof msg.now === 'number' ? msg.now : Date.now(), share());
+      if (policy === null) return void worker.send({ type: ADMITTED, id, refused: null } satisfies AdmittedMessage);
+      const answer = (r: Admission | Refused): void =>
+        answered(
+          worker,
+          id,
+          r,
+          () => {
+            let mine = open.get(worker);
+            if (mine === undefined) open.set(worker, (mine = new Map<number, Held>()));
+            return mine;
+          },
+          { key, policy, route },
+        );
+      const r = limiter.admit(key.id, policy, route, typeof msg.now === 'number' ? msg.now : Date.now(), share());
       // A fleet's lease may have to be claimed first.
       if (r instanceof Promise) detach(r.then(answer), neverRejects);
       else answer(r);

@@ -31,7 +31,13 @@ export interface LeaseUse {
 
 export interface LeaseStore {
   /** Claim up to what is left of `limit`: `share` of it (whole units when `whole`), at least `least`. The amount got, and the store's clock. */
-  claim(gateway: string, lease: { keyId: string; kind: string; period: string }, want: { least: number; share: number; whole: boolean }, limit: number, ttlS: number): Promise<{ got: number; now: number }>;
+  claim(
+    gateway: string,
+    lease: { keyId: string; kind: string; period: string },
+    want: { least: number; share: number; whole: boolean },
+    limit: number,
+    ttlS: number,
+  ): Promise<{ got: number; now: number }>;
   /**
    * Report what each lease used and extend it, writing back a lease that was
    * swept meanwhile (its units are still granted); leases past their expiry

@@ -210,7 +210,9 @@ export class Limiter {
   }
 
   #decide(keyId: string, policy: Policy, route: string, now: number, share: number): Admission | Refused | Promise<Admission | Refused> {
-    return this.#leases !== null && (policy.quota !== null || policy.budgets.has(route)) ? this.#leased(this.#leases, keyId, policy, route, now, share, 0) : this.#admit(keyId, policy, route, now, share);
+    return this.#leases !== null && (policy.quota !== null || policy.budgets.has(route))
+      ? this.#leased(this.#leases, keyId, policy, route, now, share, 0)
+      : this.#admit(keyId, policy, route, now, share);
   }
 
   /**
@@ -261,8 +263,44 @@ export class Limiter {
     });
   }
 
+  /**
+   * What the ledger already counts, plus what requests in flight here took:
+   * past the limit, refused with those figures before any lease is asked.
+   * Otherwise what is left of the route's budget by the fleet's figures
+   * (null without a budget).
+   */
+  #beforeLease(leases: Leases, keyId: string, policy: Policy, route: string, at: number): Refused | number | null {
+    const quota = policy.quota;
+    const budget = policy.budgets.get(route);
+    if (quota !== null) {
+      const used = this.#use.requests(keyId, quota.period, at) + leases.reserved(keyId, 'quota', leases.periodKey(quota.period, at));
+      if (used >= quota.count) return periodOver('quota_exceeded', quota.count, quota.period, at, used, null);
+    }
+    if (budget === undefined) return null;
+    const reserved = leases.reserved(keyId, `budget:${route}`, leases.periodKey(budget.period, at));
+    const spent = this.#use.cost(keyId, route, budget.period, at) + reserved;
+    if (spent >= budget.amount) return periodOver('budget_exceeded', budget.amount, budget.period, at, spent, route);
+    // The fleet's figure as last read, when larger than what this gateway counted itself.
+    const fleetSpent = Math.max(spent, this.#fleetCost(keyId, route, budget.period, at) + reserved);
+    // A settled route's figures were read for this admission: spent by
+    // them, it is refused, whatever this gateway's lease still holds (a
+    // run settled below its reservation gives units back to the
+    // allowance, and a lease claimed before may hold them; a run capped
+    // at nothing would still start, and some runs cost without a cap).
+    if (budget.amount - fleetSpent <= 0 && this.#settled.has(route)) return periodOver('budget_exceeded', budget.amount, budget.period, at, fleetSpent, route);
+    return budget.amount - fleetSpent;
+  }
+
   /** A fleet's admission: the quota and budget from this gateway's leases, rate and concurrency as its share. */
-  #leased(leases: Leases, keyId: string, policy: Policy, route: string, now: number, share: number, attempt: number): Admission | Refused | Promise<Admission | Refused> {
+  #leased(
+    leases: Leases,
+    keyId: string,
+    policy: Policy,
+    route: string,
+    now: number,
+    share: number,
+    attempt: number,
+  ): Admission | Refused | Promise<Admission | Refused> {
     const quota = policy.quota;
     const budget = policy.budgets.get(route);
     const at = leases.clock.now();
@@ -275,31 +313,20 @@ export class Limiter {
     // the bound is only a guard.
     const later = (p: Promise<void>, refused: Refused): Promise<Admission | Refused> | Refused =>
       attempt >= 50 ? refused : p.then(() => this.#leased(leases, keyId, policy, route, Date.now(), share, attempt + 1));
-    // What the ledger already counts, plus what requests in flight here took:
-    // past the limit, refused with those figures before any lease is asked.
-    if (quota !== null) {
-      const used = this.#use.requests(keyId, quota.period, at) + leases.reserved(keyId, 'quota', q);
-      if (used >= quota.count) return periodOver('quota_exceeded', quota.count, quota.period, at, used, null);
-    }
-    let left: number | null = null;
-    if (budget !== undefined) {
-      const spent = this.#use.cost(keyId, route, budget.period, at) + leases.reserved(keyId, kind, b);
-      if (spent >= budget.amount) return periodOver('budget_exceeded', budget.amount, budget.period, at, spent, route);
-      // The fleet's figure as last read, when larger than what this gateway counted itself.
-      const fleetSpent = Math.max(spent, this.#fleetCost(keyId, route, budget.period, at) + leases.reserved(keyId, kind, b));
-      left = budget.amount - fleetSpent;
-      // A settled route's figures were read for this admission: spent by
-      // them, it is refused, whatever this gateway's lease still holds (a
-      // run settled below its reservation gives units back to the
-      // allowance, and a lease claimed before may hold them; a run capped
-      // at nothing would still start, and some runs cost without a cap).
-      if (left <= 0 && this.#settled.has(route)) return periodOver('budget_exceeded', budget.amount, budget.period, at, fleetSpent, route);
-    }
+    const before = this.#beforeLease(leases, keyId, policy, route, at);
+    if (typeof before !== 'number' && before !== null) return before;
+    const left = before;
     if (quota !== null) {
       const took = leases.take(keyId, 'quota', q, quota.count, 1);
-      // The fleet's allowance is taken (spent or leased to gateways): all of it is in use.
       // The fleet's allowance is all granted: the key's figure is what the fleet counted (as last read), at least the quota.
-      const refused = periodOver('quota_exceeded', quota.count, quota.period, at, Math.max(quota.count, this.#fleetRequests(keyId, quota.period, at) + leases.reserved(keyId, 'quota', q)), null);
+      const refused = periodOver(
+        'quota_exceeded',
+        quota.count,
+        quota.period,
+        at,
+        Math.max(quota.count, this.#fleetRequests(keyId, quota.period, at) + leases.reserved(keyId, 'quota', q)),
+        null,
+      );
       if (took instanceof Promise) return later(took, refused);
       if (!took) return refused;
     }
@@ -308,7 +335,14 @@ export class Limiter {
     };
     if (budget !== undefined) {
       const took = leases.take(keyId, kind, b, budget.amount, estimate);
-      const refused = periodOver('budget_exceeded', budget.amount, budget.period, at, Math.max(budget.amount, this.#fleetCost(keyId, route, budget.period, at) + leases.reserved(keyId, kind, b)), route);
+      const refused = periodOver(
+        'budget_exceeded',
+        budget.amount,
+        budget.period,
+        at,
+        Math.max(budget.amount, this.#fleetCost(keyId, route, budget.period, at) + leases.reserved(keyId, kind, b)),
+        route,
+      );
       if (took !== true) untake();
       if (took instanceof Promise) return later(took, refused);
       if (!took) return refused;
@@ -326,7 +360,15 @@ export class Limiter {
   }
 
   /** An admission: once, its slot back (when it took one), `settle` for what the period's limits reserved, the budget's cost learnt. */
-  #admission(keyId: string, route: string, slot: boolean, budget: boolean, left: number | null, reserved: number, settle: (reached: boolean, cost: number) => void): Admission {
+  #admission(
+    keyId: string,
+    route: string,
+    slot: boolean,
+    budget: boolean,
+    left: number | null,
+    reserved: number,
+    settle: (reached: boolean, cost: number) => void,
+  ): Admission {
     let over = false;
     const done = (reached: boolean, cost: number): void => {
       if (over) return;
@@ -346,7 +388,15 @@ export class Limiter {
     // The key's concurrency, not this gateway's share of it: the client's view. No time window, so no policy.
     if (limit !== null && running >= limit) {
       // In a fleet this gateway holds ⌈c/N⌉ of the key's c: full here, the key's figure is all of it in use.
-      const detail: LimitDetail = { kind: 'concurrency', route: null, value: policy.concurrency as number, used: Math.max(running, policy.concurrency as number), period: null, window: null, resetsAt: null };
+      const detail: LimitDetail = {
+        kind: 'concurrency',
+        route: null,
+        value: policy.concurrency as number,
+        used: Math.max(running, policy.concurrency as number),
+        period: null,
+        window: null,
+        resetsAt: null,
+      };
       return { code: 'concurrency_limited', detail, retryAfter: 1, limit: policy.concurrency, remaining: 0, reset: 1, policy: null };
     }
     if (policy.rate !== null) {
@@ -361,7 +411,15 @@ export class Limiter {
         const wait = seconds((1 - bucket.tokens) / perMs);
         // The key's rate per its window, its burst as the draft's `burst` parameter (not this gateway's share).
         const detail: LimitDetail = { kind: 'rate', route: null, value: count, used: count, period: null, window: per, resetsAt: rfc3339(now + wait * 1000) };
-        return { code: 'rate_limited', detail, retryAfter: wait, limit: count, remaining: 0, reset: wait, policy: `${count};w=${per};burst=${policy.rate.burst}` };
+        return {
+          code: 'rate_limited',
+          detail,
+          retryAfter: wait,
+          limit: count,
+          remaining: 0,
+          reset: wait,
+          policy: `${count};w=${per};burst=${policy.rate.burst}`,
+        };
       }
       bucket.tokens -= 1;
     }
@@ -381,13 +439,35 @@ export class Limiter {
     const out: LimitState[] = [];
     const q = policy.quota;
     if (q !== null) {
-      const used = use.requests(keyId, q.period, now) + (this.#units.get(keyId) ?? 0) + (this.#leases?.reserved(keyId, 'quota', this.#leases.periodKey(q.period)) ?? 0);
-      out.push({ kind: 'quota', route: null, value: q.count, used, remaining: Math.max(0, q.count - used), period: q.period, window: null, resetsAt: rfc3339(periodOf(q.period, now).ends) });
+      const used =
+        use.requests(keyId, q.period, now) + (this.#units.get(keyId) ?? 0) + (this.#leases?.reserved(keyId, 'quota', this.#leases.periodKey(q.period)) ?? 0);
+      out.push({
+        kind: 'quota',
+        route: null,
+        value: q.count,
+        used,
+        remaining: Math.max(0, q.count - used),
+        period: q.period,
+        window: null,
+        resetsAt: rfc3339(periodOf(q.period, now).ends),
+      });
     }
     for (const [route, b] of policy.budgets) {
-      const spent = use.cost(keyId, route, b.period, now) + (this.#reserved.get(`${keyId}\u0000${route}`) ?? 0) + (this.#leases?.reserved(keyId, `budget:${route}`, this.#leases.periodKey(b.period)) ?? 0);
+      const spent =
+        use.cost(keyId, route, b.period, now) +
+        (this.#reserved.get(`${keyId}\u0000${route}`) ?? 0) +
+        (this.#leases?.reserved(keyId, `budget:${route}`, this.#leases.periodKey(b.period)) ?? 0);
       const used = Math.round(spent * 1e6) / 1e6;
-      out.push({ kind: 'budget', route, value: b.amount, used, remaining: Math.max(0, Math.round((b.amount - spent) * 1e6) / 1e6), period: b.period, window: null, resetsAt: rfc3339(periodOf(b.period, now).ends) });
+      out.push({
+        kind: 'budget',
+        route,
+        value: b.amount,
+        used,
+        remaining: Math.max(0, Math.round((b.amount - spent) * 1e6) / 1e6),
+        period: b.period,
+        window: null,
+        resetsAt: rfc3339(periodOf(b.period, now).ends),
+      });
     }
     if (policy.rate !== null) {
       const { count, seconds: per, burst } = policy.rate;
@@ -396,11 +476,30 @@ export class Limiter {
       const bucket = this.#buckets.get(keyId);
       const tokens = bucket === undefined ? burst : Math.min(burst, (bucket.tokens + (now - bucket.at) * (perMs / share)) * share);
       const remaining = Math.max(0, Math.floor(tokens + 1e-9));
-      out.push({ kind: 'rate', route: null, value: count, burst, used: burst - remaining, remaining, period: null, window: per, resetsAt: rfc3339(now + (burst - tokens) / perMs) });
+      out.push({
+        kind: 'rate',
+        route: null,
+        value: count,
+        burst,
+        used: burst - remaining,
+        remaining,
+        period: null,
+        window: per,
+        resetsAt: rfc3339(now + (burst - tokens) / perMs),
+      });
     }
     if (policy.concurrency !== null) {
       const used = this.#inFlight.get(keyId) ?? 0;
-      out.push({ kind: 'concurrency', route: null, value: policy.concurrency, used, remaining: Math.max(0, policy.concurrency - used), period: null, window: null, resetsAt: null });
+      out.push({
+        kind: 'concurrency',
+        route: null,
+        value: policy.concurrency,
+        used,
+        remaining: Math.max(0, policy.concurrency - used),
+        period: null,
+        window: null,
+        resetsAt: null,
+      });
     }
     return out;
   }
@@ -423,7 +522,15 @@ const rfc3339 = (ms: number): string => new Date(Math.ceil(ms / 1000) * 1000).to
 function periodOver(code: LimitCode, limit: number, period: Period, now: number, used: number, route: string | null): Refused {
   const { starts, ends } = periodOf(period, now);
   const wait = seconds(ends - now);
-  const detail: LimitDetail = { kind: code === 'budget_exceeded' ? 'budget' : 'quota', route, value: limit, used, period, window: null, resetsAt: rfc3339(ends) };
+  const detail: LimitDetail = {
+    kind: code === 'budget_exceeded' ? 'budget' : 'quota',
+    route,
+    value: limit,
+    used,
+    period,
+    window: null,
+    resetsAt: rfc3339(ends),
+  };
   // A quota counts requests over the period (its window in seconds); a budget counts money or characters.
   if (code === 'budget_exceeded') return { code, detail, retryAfter: wait, limit: null, remaining: null, reset: wait, policy: null };
   return { code, detail, retryAfter: wait, limit, remaining: 0, reset: wait, policy: `${limit};w=${Math.round((ends - starts) / 1000)}` };

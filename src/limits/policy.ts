@@ -20,10 +20,12 @@ const DEFAULT_ALERTS: readonly number[] = [80, 100];
 export function policyOf(limits: Limits | undefined | null): Policy | null {
   if (limits === undefined || limits === null) return null;
   const rate = limits.rate === undefined ? null : RATE.exec(limits.rate);
-  const budgets = new Map(Object.entries(limits.budgets ?? {}).map(([route, text]) => {
-    const { n, period } = perPeriod(text);
-    return [route, { amount: n, period }] as const;
-  }));
+  const budgets = new Map(
+    Object.entries(limits.budgets ?? {}).map(([route, text]) => {
+      const { n, period } = perPeriod(text);
+      return [route, { amount: n, period }] as const;
+    }),
+  );
   const quota = limits.quota === undefined ? null : (({ n, period }) => ({ count: n, period }))(perPeriod(limits.quota));
   const policy: Policy = {
     rate: rate === null ? null : { count: Number(rate[1]), seconds: SECONDS[rate[2] as string] as number, burst: limits.burst ?? Number(rate[1]) },

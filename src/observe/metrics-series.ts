@@ -76,4 +76,3 @@ export class Histogram {
     return out;
   }
 }
-

@@ -80,57 +80,65 @@ export class Metrics {
     const route = (s: number): Record<string, string> => ({ route: ROUTE_NAMES[s] as string });
     return [
       scraped('keyward_requests_total', 'Requests answered, by route, method and status code (0: none sent).', 'counter', () => {
-          const out: Sample[] = [];
-          for (let i = 0; i < this.#requests.length; i++) {
-            const v = this.#requests[i] as number;
-            if (v === 0) continue;
-            const code = i % STATUS_SLOTS;
-            const m = Math.floor(i / STATUS_SLOTS) % METHODS.length;
-            const rt = Math.floor(i / (STATUS_SLOTS * METHODS.length));
-            out.push({ labels: { route: ROUTE_NAMES[rt], method: METHODS[m], code: String(code) }, value: v });
-          }
-          return out;
-        }),
+        const out: Sample[] = [];
+        for (let i = 0; i < this.#requests.length; i++) {
+          const v = this.#requests[i] as number;
+          if (v === 0) continue;
+          const code = i % STATUS_SLOTS;
+          const m = Math.floor(i / STATUS_SLOTS) % METHODS.length;
+          const rt = Math.floor(i / (STATUS_SLOTS * METHODS.length));
+          out.push({ labels: { route: ROUTE_NAMES[rt], method: METHODS[m], code: String(code) }, value: v });
+        }
+        return out;
+      }),
       scraped('keyward_request_duration_seconds', 'Time from request to the end of the response.', 'histogram', () =>
-          this.#duration.samples('keyward_request_duration_seconds', route),
-        ),
+        this.#duration.samples('keyward_request_duration_seconds', route),
+      ),
       scraped('keyward_upstream_ttfb_seconds', 'Time from forwarding to the upstream response headers.', 'histogram', () =>
-          this.#ttfb.samples('keyward_upstream_ttfb_seconds', route),
-        ),
-      scraped('keyward_loop_task_seconds', 'Event-loop time of each run of a periodic task (log write, ledger write, timer sweep, last-use write): no request moves meanwhile.', 'histogram', () =>
-          this.#tasks.samples('keyward_loop_task_seconds', (i) => ({ task: LOOP_TASKS[i] as string })),
-        ),
+        this.#ttfb.samples('keyward_upstream_ttfb_seconds', route),
+      ),
+      scraped(
+        'keyward_loop_task_seconds',
+        'Event-loop time of each run of a periodic task (log write, ledger write, timer sweep, last-use write): no request moves meanwhile.',
+        'histogram',
+        () => this.#tasks.samples('keyward_loop_task_seconds', (i) => ({ task: LOOP_TASKS[i] as string })),
+      ),
       scraped('keyward_upstream_errors_total', 'Upstream failures by route and reason (error code).', 'counter', () =>
-          [...this.#upstreamErrors].map(([key, value]) => {
-            const [rt, reason] = key.split('\0') as [string, string];
-            return { labels: { route: rt, reason }, value };
-          }),
-        ),
-      scraped('keyward_egress_masked_total', 'Responses in which an upstream secret was found and masked (or the response cut), by route and secret (route and form, never the value).', 'counter', () =>
+        [...this.#upstreamErrors].map(([key, value]) => {
+          const [rt, reason] = key.split('\0') as [string, string];
+          return { labels: { route: rt, reason }, value };
+        }),
+      ),
+      scraped(
+        'keyward_egress_masked_total',
+        'Responses in which an upstream secret was found and masked (or the response cut), by route and secret (route and form, never the value).',
+        'counter',
+        () =>
           [...this.#masked].map(([key, value]) => {
             const [rt, secret] = key.split('\0') as [string, string];
             return { labels: { route: rt, secret }, value };
           }),
-        ),
+      ),
       scraped('keyward_auth_failures_total', 'Requests refused with 401, by reason.', 'counter', () =>
-          AUTH_FAILURES.map((reason, i) => ({ labels: { reason }, value: this.#auth[i] as number })),
-        ),
+        AUTH_FAILURES.map((reason, i) => ({ labels: { reason }, value: this.#auth[i] as number })),
+      ),
       scraped('keyward_limited_total', "Requests refused by a key's scope or limits.", 'counter', () => {
-          const out: Sample[] = [];
-          for (let i = 0; i < this.#limited.length; i++) {
-            const v = this.#limited[i] as number;
-            if (v > 0) out.push({ labels: { route: ROUTE_NAMES[Math.floor(i / LIMIT_REASONS.length)], reason: LIMIT_REASONS[i % LIMIT_REASONS.length] }, value: v });
-          }
-          return out;
-        }),
+        const out: Sample[] = [];
+        for (let i = 0; i < this.#limited.length; i++) {
+          const v = this.#limited[i] as number;
+          if (v > 0)
+            out.push({ labels: { route: ROUTE_NAMES[Math.floor(i / LIMIT_REASONS.length)], reason: LIMIT_REASONS[i % LIMIT_REASONS.length] }, value: v });
+        }
+        return out;
+      }),
       scraped('keyward_bytes_total', 'Body bytes by route and direction (in: from clients, out: to clients).', 'counter', () => {
-          const out: Sample[] = [];
-          for (let s = 0; s < ROUTE_NAMES.length; s++) {
-            out.push({ labels: { route: ROUTE_NAMES[s], direction: 'in' }, value: this.#bytes[s * 2] as number });
-            out.push({ labels: { route: ROUTE_NAMES[s], direction: 'out' }, value: this.#bytes[s * 2 + 1] as number });
-          }
-          return out;
-        }),
+        const out: Sample[] = [];
+        for (let s = 0; s < ROUTE_NAMES.length; s++) {
+          out.push({ labels: { route: ROUTE_NAMES[s], direction: 'in' }, value: this.#bytes[s * 2] as number });
+          out.push({ labels: { route: ROUTE_NAMES[s], direction: 'out' }, value: this.#bytes[s * 2 + 1] as number });
+        }
+        return out;
+      }),
     ];
   }
 
@@ -140,25 +148,58 @@ export class Metrics {
     const NO_ROUTE = this.noRoute;
     return [
       scraped('keyward_requests_in_flight', 'Requests being forwarded now.', 'gauge', () =>
-          ROUTE_NAMES.slice(0, NO_ROUTE).map((name, s) => ({ labels: { route: name }, value: this.#inFlight[s] as number })),
-        ),
-      scraped('keyward_keys', 'Keys in the loaded set, by state.', 'gauge', () => {
+        ROUTE_NAMES.slice(0, NO_ROUTE).map((name, s) => ({ labels: { route: name }, value: this.#inFlight[s] as number })),
+      ),
+      scraped(
+        'keyward_keys',
+        'Keys in the loaded set, by state.',
+        'gauge',
+        () => {
           const k = this.#keystore?.keys() ?? null;
           return k === null ? [] : (['active', 'revoked', 'expired'] as const).map((state) => ({ labels: { state }, value: k[state] }));
-        }, 'max'),
-      scraped('keyward_keystore_up', '1 while the key store can be read.', 'gauge', () => [{ labels: {}, value: this.#keystore?.up() === true ? 1 : 0 }], 'min'),
-      scraped('keyward_keystore_invalid_rows', 'Stored keys skipped because they fail the record check (each logged once, by id).', 'gauge', () => [
-          { labels: {}, value: this.#keystore?.invalid() ?? 0 },
-        ], 'max'),
+        },
+        'max',
+      ),
+      scraped(
+        'keyward_keystore_up',
+        '1 while the key store can be read.',
+        'gauge',
+        () => [{ labels: {}, value: this.#keystore?.up() === true ? 1 : 0 }],
+        'min',
+      ),
+      scraped(
+        'keyward_keystore_invalid_rows',
+        'Stored keys skipped because they fail the record check (each logged once, by id).',
+        'gauge',
+        () => [{ labels: {}, value: this.#keystore?.invalid() ?? 0 }],
+        'max',
+      ),
       scraped('keyward_keystore_reload_errors_total', 'Key store reloads that failed (the last good set kept serving).', 'counter', () => [
-          { labels: {}, value: this.#reloadErrors },
-        ]),
+        { labels: {}, value: this.#reloadErrors },
+      ]),
       scraped('keyward_usage_flush_errors_total', 'Usage ledger writes that failed (their counts are kept and written by a later flush).', 'counter', () => [
-          { labels: {}, value: this.#usageFlushErrors },
-        ]),
-      scraped('keyward_usage_set_aside_total', 'Batches of kept usage set aside, not written, because they break the ledger\'s rules (logged with why).', 'counter', () => [{ labels: {}, value: this.#usageSetAside }]),
-      scraped('keyward_ledger_up', '1 while the usage ledger can be read (0: keys with a quota or budget get 503 ledger_unavailable).', 'gauge', () => [{ labels: {}, value: this.#ledgerUp() ? 1 : 0 }], 'min'),
-      scraped('keyward_keystore_last_reload_timestamp_seconds', 'When a key set was last loaded.', 'gauge', () => [{ labels: {}, value: this.#lastReload }], 'min'),
+        { labels: {}, value: this.#usageFlushErrors },
+      ]),
+      scraped(
+        'keyward_usage_set_aside_total',
+        "Batches of kept usage set aside, not written, because they break the ledger's rules (logged with why).",
+        'counter',
+        () => [{ labels: {}, value: this.#usageSetAside }],
+      ),
+      scraped(
+        'keyward_ledger_up',
+        '1 while the usage ledger can be read (0: keys with a quota or budget get 503 ledger_unavailable).',
+        'gauge',
+        () => [{ labels: {}, value: this.#ledgerUp() ? 1 : 0 }],
+        'min',
+      ),
+      scraped(
+        'keyward_keystore_last_reload_timestamp_seconds',
+        'When a key set was last loaded.',
+        'gauge',
+        () => [{ labels: {}, value: this.#lastReload }],
+        'min',
+      ),
     ];
   }
 
@@ -283,8 +324,17 @@ export function alertCounters(registry: Registry, pending: () => number): { fire
     },
   });
   return {
-    fired: new Counter({ name: 'keyward_limit_alerts_total', help: 'Limit alerts fired, by limit kind and threshold (percent)', labelNames: ['kind', 'threshold'], registers: [registry] }),
-    deferred: new Counter({ name: 'keyward_limit_alert_checks_deferred_total', help: "Alert checks that could not read a key's figures or record a firing (the ledger locked or unreachable) and are made again", registers: [registry] }),
+    fired: new Counter({
+      name: 'keyward_limit_alerts_total',
+      help: 'Limit alerts fired, by limit kind and threshold (percent)',
+      labelNames: ['kind', 'threshold'],
+      registers: [registry],
+    }),
+    deferred: new Counter({
+      name: 'keyward_limit_alert_checks_deferred_total',
+      help: "Alert checks that could not read a key's figures or record a firing (the ledger locked or unreachable) and are made again",
+      registers: [registry],
+    }),
   };
 }
 
@@ -292,7 +342,16 @@ export function alertCounters(registry: Registry, pending: () => number): { fire
 export function runCounters(registry: Registry): { settled: Counter; failed: Counter<'reason'>; gaveUp: Counter } {
   return {
     settled: new Counter({ name: 'keyward_runs_settled_total', help: 'Scraper runs whose cost was booked once they ended', registers: [registry] }),
-    failed: new Counter({ name: 'keyward_run_checks_failed_total', help: 'Questions about a pending scraper run that got no usable answer (asked again later), by reason', labelNames: ['reason'], registers: [registry] }),
-    gaveUp: new Counter({ name: 'keyward_runs_unsettled_total', help: 'Scraper runs given up at the give-up age: their reservation stays booked as their cost', registers: [registry] }),
+    failed: new Counter({
+      name: 'keyward_run_checks_failed_total',
+      help: 'Questions about a pending scraper run that got no usable answer (asked again later), by reason',
+      labelNames: ['reason'],
+      registers: [registry],
+    }),
+    gaveUp: new Counter({
+      name: 'keyward_runs_unsettled_total',
+      help: 'Scraper runs given up at the give-up age: their reservation stays booked as their cost',
+      registers: [registry],
+    }),
   };
 }

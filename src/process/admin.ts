@@ -62,7 +62,13 @@ export async function startAdmin(address: { host: string; port: number }, source
           (html) => {
             const body = Buffer.from(html);
             // No script runs on the page; none may.
-            res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'content-length': body.length, 'cache-control': 'no-store', 'content-security-policy': USAGE_PAGE_CSP, 'x-content-type-options': 'nosniff' });
+            res.writeHead(200, {
+              'content-type': 'text/html; charset=utf-8',
+              'content-length': body.length,
+              'cache-control': 'no-store',
+              'content-security-policy': USAGE_PAGE_CSP,
+              'x-content-type-options': 'nosniff',
+            });
             res.end(req.method === 'HEAD' ? undefined : body);
           },
           (err: Error) => {

@@ -66,7 +66,10 @@ export function runSettler(p: SettlerParts): Settler | null {
     },
     gaveUp: (run) => {
       counters.gaveUp.inc();
-      p.logger.warn({ run: run.id, keyId: run.keyId, route: run.route, day: run.day, booked: run.booked }, 'scraper run given up unsettled at the give-up age; its reservation stays booked as its cost');
+      p.logger.warn(
+        { run: run.id, keyId: run.keyId, route: run.route, day: run.day, booked: run.booked },
+        'scraper run given up unsettled at the give-up age; its reservation stays booked as its cost',
+      );
     },
   });
   settler.start();

@@ -16,7 +16,8 @@ import type { KeyStore } from '../keys/store.ts';
 import { bindError } from './listen.ts';
 import type { Logger } from '../observe/log.ts';
 import { Metrics } from '../observe/metrics.ts';
-import { createPipeline } from '../request/pipeline.ts';
+import { createPipeline, type Pipeline } from '../request/pipeline.ts';
+import type { RunTarget } from '../ledger/run-ask.ts';
 import { serveEvents } from './events.ts';
 import { startUsage, type UsageOptions } from './usage-part.ts';
 import { buildRuntime, idleReason, restartOnlyChanges, type Runtime } from './runtime.ts';
@@ -33,7 +34,6 @@ import { detach, neverRejects } from '../lib/detach.ts';
 
 /** The least time the ledger and the key store get after the last connection closed, ms. */
 const FINAL_WRITE_MS = 500;
-
 
 export interface Readiness {
   readonly ready: boolean;
@@ -95,29 +95,25 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
   let runtime = buildRuntime(config);
   const keys = new KeyHolder(store, logger, metrics, () => runtime.config.keysMaxStalenessMs);
   await keys.start();
-  const lastUse = new LastUse(store, options.lastUseFlushMs ?? 10_000, (err) =>
-    logger.warn({ err }, 'last-use times not written'),
+  const lastUse = new LastUse(
+    store,
+    options.lastUseFlushMs ?? 10_000,
+    (err) => logger.warn({ err }, 'last-use times not written'),
     (seconds) => metrics.task('last_use_write', seconds),
   );
-  const sweeper = new Sweeper(() => runtime.config, expire, (seconds) => metrics.task('timer_sweep', seconds));
+  const sweeper = new Sweeper(
+    () => runtime.config,
+    expire,
+    (seconds) => metrics.task('timer_sweep', seconds),
+  );
   const { ledger, leases, spend, admit, statusSources, units, usageStore, settler } = await startUsage(config, store, logger, metrics, {
     ...options,
     keyIds: () => (keys.loaded === null ? null : new Set(keys.loaded.records.map((r) => r.id))),
     keyOf: (id) => keys.loaded?.records.find((r) => r.id === id) ?? null,
-    // A scraper run is asked about where the configuration in force points its route, with its credential.
-    runTarget: (name) => {
-      const route = runtime.config.routes.find((r) => r.name === name);
-      const target = runtime.targets.get(name);
-      return route === undefined || target === undefined ? null : { target: route.target, credential: target.credential, upstreamCa: runtime.config.upstreamCa };
-    },
+    runTarget: (name) => runTargetOf(runtime, name),
   });
   metrics.watchLedger(() => usageStore.damaged === undefined);
   const pages = usageStore instanceof MemoryUsageStore ? null : pageThread(pageSource(config, units));
-  const credentialParams = (): ReadonlySet<string> => {
-    const names = new Set<string>();
-    for (const r of runtime.table.values()) for (const n of r.dropQuery) names.add(n);
-    return names;
-  };
 
   const pipeline = createPipeline({
     runtime: () => runtime,
@@ -127,18 +123,13 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     sweeper,
     metrics,
     lastUse,
-    complete: createCompletion(logger, metrics, credentialParams, ledger),
+    complete: createCompletion(logger, metrics, () => credentialParams(runtime), ledger),
     admit,
     ledger,
     keyStatus: (principal, now) => keyStatus(statusSources, principal, units, now),
   });
 
-  const server: http.Server =
-    config.tls === null ? http.createServer(serverOptions(config)) : https.createServer({ ...serverOptions(config), cert: config.tls.cert, key: config.tls.key });
-  // Beyond this many open connections Node closes new ones at once; the ones open are served.
-  server.maxConnections = config.maxConnections;
-
-  serveEvents(server, pipeline, logger, config.tls !== null);
+  const server = createServer(config, pipeline, logger);
 
   let closing: Promise<void> | null = null;
   const listenFd = options.listenFd ?? null;
@@ -150,7 +141,10 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     shutdown: () => {
       draining = true;
       closing ??= drain({ server, runtime: () => runtime, keys, ledger, leases, spend, settler, lastUse, sweeper, store, logger });
-      detach(closing.then(() => pages?.close()), neverRejects);
+      detach(
+        closing.then(() => pages?.close()),
+        neverRejects,
+      );
       return closing;
     },
     reloadKeys: () => keys.reload(),
@@ -162,9 +156,44 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     readiness: () => withLedger(readinessOf(keys, draining, runtime.config), usageStore),
     keyCount: () => keys.loaded?.size ?? 0,
     // In memory (no ledger file could be opened) the figures are this process's own, and few: built here.
-    usagePage: pages === null ? usagePage(usageStore, () => keys.loaded?.records ?? [], config.routes.map((r) => r.name), units, renderPage) : (params) => pages.page(params),
+    usagePage:
+      pages === null
+        ? usagePage(
+            usageStore,
+            () => keys.loaded?.records ?? [],
+            config.routes.map((r) => r.name),
+            units,
+            renderPage,
+          )
+        : (params) => pages.page(params),
   };
   return gateway;
+}
+
+/** The HTTP or HTTPS server, its events handed to the pipeline. */
+function createServer(config: Config, pipeline: Pipeline, logger: Logger): http.Server {
+  const server: http.Server =
+    config.tls === null
+      ? http.createServer(serverOptions(config))
+      : https.createServer({ ...serverOptions(config), cert: config.tls.cert, key: config.tls.key });
+  // Beyond this many open connections Node closes new ones at once; the ones open are served.
+  server.maxConnections = config.maxConnections;
+  serveEvents(server, pipeline, logger, config.tls !== null);
+  return server;
+}
+
+/** A scraper run is asked about where the configuration in force points its route, with its credential. */
+function runTargetOf(runtime: Runtime, name: string): RunTarget | null {
+  const route = runtime.config.routes.find((r) => r.name === name);
+  const target = runtime.targets.get(name);
+  return route === undefined || target === undefined ? null : { target: route.target, credential: target.credential, upstreamCa: runtime.config.upstreamCa };
+}
+
+/** The query parameters that carry a credential on some route (never logged). */
+function credentialParams(runtime: Runtime): ReadonlySet<string> {
+  const names = new Set<string>();
+  for (const r of runtime.table.values()) for (const n of r.dropQuery) names.add(n);
+  return names;
 }
 
 /** Bind (or take systemd's socket); `onListening` runs once bound, before the promise resolves. */
@@ -257,11 +286,19 @@ function drain({ server, runtime, keys, ledger, leases, spend, settler, lastUse,
       // Pending runs stay in the store: the next start (or another gateway) settles them.
       // Its questions end first, so that no claim outlives this gateway while the store still takes writes.
       detach(
-        within(settler?.stop() ?? Promise.resolve(), Math.min(left, FINAL_WRITE_MS), undefined).then(() => Promise.all([within(lastUse.stop(), left, undefined), within(leases?.stop().catch(() => undefined) ?? Promise.resolve(), left, undefined), ledger.stop(left)])).finally(async () => {
-          await within(store.close?.().catch(() => undefined) ?? Promise.resolve(), FINAL_WRITE_MS, undefined);
-          logger.info('stopped');
-          resolve();
-        }),
+        within(settler?.stop() ?? Promise.resolve(), Math.min(left, FINAL_WRITE_MS), undefined)
+          .then(() =>
+            Promise.all([
+              within(lastUse.stop(), left, undefined),
+              within(leases?.stop().catch(() => undefined) ?? Promise.resolve(), left, undefined),
+              ledger.stop(left),
+            ]),
+          )
+          .finally(async () => {
+            await within(store.close?.().catch(() => undefined) ?? Promise.resolve(), FINAL_WRITE_MS, undefined);
+            logger.info('stopped');
+            resolve();
+          }),
         (err) => logger.error({ err }, 'drain: a final write failed'),
       );
     });
@@ -289,7 +326,8 @@ function readinessOf(keys: KeyHolder, draining: boolean, config: Config): Readin
   const set = keys.loaded;
   if (draining) return { ready: false, draining, keys: set?.size ?? null, reason: 'draining' };
   if (set === null) return { ready: false, draining, keys: null, reason: 'no key set loaded' };
-  if (keys.current() === null) return { ready: false, draining, keys: set.size, stale: true, reason: 'key store unreachable for longer than KEYWARD_KEYS_MAX_STALENESS' };
+  if (keys.current() === null)
+    return { ready: false, draining, keys: set.size, stale: true, reason: 'key store unreachable for longer than KEYWARD_KEYS_MAX_STALENESS' };
   const stale = keys.up ? {} : { stale: true, ...(keys.problem === null ? {} : { problem: keys.problem }) };
   // Up, but nothing it could forward: a load balancer should not send traffic here yet.
   const idle = idleReason(config, set.size);

@@ -74,7 +74,7 @@ export async function startUsage(config: Config, store: KeyStore, logger: Logger
         if (bad.length > 0) logger.error({ files: bad }, 'usage files that cannot be read left in place');
         for (const s of setAside) {
           metrics.usageSetAside(s.batches);
-          logger.error({ file: s.file, batches: s.batches, reasons: s.reasons }, 'kept usage that breaks the ledger\'s rules set aside, not written');
+          logger.error({ file: s.file, batches: s.batches, reasons: s.reasons }, "kept usage that breaks the ledger's rules set aside, not written");
         }
       },
       known: (keyId, route) => {
@@ -92,9 +92,12 @@ export async function startUsage(config: Config, store: KeyStore, logger: Logger
   const units = costUnits(config);
   // The process that decides limits answers where a key stands and fires its alerts; a worker asks its primary.
   const spend: Spend | null =
-    options.admit === undefined ? createSpend({ config, store: usageStore, ledger, limiter, logger, registry: metrics.registry, unitOf: (r) => units(r) ?? 'usd' }) : null;
+    options.admit === undefined
+      ? createSpend({ config, store: usageStore, ledger, limiter, logger, registry: metrics.registry, unitOf: (r) => units(r) ?? 'usd' })
+      : null;
   await spend?.start();
-  const admit: Admit = options.admit ?? (spend === null ? (p, policy, route, now) => limiter.admit(p.id, policy, route, now, ledger.gateways) : alerting(limiter, ledger, spend));
+  const admit: Admit =
+    options.admit ?? (spend === null ? (p, policy, route, now) => limiter.admit(p.id, policy, route, now, ledger.gateways) : alerting(limiter, ledger, spend));
   const statusSources: StatusSources =
     spend?.status ??
     (() => {
@@ -141,4 +144,3 @@ function alerting(limiter: Limiter, ledger: Ledger, spend: Spend): Admit {
     return r instanceof Promise ? r.then(watch) : watch(r);
   };
 }
-

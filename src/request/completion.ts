@@ -64,7 +64,10 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
     if (ex.masked !== null) {
       // Which secret by route and form; never its value.
       const secrets = [...new Set(ex.masked.map((f) => `${f.route} ${f.form}`))];
-      logger.warn({ reqId: ex.id, route: fields.route, path: fields.path, secrets, cut: fields.error === 'secret_in_compressed_body' }, 'upstream secret found in a response and kept from the client');
+      logger.warn(
+        { reqId: ex.id, route: fields.route, path: fields.path, secrets, cut: fields.error === 'secret_in_compressed_body' },
+        'upstream secret found in a response and kept from the client',
+      );
       for (const s of secrets) metrics.egressMasked(route, s);
     }
     if (ex.forwardStart > 0) metrics.inFlight(route, -1);

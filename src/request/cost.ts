@@ -131,7 +131,12 @@ export class TopLevelField {
  * decompressed, which the egress filter does; with the filter off it is not
  * read.
  */
-export function readCost(how: UpstreamSpec['cost'], bodiless: boolean, headers: IncomingHttpHeaders, unfiltered: boolean): { header: Cost | null; body: TopLevelField | null } {
+export function readCost(
+  how: UpstreamSpec['cost'],
+  bodiless: boolean,
+  headers: IncomingHttpHeaders,
+  unfiltered: boolean,
+): { header: Cost | null; body: TopLevelField | null } {
   if (how === null || bodiless) return { header: null, body: null };
   let header: Cost | null = null;
   if (how.headers !== undefined) {

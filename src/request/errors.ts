@@ -101,7 +101,16 @@ export function limitRefusal(base: GatewayError, d: LimitDetail, budgetUnit: str
         : d.kind === 'rate'
           ? `Rate limit of ${plain(d.value)} requests per ${d.window} s reached; the next request is allowed at ${d.resetsAt}.`
           : `Concurrency limit of ${plain(d.value)} requests in flight reached; one may start when another finishes.`;
-  const limit = { kind: d.kind, ...(d.route === null ? {} : { route: d.route }), value: d.value, unit, used: d.used, period: d.period, ...(d.window === null ? {} : { window: d.window }), resetsAt: d.resetsAt };
+  const limit = {
+    kind: d.kind,
+    ...(d.route === null ? {} : { route: d.route }),
+    value: d.value,
+    unit,
+    used: d.used,
+    period: d.period,
+    ...(d.window === null ? {} : { window: d.window }),
+    resetsAt: d.resetsAt,
+  };
   return { ...base, message, body: Buffer.from(JSON.stringify({ error: message, code: base.code, limit })) };
 }
 

@@ -153,7 +153,19 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
   }
   // A compressed body's head waits for its first clean decoded bytes: one
   // that does not decode gets a 502, not a 200 and a cut.
-  relayCompressed({ up: proxyRes, res, ex, secrets, limits, onSecret, cost, decoders, head, undecodable: () => answer(ex, res, UPSTREAM_ANSWERS.unscannable_encoding, true), sniffed: null });
+  relayCompressed({
+    up: proxyRes,
+    res,
+    ex,
+    secrets,
+    limits,
+    onSecret,
+    cost,
+    decoders,
+    head,
+    undecodable: () => answer(ex, res, UPSTREAM_ANSWERS.unscannable_encoding, true),
+    sniffed: null,
+  });
 }
 
 /**

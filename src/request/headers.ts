@@ -87,11 +87,7 @@ function carriesToken(value: string | string[]): boolean {
  * Content-Length by listing it in Connection and so have the body reach the
  * upstream unframed (request smuggling, cf. GHSA-ggv3-7p47-pfv8).
  */
-export function upstreamRequestHeaders(
-  incoming: IncomingHttpHeaders,
-  route: Route,
-  credential: readonly [string, string],
-): OutgoingHttpHeaders {
+export function upstreamRequestHeaders(incoming: IncomingHttpHeaders, route: Route, credential: readonly [string, string]): OutgoingHttpHeaders {
   const out: OutgoingHttpHeaders = {};
   const named = connectionNamed(incoming.connection);
   const strip = route.stripHeaders;

@@ -43,7 +43,13 @@ const TLS_FAILURE = /^(?:ERR_TLS_|ERR_SSL_|CERT_|UNABLE_TO_|DEPTH_ZERO_SELF_SIGN
 
 /** Whether `f` says the request never reached the upstream at all. */
 export function neverConnected(f: Failure | null): boolean {
-  return f !== null && f.by === 'upstream' && (f.reason === 'unreachable' || f.reason === 'timeout') && f.detail !== null && (NEVER_CONNECTED.has(f.detail) || TLS_FAILURE.test(f.detail));
+  return (
+    f !== null &&
+    f.by === 'upstream' &&
+    (f.reason === 'unreachable' || f.reason === 'timeout') &&
+    f.detail !== null &&
+    (NEVER_CONNECTED.has(f.detail) || TLS_FAILURE.test(f.detail))
+  );
 }
 
 /** An upstream failure. */

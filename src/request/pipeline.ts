@@ -219,11 +219,15 @@ class RequestPipeline implements Pipeline {
     const { principal, route } = a;
     const policy = principal.limits === undefined ? null : policyFor(principal);
     if (policy === null) return this.#forward(a);
-    if (this.#deps.ledgerDamaged() && (policy.quota !== null || policy.budgets.has(route.name))) return this.#refuse(a.ex, a.req, a.res, ERRORS.ledgerUnavailable);
+    if (this.#deps.ledgerDamaged() && (policy.quota !== null || policy.budgets.has(route.name)))
+      return this.#refuse(a.ex, a.req, a.res, ERRORS.ledgerUnavailable);
     const admitted = this.#deps.admit(principal, policy, route.name, Date.now());
     if (!(admitted instanceof Promise)) return this.#admittedOrNot(admitted, a);
     // A worker waits for its primary's answer; the request is not read meanwhile.
-    detach(admitted.then((r) => this.#admittedOrNot(r, a)), neverRejects);
+    detach(
+      admitted.then((r) => this.#admittedOrNot(r, a)),
+      neverRejects,
+    );
   }
 
   #admittedOrNot(r: Admission | Refused, a: Admitted): void {
@@ -270,7 +274,12 @@ class RequestPipeline implements Pipeline {
       if (body === null) return this.#refuse(ex, req, res, ERRORS.keystoreUnavailable);
       const text = Buffer.from(JSON.stringify(body));
       ex.bytesOut = req.method === 'HEAD' ? 0 : text.length;
-      res.writeHead(200, { 'content-type': 'application/json', 'content-length': text.length, 'cache-control': 'no-store', ...(hasBody(req) ? { connection: 'close' } : {}) });
+      res.writeHead(200, {
+        'content-type': 'application/json',
+        'content-length': text.length,
+        'cache-control': 'no-store',
+        ...(hasBody(req) ? { connection: 'close' } : {}),
+      });
       res.end(req.method === 'HEAD' ? undefined : text);
     };
     const body = this.#deps.keyStatus(principal, Date.now());

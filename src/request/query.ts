@@ -116,7 +116,9 @@ export function hasLookalike(query: string, names: ReadonlySet<string>): boolean
 export function usd(value: number): string {
   const micro = Math.floor(Math.max(0, value) * 1e6 + 1e-6);
   const whole = Math.floor(micro / 1e6);
-  const frac = String(micro % 1e6).padStart(6, '0').replace(/0+$/, '');
+  const frac = String(micro % 1e6)
+    .padStart(6, '0')
+    .replace(/0+$/, '');
   return frac === '' ? String(whole) : `${whole}.${frac}`;
 }
 

@@ -141,9 +141,14 @@ function send(proxyRes: IncomingMessage, res: ServerResponse, out: Buffer): void
 function sniff(start: Buffer): Decoders | null {
   const [a, b, c, d] = start;
   if (a === 0x1f && b === 0x8b && c === 0x08) return { list: [DECODERS.gzip as Decoder], zstd: false };
-  if (a !== undefined && b !== undefined && (a & 0x0f) === 8 && a >> 4 <= 7 && ((a << 8) | b) % 31 === 0) return { list: [DECODERS.deflate as Decoder], zstd: false };
+  if (a !== undefined && b !== undefined && (a & 0x0f) === 8 && a >> 4 <= 7 && ((a << 8) | b) % 31 === 0)
+    return { list: [DECODERS.deflate as Decoder], zstd: false };
   const zstd = DECODERS.zstd;
-  if (zstd !== undefined && d !== undefined && ((a === 0x28 && b === 0xb5 && c === 0x2f && d === 0xfd) || (a !== undefined && (a & 0xf0) === 0x50 && b === 0x2a && c === 0x4d && d === 0x18))) {
+  if (
+    zstd !== undefined &&
+    d !== undefined &&
+    ((a === 0x28 && b === 0xb5 && c === 0x2f && d === 0xfd) || (a !== undefined && (a & 0xf0) === 0x50 && b === 0x2a && c === 0x4d && d === 0x18))
+  ) {
     return { list: [zstd], zstd: true };
   }
   return null;
@@ -420,7 +425,8 @@ export class CompressedRelay {
     const { limits, cost } = this.#p;
     this.#decoded += decoded.length;
     // A bomb (6 KB of brotli that inflates to 4 GiB): what one response may make the gateway decode is bounded.
-    if (this.#decoded > limits.maxDecodedBytes || (this.#decoded > RATIO_FROM && this.#decoded > limits.maxRatio * (this.#fed[0] as number))) return this.#refuse('decoded_limit');
+    if (this.#decoded > limits.maxDecodedBytes || (this.#decoded > RATIO_FROM && this.#decoded > limits.maxRatio * (this.#fed[0] as number)))
+      return this.#refuse('decoded_limit');
     cost?.push(decoded);
     // Scanned for what it holds and where a possible secret starts; the decoded bytes themselves are not sent.
     this.#scan.pushTo(decoded, ignore);

@@ -43,7 +43,13 @@ function sendError(res: ServerResponse, err: GatewayError, close: boolean, extra
 }
 
 /** The gateway answers this exchange itself: recorded for the completion line, then sent. */
-export function answer(ex: Exchange, res: ServerResponse, err: GatewayError, close: boolean, extra: Readonly<Record<string, string | number>> | null = null): void {
+export function answer(
+  ex: Exchange,
+  res: ServerResponse,
+  err: GatewayError,
+  close: boolean,
+  extra: Readonly<Record<string, string | number>> | null = null,
+): void {
   ex.settle({ by: 'gateway', code: err.code });
   ex.bytesOut = res.headersSent ? ex.bytesOut : err.body.length;
   sendError(res, err, close, extra);
@@ -65,4 +71,3 @@ export function writeRawError(socket: Socket, err: GatewayError): void {
     'latin1',
   );
 }
-

@@ -8,9 +8,7 @@ import { ERRORS, type GatewayError } from './errors.ts';
  * KEYWARD_NATIVE_AUTH the gateway also takes the client token from there.
  */
 export type NativeCredential =
-  | { readonly kind: 'header'; readonly name: string }
-  | { readonly kind: 'basic' }
-  | { readonly kind: 'query'; readonly name: string };
+  { readonly kind: 'header'; readonly name: string } | { readonly kind: 'basic' } | { readonly kind: 'query'; readonly name: string };
 
 /** A request an upstream's stand-in answers (standins.ts): the demo prints it, tests send it. */
 export interface Example {
@@ -255,7 +253,8 @@ export function hasDotSegment(path: string): boolean {
 //   (`%c0%ae%c0%ae` is `..`);
 // - a one- or two-dot segment followed by encoded blanks (`..%20`): Windows
 //   drops trailing blanks from names, turning it into `..`.
-const FORBIDDEN_ESCAPE_RE = /%(?:[01][0-9a-f]|7f|u[0-9a-f]{4}|c[01]|e0%[89][0-9a-f]|f0%8[0-9a-f])|(?:^|\/|\\|%2f|%5c)(?:\.|%2e){1,2}(?:%20|%09|%0b|%0c)+(?=$|\/|\\|%2f|%5c|;|%3b)/i;
+const FORBIDDEN_ESCAPE_RE =
+  /%(?:[01][0-9a-f]|7f|u[0-9a-f]{4}|c[01]|e0%[89][0-9a-f]|f0%8[0-9a-f])|(?:^|\/|\\|%2f|%5c)(?:\.|%2e){1,2}(?:%20|%09|%0b|%0c)+(?=$|\/|\\|%2f|%5c|;|%3b)/i;
 
 /** True when the path holds an escape that is refused with 400 (see above). */
 export function hasForbiddenEscape(path: string): boolean {

@@ -184,7 +184,13 @@ export interface Folded {
  * encoding would read it: `hit(form, from, to)` per occurrence, in bytes of
  * `buf`.
  */
-export function searchRun<F extends Folded>(buf: Buffer, start: number, end: number, forms: readonly F[], hit: (form: F, from: number, to: number) => void): void {
+export function searchRun<F extends Folded>(
+  buf: Buffer,
+  start: number,
+  end: number,
+  forms: readonly F[],
+  hit: (form: F, from: number, to: number) => void,
+): void {
   const { src, place, plain } = prepare(buf, start, end);
   if (plain) {
     // Most runs hold no escape: one native pass per secret.
@@ -396,7 +402,8 @@ export function spellingTables(secrets: readonly string[]): { readonly alphabet:
           const start = u.slice(o, o + 4);
           for (const rest of headsOf(i + 1, 4 - start.length)) {
             const w = start + rest;
-            const word = ((w.charCodeAt(0) & 0xff) | ((w.charCodeAt(1) & 0xff) << 8) | ((w.charCodeAt(2) & 0xff) << 16) | ((w.charCodeAt(3) & 0xff) << 24)) >>> 0;
+            const word =
+              ((w.charCodeAt(0) & 0xff) | ((w.charCodeAt(1) & 0xff) << 8) | ((w.charCodeAt(2) & 0xff) << 16) | ((w.charCodeAt(3) & 0xff) << 24)) >>> 0;
             const slot = windowSlot(word);
             windows[slot >>> 5] = (windows[slot >>> 5] as number) | (1 << (slot & 31));
           }
@@ -416,7 +423,9 @@ export function base64Middles(secret: string): string[] {
   const bytes = Buffer.from(secret);
   const out = new Set<string>();
   for (let k = 0; k < 3; k++) {
-    const b64 = Buffer.concat([Buffer.alloc(k), bytes]).toString('base64').replace(/=+$/, '');
+    const b64 = Buffer.concat([Buffer.alloc(k), bytes])
+      .toString('base64')
+      .replace(/=+$/, '');
     // Character j holds bits [6j, 6j + 6): keep those past the k padding bytes and within the secret.
     const from = Math.ceil((8 * k) / 6);
     const to = Math.floor((8 * (k + bytes.length)) / 6);

@@ -123,7 +123,11 @@ export class StoreView {
     // down or frozen, it gets the figures last read and this gateway's own
     // not yet written, said to be stale (docs/limits.md, "A key's own status").
     if (!Number.isFinite(this.#freshWithinMs)) return usageFrom([...(await read.rows), ...unwritten], now);
-    const rows = await within(read.rows.catch(() => null), this.#freshWithinMs, null);
+    const rows = await within(
+      read.rows.catch(() => null),
+      this.#freshWithinMs,
+      null,
+    );
     if (rows !== null) return usageFrom([...rows, ...unwritten], now);
     const last = this.#last.get(keyId) ?? null;
     return { ...usageFrom([...(last?.rows ?? []), ...unwritten], now), stale: { asOf: last === null ? null : new Date(last.at).toISOString() } };

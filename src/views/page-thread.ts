@@ -20,7 +20,10 @@ export interface PageSource {
 }
 
 /** The thread's source from the gateway's configuration. */
-export function pageSource(config: Pick<Config, 'databaseUrl' | 'databaseTimeoutMs' | 'keysFile' | 'costRoutes' | 'routes'>, units: (route: string) => string | null): PageSource {
+export function pageSource(
+  config: Pick<Config, 'databaseUrl' | 'databaseTimeoutMs' | 'keysFile' | 'costRoutes' | 'routes'>,
+  units: (route: string) => string | null,
+): PageSource {
   return {
     databaseUrl: config.databaseUrl,
     databaseTimeoutMs: config.databaseTimeoutMs,

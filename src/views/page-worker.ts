@@ -15,7 +15,12 @@ import { SqliteUsageStore, usagePath } from '../ledger/sqlite-store.ts';
 import type { UsageStore } from '../ledger/store.ts';
 
 const source = workerData as PageSource;
-const keys = openKeyStore({ databaseUrl: source.databaseUrl, databaseTimeoutMs: source.databaseTimeoutMs, keysFile: source.keysFile, costRoutes: source.costRoutes });
+const keys = openKeyStore({
+  databaseUrl: source.databaseUrl,
+  databaseTimeoutMs: source.databaseTimeoutMs,
+  keysFile: source.keysFile,
+  costRoutes: source.costRoutes,
+});
 let usage: UsageStore | null = sharedUsageStore(keys) ?? null;
 /** The ledger: the key store's own (PostgreSQL), else the SQLite file beside the keys file once it exists. */
 const ledger = (): UsageStore => {

@@ -60,7 +60,9 @@ function chart(report: Report, routes: readonly string[], field: 'requests' | 'c
   const ticks: string[] = [];
   for (let i = n - 1; i >= 0; i -= 7) {
     const at = i === n - 1 ? 'right:0' : `left:${(((i + 0.5) / n) * 100).toFixed(2)}%`;
-    ticks.unshift(`<span class="${i === n - 1 ? 'tick end' : 'tick'}" style="${at}" data-day="${report.days[i]}">${(report.days[i] as string).slice(5)}</span>`);
+    ticks.unshift(
+      `<span class="${i === n - 1 ? 'tick end' : 'tick'}" style="${at}" data-day="${report.days[i]}">${(report.days[i] as string).slice(5)}</span>`,
+    );
   }
   const legend = routes.map((r) => `<span class="key"><i style="background:${colour(r)}"></i>${esc(r)}</span>`).join(' ');
   const mid = TOP + (H - TOP) / 2;
@@ -80,6 +82,22 @@ const link = (params: { key?: string | null; route?: string | null }): string =>
   return s === '' ? '/usage' : `/usage?${s}`;
 };
 
+/** The page's own style: no external sheet, so the admin listener serves one response. */
+const STYLE = `body{font:15px/1.4 system-ui,sans-serif;margin:0 auto;max-width:960px;padding:12px;color:#111}
+h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.6em}
+figure{margin:0 0 1em}svg{display:block;width:100%;height:160px;background:#fafafa;border:1px solid #ddd;box-sizing:border-box}
+.plot{position:relative}.grid{stroke:#ddd;stroke-dasharray:4 4}.value{position:absolute;left:4px;transform:translateY(-50%);font-size:.75em;color:#555;background:#fafafa;padding:0 2px}
+.empty{height:160px;margin:0;display:flex;align-items:center;justify-content:center;background:#fafafa;border:1px solid #ddd;color:#555;text-align:center;padding:0 1em;box-sizing:border-box}
+table{border-collapse:collapse;width:100%;font-size:.9em;display:block;overflow-x:auto}
+table.fit{display:table}table.fit td{white-space:normal}table.fit td:first-child{overflow-wrap:anywhere}
+th,td{padding:3px 8px;border-bottom:1px solid #eee;text-align:right;white-space:nowrap}th:first-child,td:first-child{text-align:left}
+.axis{position:relative;height:1.3em;font-size:.75em;color:#555}.tick{position:absolute;transform:translateX(-50%);white-space:nowrap}.tick.end{transform:none}
+.key i{display:inline-block;width:10px;height:10px;margin-right:4px}.legend{font-size:.85em;color:#555}
+tr.past td{color:#b91c1c;font-weight:600}tr.near td{color:#b45309}
+form{display:flex;flex-wrap:wrap;gap:8px;align-items:end}label{display:flex;flex-direction:column;font-size:.85em}
+input,select,button{font:inherit;padding:4px}
+`;
+
 /** The page for `report`; `units` names each route's cost unit (null: it reports none). */
 export function renderPage(report: Report, routes: readonly string[], units: (route: string) => string | null, at: string): string {
   const f = report.filter;
@@ -98,38 +116,42 @@ export function renderPage(report: Report, routes: readonly string[], units: (ro
     })
     .reverse()
     .join('\n');
-  const head = shown.map((r) => `<th scope="col">${esc(r)} requests</th>${units(r) === null ? '' : `<th scope="col">${esc(r)} cost (${esc(units(r) as string)})</th>`}`).join('');
+  const head = shown
+    .map((r) => `<th scope="col">${esc(r)} requests</th>${units(r) === null ? '' : `<th scope="col">${esc(r)} cost (${esc(units(r) as string)})</th>`}`)
+    .join('');
   const name = (k: { name: string; id: string } | null, id: string): string => (k === null ? esc(id) : `${esc(k.name)} <small>${esc(k.id)}</small>`);
-  const top = report.top.length === 0
-    ? '<p>No requests today.</p>'
-    : `<table class="fit"><thead><tr><th scope="col">key</th><th scope="col">requests</th><th scope="col">cost</th></tr></thead><tbody>${report.top
-        .map((t) => `<tr><td><a href="${esc(link({ key: t.keyId, route: f.route }))}">${name(t.key, t.keyId)}</a></td><td>${num(t.requests)}</td><td>${Object.entries(t.cost).map(([r, c]) => `${esc(r)} ${num(c)} ${esc(units(r) ?? '')}`).join(', ') || '—'}</td></tr>`)
-        .join('')}</tbody></table>`;
-  const near = report.near.length === 0
-    ? '<p>No key is at 80 % of a quota or budget.</p>'
-    : `<table class="fit"><thead><tr><th scope="col">key</th><th scope="col">limit</th><th scope="col">used</th><th scope="col">share</th></tr></thead><tbody>${report.near
-        .map((n) => `<tr class="${n.share >= 1 ? 'past' : 'near'}"><td><a href="${esc(link({ key: n.key.id }))}">${name(n.key, n.key.id)}</a></td><td>${esc(n.limit)}</td><td>${num(n.used)} of ${num(n.value)}</td><td>${Math.round(n.share * 100)} %</td></tr>`)
-        .join('')}</tbody></table>`;
-  const routeLinks = [`<a href="${esc(link({ key: f.keyText }))}"${f.route === null ? ' aria-current="page"' : ''}>all routes</a>`, ...routes.map((r) => `<a href="${esc(link({ key: f.keyText, route: r }))}"${f.route === r ? ' aria-current="page"' : ''}>${esc(r)}</a>`)].join(' · ');
+  const top =
+    report.top.length === 0
+      ? '<p>No requests today.</p>'
+      : `<table class="fit"><thead><tr><th scope="col">key</th><th scope="col">requests</th><th scope="col">cost</th></tr></thead><tbody>${report.top
+          .map(
+            (t) =>
+              `<tr><td><a href="${esc(link({ key: t.keyId, route: f.route }))}">${name(t.key, t.keyId)}</a></td><td>${num(t.requests)}</td><td>${
+                Object.entries(t.cost)
+                  .map(([r, c]) => `${esc(r)} ${num(c)} ${esc(units(r) ?? '')}`)
+                  .join(', ') || '—'
+              }</td></tr>`,
+          )
+          .join('')}</tbody></table>`;
+  const near =
+    report.near.length === 0
+      ? '<p>No key is at 80 % of a quota or budget.</p>'
+      : `<table class="fit"><thead><tr><th scope="col">key</th><th scope="col">limit</th><th scope="col">used</th><th scope="col">share</th></tr></thead><tbody>${report.near
+          .map(
+            (n) =>
+              `<tr class="${n.share >= 1 ? 'past' : 'near'}"><td><a href="${esc(link({ key: n.key.id }))}">${name(n.key, n.key.id)}</a></td><td>${esc(n.limit)}</td><td>${num(n.used)} of ${num(n.value)}</td><td>${Math.round(n.share * 100)} %</td></tr>`,
+          )
+          .join('')}</tbody></table>`;
+  const routeLinks = [
+    `<a href="${esc(link({ key: f.keyText }))}"${f.route === null ? ' aria-current="page"' : ''}>all routes</a>`,
+    ...routes.map((r) => `<a href="${esc(link({ key: f.keyText, route: r }))}"${f.route === r ? ' aria-current="page"' : ''}>${esc(r)}</a>`),
+  ].join(' · ');
   const scope = f.keyText === null ? 'every key' : f.key === null ? `no key named ${esc(f.keyText)}` : `key ${name(f.key, f.key.id)}`;
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>keyward usage</title>
 <style>
-body{font:15px/1.4 system-ui,sans-serif;margin:0 auto;max-width:960px;padding:12px;color:#111}
-h1{font-size:1.3em}h2{font-size:1.1em;margin-top:1.6em}
-figure{margin:0 0 1em}svg{display:block;width:100%;height:160px;background:#fafafa;border:1px solid #ddd;box-sizing:border-box}
-.plot{position:relative}.grid{stroke:#ddd;stroke-dasharray:4 4}.value{position:absolute;left:4px;transform:translateY(-50%);font-size:.75em;color:#555;background:#fafafa;padding:0 2px}
-.empty{height:160px;margin:0;display:flex;align-items:center;justify-content:center;background:#fafafa;border:1px solid #ddd;color:#555;text-align:center;padding:0 1em;box-sizing:border-box}
-table{border-collapse:collapse;width:100%;font-size:.9em;display:block;overflow-x:auto}
-table.fit{display:table}table.fit td{white-space:normal}table.fit td:first-child{overflow-wrap:anywhere}
-th,td{padding:3px 8px;border-bottom:1px solid #eee;text-align:right;white-space:nowrap}th:first-child,td:first-child{text-align:left}
-.axis{position:relative;height:1.3em;font-size:.75em;color:#555}.tick{position:absolute;transform:translateX(-50%);white-space:nowrap}.tick.end{transform:none}
-.key i{display:inline-block;width:10px;height:10px;margin-right:4px}.legend{font-size:.85em;color:#555}
-tr.past td{color:#b91c1c;font-weight:600}tr.near td{color:#b45309}
-form{display:flex;flex-wrap:wrap;gap:8px;align-items:end}label{display:flex;flex-direction:column;font-size:.85em}
-input,select,button{font:inherit;padding:4px}
-</style></head><body>
+${STYLE}</style></head><body>
 <h1>Usage: ${scope}${f.routeText === null ? '' : f.route === null ? `, no route named ${esc(f.routeText)}` : `, route ${esc(f.route)}`}</h1>
 <form method="get" action="/usage"><label>key (id or name)<input name="key" value="${esc(f.keyText ?? '')}"></label>
 <label>route<select name="route"><option value="">all</option>${routes.map((r) => `<option${f.route === r ? ' selected' : ''}>${esc(r)}</option>`).join('')}</select></label>

@@ -22,12 +22,22 @@ function fromRows(store: Pick<UsageStore, 'rows'>): ReportQueries {
   return {
     daily: async (since, keyId, route) => {
       const rows = await store.rows({ since, ...(keyId === null ? {} : { keyId }), ...(route === null ? {} : { route }) });
-      return [...sum(rows, (r) => `${r.day}\u0000${r.route}`).values()].map((t) => ({ day: t.row.day, route: t.row.route, requests: t.requests, cost: t.cost }));
+      return [...sum(rows, (r) => `${r.day}\u0000${r.route}`).values()].map((t) => ({
+        day: t.row.day,
+        route: t.row.route,
+        requests: t.requests,
+        cost: t.cost,
+      }));
     },
     byKey: async (since, keyIds) => {
       const only = keyIds === null ? null : new Set(keyIds);
       const rows = (await store.rows({ since })).filter((r) => only === null || only.has(r.keyId));
-      return [...sum(rows, (r) => `${r.keyId}\u0000${r.route}`).values()].map((t) => ({ keyId: t.row.keyId, route: t.row.route, requests: t.requests, cost: t.cost }));
+      return [...sum(rows, (r) => `${r.keyId}\u0000${r.route}`).values()].map((t) => ({
+        keyId: t.row.keyId,
+        route: t.row.route,
+        requests: t.requests,
+        cost: t.cost,
+      }));
     },
   };
 }
@@ -36,7 +46,12 @@ export interface Report {
   readonly days: readonly string[];
   readonly daily: readonly DayTotal[];
   /** Today's keys by requests, most first (at most 10). */
-  readonly top: ReadonlyArray<{ readonly key: KeyRecord | null; readonly keyId: string; readonly requests: number; readonly cost: Readonly<Record<string, number>> }>;
+  readonly top: ReadonlyArray<{
+    readonly key: KeyRecord | null;
+    readonly keyId: string;
+    readonly requests: number;
+    readonly cost: Readonly<Record<string, number>>;
+  }>;
   /** Keys at or past `NEAR` of a quota or budget this period, most used first. */
   readonly near: ReadonlyArray<{ readonly key: KeyRecord; readonly limit: string; readonly used: number; readonly value: number; readonly share: number }>;
   /** `route`: the route shown, null for all or for a `routeText` that names none. */
@@ -48,7 +63,13 @@ const NEAR = 0.8;
 const DAYS = 30;
 
 /** The page's figures at `now` for `filter` (a key by id or name, a route). */
-async function buildReport(q: ReportQueries, keys: readonly KeyRecord[], routes: readonly string[], filter: { key: string | null; route: string | null }, now = Date.now()): Promise<Report> {
+async function buildReport(
+  q: ReportQueries,
+  keys: readonly KeyRecord[],
+  routes: readonly string[],
+  filter: { key: string | null; route: string | null },
+  now = Date.now(),
+): Promise<Report> {
   const today = periodOf('day', now).key;
   const month = `${periodOf('month', now).key}-01`;
   const days = Array.from({ length: DAYS }, (_, i) => new Date(Date.parse(today) - (DAYS - 1 - i) * 86_400_000).toISOString().slice(0, 10));
@@ -64,7 +85,12 @@ async function buildReport(q: ReportQueries, keys: readonly KeyRecord[], routes:
   const [daily, todays, months] = await Promise.all([
     q.daily(days[0] as string, keyId, route),
     q.byKey(today, null),
-    limited.length === 0 ? Promise.resolve([]) : q.byKey(month, limited.map((k) => k.id)),
+    limited.length === 0
+      ? Promise.resolve([])
+      : q.byKey(
+          month,
+          limited.map((k) => k.id),
+        ),
   ]);
   // Today's totals of every key hold those of the keys with limits.
   const dayOfLimited = todays;
@@ -99,7 +125,8 @@ async function buildReport(q: ReportQueries, keys: readonly KeyRecord[], routes:
     if (p === null) continue;
     if (p.quota !== null) {
       const used = total(p.quota.period === 'day' ? byDay : byMonth, k.id, null, 'requests');
-      if (used >= NEAR * p.quota.count) near.push({ key: k, limit: `quota ${p.quota.count}/${p.quota.period}`, used, value: p.quota.count, share: used / p.quota.count });
+      if (used >= NEAR * p.quota.count)
+        near.push({ key: k, limit: `quota ${p.quota.count}/${p.quota.period}`, used, value: p.quota.count, share: used / p.quota.count });
     }
     for (const [route, b] of p.budgets) {
       const used = total(b.period === 'day' ? byDay : byMonth, k.id, route, 'cost');
@@ -107,20 +134,38 @@ async function buildReport(q: ReportQueries, keys: readonly KeyRecord[], routes:
     }
   }
   near.sort((a, b) => b.share - a.share);
-  return { days, daily, top, near: near.slice(0, 50), filter: { key, keyText: filter.key, route: route === filter.route ? route : null, routeText: filter.route } };
+  return {
+    days,
+    daily,
+    top,
+    near: near.slice(0, 50),
+    filter: { key, keyText: filter.key, route: route === filter.route ? route : null, routeText: filter.route },
+  };
 }
 
 /**
  * The usage page's source for the admin listener: the store's own aggregates
  * (or its rows), the key records by `keys`, each route's cost unit.
  */
-export function usagePage(store: UsageStore, keys: () => readonly KeyRecord[] | Promise<readonly KeyRecord[]>, routes: readonly string[], units: (route: string) => string | null, render: (r: Report, routes: readonly string[], units: (route: string) => string | null, at: string) => string): (params: URLSearchParams) => Promise<string> {
+export function usagePage(
+  store: UsageStore,
+  keys: () => readonly KeyRecord[] | Promise<readonly KeyRecord[]>,
+  routes: readonly string[],
+  units: (route: string) => string | null,
+  render: (r: Report, routes: readonly string[], units: (route: string) => string | null, at: string) => string,
+): (params: URLSearchParams) => Promise<string> {
   const q = store.report ?? fromRows(store);
   return async (params) => {
     const route = params.get('route');
     const key = params.get('key');
     const now = Date.now();
-    const report = await buildReport(q, await keys(), routes, { key: key === null || key.trim() === '' ? null : key.trim(), route: route === null || route === '' ? null : route }, now);
+    const report = await buildReport(
+      q,
+      await keys(),
+      routes,
+      { key: key === null || key.trim() === '' ? null : key.trim(), route: route === null || route === '' ? null : route },
+      now,
+    );
     return render(report, routes, units, new Date(now).toISOString());
   };
 }

@@ -103,14 +103,25 @@ test('healthz, readyz and metrics: every named series exists and moves with traf
     assert.equal(delta('keyward_bytes_total', { route: 'seo', direction: 'out' }), ok.body.length);
     assert.equal(delta('keyward_request_duration_seconds_count', { route: 'seo' }), 1);
     assert.equal(delta('keyward_upstream_ttfb_seconds_count', { route: 'seo' }), 1);
-    assert.equal(after.sum('keyward_request_duration_seconds_bucket', { route: 'seo', le: '+Inf' }), after.sum('keyward_request_duration_seconds_count', { route: 'seo' }));
+    assert.equal(
+      after.sum('keyward_request_duration_seconds_bucket', { route: 'seo', le: '+Inf' }),
+      after.sum('keyward_request_duration_seconds_count', { route: 'seo' }),
+    );
     assert.equal(after.sum('keyward_keys', { state: 'revoked' }), 1);
     assert.equal(after.sum('keyward_requests_in_flight'), 0);
-    assert.equal(after.samples.some((s) => 'key' in s.labels || 'keyId' in s.labels), false, 'no per-key labels');
+    assert.equal(
+      after.samples.some((s) => 'key' in s.labels || 'keyId' in s.labels),
+      false,
+      'no per-key labels',
+    );
 
     // In flight, then draining: readiness says so while the request finishes.
     const slow = request(`${base}/seo/v3/slow`, { headers: { authorization: `Bearer ${all.token}` } });
-    await eventually(async () => parseProm((await request(`${admin}/metrics`)).body.toString()).sum('keyward_requests_in_flight', { route: 'seo' }) === 1, 3_000, 'in flight');
+    await eventually(
+      async () => parseProm((await request(`${admin}/metrics`)).body.toString()).sum('keyward_requests_in_flight', { route: 'seo' }) === 1,
+      3_000,
+      'in flight',
+    );
     serve.child.kill('SIGTERM');
     await eventually(async () => (await request(`${admin}/readyz`)).status === 503, 3_000, 'not ready while draining');
     const draining = await request(`${admin}/readyz`);
@@ -130,7 +141,15 @@ test('healthz, readyz and metrics: every named series exists and moves with traf
 test('with KEYWARD_WORKERS=2 the admin listener in the primary reports the sum over workers', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'keyward-admin-w-'));
   const up = await startUpstream();
-  const env = { KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: '0', KEYWARD_WORKERS: '2', KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p' };
+  const env = {
+    KEYWARD_PORT: '0',
+    KEYWARD_ADMIN_PORT: '0',
+    KEYWARD_WORKERS: '2',
+    KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+    KEYWARD_SEO_URL: up.url,
+    KEYWARD_SEO_LOGIN: 'l',
+    KEYWARD_SEO_PASSWORD: 'p',
+  };
   const key = JSON.parse((await runCli(['keys', 'create', '--name', 'w', '--json'], env)).stdout) as { token: string };
   const serve = await startCli(['serve'], env, '"msg":"admin listening"');
   try {

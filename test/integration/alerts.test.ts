@@ -25,9 +25,11 @@ const signed = (r: Received): boolean => r.signature === `sha256=${createHmac('s
 const auth = (token: string): Record<string, string> => ({ authorization: `Bearer ${token}` });
 const pending = (metrics: string): number => parseProm(metrics).sum('keyward_limit_alert_checks_pending', {});
 /** No alert check is due on this gateway: whatever could fire has fired (and was counted). */
-const settled = (gw: { gateway: { metrics: { text(): Promise<string> } } }): Promise<void> => eventually(async () => pending(await gw.gateway.metrics.text()) === 0, 10_000, 'no alert check pending');
+const settled = (gw: { gateway: { metrics: { text(): Promise<string> } } }): Promise<void> =>
+  eventually(async () => pending(await gw.gateway.metrics.text()) === 0, 10_000, 'no alert check pending');
 /** The same, read from a `keyward serve`'s admin listener. */
-const settledAt = (admin: string | null): Promise<void> => eventually(async () => pending((await request(`${admin ?? ''}/metrics`)).body.toString()) === 0, 20_000, 'no alert check pending');
+const settledAt = (admin: string | null): Promise<void> =>
+  eventually(async () => pending((await request(`${admin ?? ''}/metrics`)).body.toString()) === 0, 20_000, 'no alert check pending');
 
 test('a quota driven past 80 % and, after a restart, 100 %: exactly two signed alerts, a warn line and the metric each; none fired twice', async () => {
   const up = await startUpstream();
@@ -41,7 +43,10 @@ test('a quota driven past 80 % and, after a restart, 100 %: exactly two signed a
     assert.deepEqual(statuses, Array(9).fill(200));
     await eventually(() => receiver.got.length >= 1, 10_000, 'the 80 % alert');
     await settled(gw); // no check is due: nothing more comes
-    assert.deepEqual(receiver.got.map((r) => [r.json.event, r.json.limit.kind, r.json.limit.threshold, r.json.limit.value]), [['threshold_crossed', 'quota', 80, 10]]);
+    assert.deepEqual(
+      receiver.got.map((r) => [r.json.event, r.json.limit.kind, r.json.limit.threshold, r.json.limit.value]),
+      [['threshold_crossed', 'quota', 80, 10]],
+    );
     // What was counted when the check ran: the 8th request crossed the line, the 9th may be in too.
     assert.ok([8, 9].includes(receiver.got[0]?.json.used as number), `used ${receiver.got[0]?.json.used}`);
     assert.equal(gw.logs().filter((l) => l.msg?.toString().startsWith('limit alert')).length, 1);
@@ -57,19 +62,31 @@ test('a quota driven past 80 % and, after a restart, 100 %: exactly two signed a
     assert.deepEqual(more, Array(20).fill(429));
     await eventually(() => receiver.got.length >= 2, 10_000, 'the 100 % alert');
     await settled(second);
-    assert.deepEqual(receiver.got.map((r) => [r.json.event, r.json.limit.threshold]), [['threshold_crossed', 80], ['limit_reached', 100]]);
+    assert.deepEqual(
+      receiver.got.map((r) => [r.json.event, r.json.limit.threshold]),
+      [
+        ['threshold_crossed', 80],
+        ['limit_reached', 100],
+      ],
+    );
     for (const r of receiver.got) {
       assert.ok(signed(r), 'HMAC-SHA256 of the body with the configured secret');
       assert.deepEqual(r.json.key, { id: gw.keyId, name: 'tester' });
       assert.ok(!r.body.includes(gw.token) && !r.body.includes(gw.secrets.seoPassword));
     }
     const warns = second.logs().filter((l) => l.msg?.toString().startsWith('limit alert'));
-    assert.deepEqual(warns.map((l) => [l.level, l.threshold]), [[40, 100]]);
+    assert.deepEqual(
+      warns.map((l) => [l.level, l.threshold]),
+      [[40, 100]],
+    );
     // Another key crosses its own thresholds: its alerts are its own.
     for (let i = 0; i < 8; i++) assert.equal((await request(`${second.url}/seo/v3/x`, { headers: auth(second.token) })).status, 200);
     await eventually(() => receiver.got.length >= 3, 10_000, 'the other key at 80 %');
     await settled(second);
-    assert.deepEqual(receiver.got.slice(2).map((r) => [r.json.key.id, r.json.limit.threshold]), [[second.keyId, 80]]);
+    assert.deepEqual(
+      receiver.got.slice(2).map((r) => [r.json.key.id, r.json.limit.threshold]),
+      [[second.keyId, 80]],
+    );
   } finally {
     await second?.close();
     await gw.close();
@@ -85,7 +102,11 @@ test('a receiver down for a while gets every alert once it is back; a hanging re
     res.end('ok');
   });
   const port = await freePort();
-  const gw = await startGateway({ speech: up.url, env: { KEYWARD_ALERT_WEBHOOK: `http://127.0.0.1:${port}/hooks/keyward`, KEYWARD_ALERT_WEBHOOK_SECRET: SECRET }, limits: { budgets: { speech: '100/day' }, alerts: [50, 90, 100] } });
+  const gw = await startGateway({
+    speech: up.url,
+    env: { KEYWARD_ALERT_WEBHOOK: `http://127.0.0.1:${port}/hooks/keyward`, KEYWARD_ALERT_WEBHOOK_SECRET: SECRET },
+    limits: { budgets: { speech: '100/day' }, alerts: [50, 90, 100] },
+  });
   let receiver: Awaited<ReturnType<typeof startReceiver>> | null = null;
   try {
     // 4 × 25 characters: 50 %, 90 % and 100 % crossed while nothing listens.
@@ -93,11 +114,14 @@ test('a receiver down for a while gets every alert once it is back; a hanging re
     await eventually(() => gw.logs().some((l) => l.msg === 'alert webhook: not delivered; retrying'), 10_000, 'a failed attempt');
     receiver = await startReceiver(port);
     await eventually(() => receiver !== null && receiver.got.length >= 3, 30_000, 'every alert after the receiver came back');
-    assert.deepEqual(receiver.got.map((r) => [r.json.limit.kind, r.json.limit.threshold, r.json.limit.unit]), [
-      ['budget', 50, 'characters'],
-      ['budget', 90, 'characters'],
-      ['budget', 100, 'characters'],
-    ]);
+    assert.deepEqual(
+      receiver.got.map((r) => [r.json.limit.kind, r.json.limit.threshold, r.json.limit.unit]),
+      [
+        ['budget', 50, 'characters'],
+        ['budget', 90, 'characters'],
+        ['budget', 100, 'characters'],
+      ],
+    );
     assert.ok(receiver.got.every(signed));
   } finally {
     await gw.close();
@@ -126,7 +150,9 @@ test('a receiver down for a while gets every alert once it is back; a hanging re
     assert.equal((await request(`${gw2.url}/seo/v3/x`, { headers: auth(gw2.token) })).status, 200);
     await eventually(() => hanging.got.length > 0, 10_000, 'the first alert sent');
     const during = await timed(30, 'a request while the receiver hangs');
-    console.log(`requests before any alert: median ${before[9]?.toFixed(1)} ms, max ${before[18]?.toFixed(1)} ms; while the alert receiver hung: median ${during[15]?.toFixed(1)} ms, max ${during[29]?.toFixed(1)} ms`);
+    console.log(
+      `requests before any alert: median ${before[9]?.toFixed(1)} ms, max ${before[18]?.toFixed(1)} ms; while the alert receiver hung: median ${during[15]?.toFixed(1)} ms, max ${during[29]?.toFixed(1)} ms`,
+    );
     assert.equal(hanging.got.length, 1, 'one delivery at a time: the first still waits for its answer');
   } finally {
     await gw2.close();
@@ -135,12 +161,21 @@ test('a receiver down for a while gets every alert once it is back; a hanging re
   }
 });
 
-test('three gateways on one PostgreSQL: one alert per threshold for the fleet; the key\'s status the same on each', { timeout: 180_000 }, async () => {
+test("three gateways on one PostgreSQL: one alert per threshold for the fleet; the key's status the same on each", { timeout: 180_000 }, async () => {
   const db = await startDatabase();
   const up = await startUpstream();
   const receiver = await startReceiver();
   const dir = mkdtempSync(join(tmpdir(), 'keyward-alerts-'));
-  const env = { KEYWARD_DATABASE_URL: db.url, KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p', KEYWARD_USAGE_FLUSH: '300ms', KEYWARD_ALERT_WEBHOOK: receiver.url, KEYWARD_ALERT_WEBHOOK_SECRET: SECRET, KEYWARD_KEYS_FILE: join(dir, 'unused.json') };
+  const env = {
+    KEYWARD_DATABASE_URL: db.url,
+    KEYWARD_SEO_URL: up.url,
+    KEYWARD_SEO_LOGIN: 'l',
+    KEYWARD_SEO_PASSWORD: 'p',
+    KEYWARD_USAGE_FLUSH: '300ms',
+    KEYWARD_ALERT_WEBHOOK: receiver.url,
+    KEYWARD_ALERT_WEBHOOK_SECRET: SECRET,
+    KEYWARD_KEYS_FILE: join(dir, 'unused.json'),
+  };
   const gateways: Array<Awaited<ReturnType<typeof startFleetGateway>>> = [];
   try {
     const created = await runCli(['keys', 'create', '--name', 'fleet-alerts', '--quota', '30/day', '--alert-at', '50%,80%,100%', '--json'], env);
@@ -148,24 +183,38 @@ test('three gateways on one PostgreSQL: one alert per threshold for the fleet; t
     const token = (JSON.parse(created.stdout) as { token: string }).token;
     for (let i = 0; i < 3; i++) gateways.push(await startFleetGateway(env));
     // Each gateway takes its part, overlapping: the fleet forwards exactly the quota.
-    const ok = await Promise.all(gateways.map(async (g) => {
-      let n = 0;
-      for (let i = 0; i < 15; i++) if ((await statusOf(g.base, token)) === 200) n++;
-      return n;
-    }));
-    assert.equal(ok.reduce((a, b) => a + b, 0), 30);
+    const ok = await Promise.all(
+      gateways.map(async (g) => {
+        let n = 0;
+        for (let i = 0; i < 15; i++) if ((await statusOf(g.base, token)) === 200) n++;
+        return n;
+      }),
+    );
+    assert.equal(
+      ok.reduce((a, b) => a + b, 0),
+      30,
+    );
     await eventually(() => receiver.got.length >= 3, 20_000, 'the fleet crossed every threshold');
     // No gateway has a check due any more (a key is checked for a few flushes after its last request): none fires one again.
     for (const g of gateways) await settledAt(g.admin);
-    assert.deepEqual(receiver.got.map((r) => r.json.limit.threshold).sort((a, b) => a - b), [50, 80, 100]);
+    assert.deepEqual(
+      receiver.got.map((r) => r.json.limit.threshold).sort((a, b) => a - b),
+      [50, 80, 100],
+    );
     assert.ok(receiver.got.every(signed));
     const [rows] = await db.admin<Array<{ n: number }>>`select count(*)::int as n from keyward_alerts where delivered`;
     assert.equal(rows?.n, 3);
     // The key's own status on each gateway: the fleet's written counts, the same everywhere.
     for (const g of gateways) {
       const r = await request(`${g.base}/keyward/key`, { headers: auth(token) });
-      const body = r.json() as { limits: Array<{ kind: string; used: number; remaining: number }>; usage: { today: { routes: Record<string, { requests: number }> } } };
-      assert.deepEqual(body.limits.map((l) => [l.kind, l.used, l.remaining]), [['quota', 30, 0]]);
+      const body = r.json() as {
+        limits: Array<{ kind: string; used: number; remaining: number }>;
+        usage: { today: { routes: Record<string, { requests: number }> } };
+      };
+      assert.deepEqual(
+        body.limits.map((l) => [l.kind, l.used, l.remaining]),
+        [['quota', 30, 0]],
+      );
       assert.equal(body.usage.today.routes.seo?.requests, 30);
     }
   } finally {
@@ -197,7 +246,9 @@ test('alerts not delivered before a stop are sent by the next start; with two wo
   let gw = await startFleetGateway(env);
   try {
     // Over new connections, so both workers serve; nothing listens for the webhook yet.
-    const statuses = await Promise.all(Array.from({ length: 14 }, () => request(`${gw.base}/seo/v3/x`, { headers: { ...auth(token), connection: 'close' } }).then((r) => r.status)));
+    const statuses = await Promise.all(
+      Array.from({ length: 14 }, () => request(`${gw.base}/seo/v3/x`, { headers: { ...auth(token), connection: 'close' } }).then((r) => r.status)),
+    );
     assert.equal(statuses.filter((s) => s === 200).length, 10);
     await eventually(() => gw.output().includes('alert webhook: not delivered; retrying'), 10_000, 'a failed delivery');
     // The workers' counts reach the primary at their flushes, so the 100 %
@@ -216,7 +267,13 @@ test('alerts not delivered before a stop are sent by the next start; with two wo
     // The start's one look for undelivered alerts is over (it says so after handing them all to the webhook) and no check is due.
     await eventually(() => /alerts not delivered before the last stop; sending them/.test(gw.output()), 10_000, 'the resend');
     await settledAt(gw.admin);
-    assert.deepEqual(receiver.got.map((r) => [r.json.event, r.json.limit.threshold]), [['threshold_crossed', 80], ['limit_reached', 100]]);
+    assert.deepEqual(
+      receiver.got.map((r) => [r.json.event, r.json.limit.threshold]),
+      [
+        ['threshold_crossed', 80],
+        ['limit_reached', 100],
+      ],
+    );
     assert.ok(receiver.got.every(signed));
     assert.match(gw.output(), /alerts not delivered before the last stop; sending them/);
   } finally {

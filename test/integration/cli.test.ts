@@ -38,7 +38,10 @@ test('keys create, list and revoke: the token is shown once and stored only as a
 
     const list = await runCli(['keys', 'list', '--json'], env);
     const rows = JSON.parse(list.stdout) as Array<Record<string, unknown>>;
-    assert.deepEqual(rows.map((r) => r.name), ['alice', 'bob']);
+    assert.deepEqual(
+      rows.map((r) => r.name),
+      ['alice', 'bob'],
+    );
     assert.equal(list.stdout.includes('kw_') || list.stdout.includes('sha256'), false);
     const table = await runCli(['keys', 'list'], env);
     assert.match(table.stdout, /^ID\s+NAME\s+ROUTES\s+CREATED\s+EXPIRES\s+REVOKED\s+LAST USED\n/);
@@ -103,18 +106,28 @@ test('usage and configuration errors exit 2 with a one-line reason; runtime fail
     assert.equal(corrupt.code, 1);
     assert.equal(corrupt.stderr, `keyward: keys file ${env.KEYWARD_KEYS_FILE}\nkeyward: keys file: not valid JSON at line 1, column 2\n`);
 
-    const config = await runCli(['serve'], { ...env, KEYWARD_PORT: 'eighty', KEYWARD_SEO_URL: 'gopher://x', KEYWARD_SPEECH_KEY: 'SECRETVALUE', KEYWARD_SPEECH_KEY_FILE: '/x' });
+    const config = await runCli(['serve'], {
+      ...env,
+      KEYWARD_PORT: 'eighty',
+      KEYWARD_SEO_URL: 'gopher://x',
+      KEYWARD_SPEECH_KEY: 'SECRETVALUE',
+      KEYWARD_SPEECH_KEY_FILE: '/x',
+    });
     assert.equal(config.code, 2);
     const lines = config.stderr.trim().split('\n');
     assert.equal(lines.length, 3);
-    for (const name of ['KEYWARD_PORT', 'KEYWARD_SEO_URL', 'KEYWARD_SPEECH_KEY']) assert.ok(lines.some((l) => l.includes(name)), name);
+    for (const name of ['KEYWARD_PORT', 'KEYWARD_SEO_URL', 'KEYWARD_SPEECH_KEY'])
+      assert.ok(
+        lines.some((l) => l.includes(name)),
+        name,
+      );
     assert.equal(config.stderr.includes('SECRETVALUE'), false);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 });
 
-test('concurrent keys create runs never lose each other\'s keys', async () => {
+test("concurrent keys create runs never lose each other's keys", async () => {
   const dir = tempDir();
   try {
     const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json') };
@@ -167,7 +180,8 @@ test('serve: secrets from files and systemd credentials, live reload, SIGHUP, cl
     const result = await deadline(serve.done, 10_000, 'exit after SIGTERM');
     assert.equal(result.code, 0);
     assert.match(result.stdout, /"msg":"stopped"/);
-    for (const secret of ['SPEECHFROMCREDS', 'SEOPASSFROMFILE', key.token]) assert.equal(result.stdout.includes(secret) || result.stderr.includes(secret), false);
+    for (const secret of ['SPEECHFROMCREDS', 'SEOPASSFROMFILE', key.token])
+      assert.equal(result.stdout.includes(secret) || result.stderr.includes(secret), false);
   } finally {
     await up.close();
     rmSync(dir, { recursive: true, force: true });
@@ -178,7 +192,14 @@ test('serve with KEYWARD_WORKERS=2: both workers serve, logs stay whole lines, S
   const dir = tempDir();
   const up = await startUpstream();
   try {
-    const env = { KEYWARD_PORT: '0', KEYWARD_WORKERS: '2', KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'me', KEYWARD_SEO_PASSWORD: 'pw' };
+    const env = {
+      KEYWARD_PORT: '0',
+      KEYWARD_WORKERS: '2',
+      KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+      KEYWARD_SEO_URL: up.url,
+      KEYWARD_SEO_LOGIN: 'me',
+      KEYWARD_SEO_PASSWORD: 'pw',
+    };
     const key = JSON.parse((await runCli(['keys', 'create', '--name', 'svc', '--json'], env)).stdout) as { token: string };
     const serve = await startCli(['serve'], env, '"msg":"keyward listening"');
     await eventually(() => serve.output().split('"msg":"keyward listening"').length === 3, 10_000, 'two workers listening');
@@ -235,43 +256,62 @@ test('serve: a port already in use is a runtime failure (exit 1)', async () => {
   }
 });
 
-test('demo: every curl command it prints works as printed', { skip: process.env.PATH?.split(':').some((p) => { try { return statSync(join(p, 'curl')).isFile(); } catch { return false; } }) ? false : 'curl is not installed' }, async () => {
-  const dir = tempDir();
-  const demo = await startCli(['demo'], { KEYWARD_PORT: '0' }, 'Ctrl-C stops the demo.', 'stdout', dir);
-  try {
-    const commands = demo.output().split('\n').filter((l) => l.startsWith('curl '));
-    assert.equal(commands.length, 9);
-    const outputs: string[] = [];
-    for (const command of commands.slice(0, 7)) {
-      const { stdout } = await deadline(exec('sh', ['-c', command], { cwd: dir, encoding: 'utf8' }), 15_000, command);
-      outputs.push(stdout);
+test(
+  'demo: every curl command it prints works as printed',
+  {
+    skip: process.env.PATH?.split(':').some((p) => {
+      try {
+        return statSync(join(p, 'curl')).isFile();
+      } catch {
+        return false;
+      }
+    })
+      ? false
+      : 'curl is not installed',
+  },
+  async () => {
+    const dir = tempDir();
+    const demo = await startCli(['demo'], { KEYWARD_PORT: '0' }, 'Ctrl-C stops the demo.', 'stdout', dir);
+    try {
+      const commands = demo
+        .output()
+        .split('\n')
+        .filter((l) => l.startsWith('curl '));
+      assert.equal(commands.length, 9);
+      const outputs: string[] = [];
+      for (const command of commands.slice(0, 7)) {
+        const { stdout } = await deadline(exec('sh', ['-c', command], { cwd: dir, encoding: 'utf8' }), 15_000, command);
+        outputs.push(stdout);
+      }
+      assert.equal((JSON.parse(outputs[0] ?? '') as { data: { status: string } }).data.status, 'READY');
+      assert.equal((JSON.parse(outputs[1] ?? '') as { status_code: number }).status_code, 20000);
+      assert.equal(statSync(join(dir, 'hello.mp3')).size, 32_768);
+      assert.equal(statSync(join(dir, 'stream.mp3')).size, 65_536);
+      assert.deepEqual(JSON.parse(outputs[4] ?? ''), { error: 'Unauthorized.', code: 'unauthorized' });
+      // The budgeted key: the stand-in bills 18 characters for "Hello from keyward", over a budget of 10.
+      assert.equal(statSync(join(dir, 'budget-hello.mp3')).size, 32_768);
+      assert.equal((JSON.parse(outputs[6] ?? '') as { code: string }).code, 'budget_exceeded');
+      // The scraper's budget (0.5 usd a day, runs of 0.3 booked once they end): two runs, each waited for until
+      // booked (the key's status), then the third is refused. The second was capped at the 0.2 left, and cost that.
+      const [run, status] = commands.slice(7) as [string, string];
+      const scraperUsed = async (): Promise<number> => {
+        const s = JSON.parse((await exec('sh', ['-c', status], { cwd: dir, encoding: 'utf8' })).stdout) as {
+          limits: Array<{ kind: string; route: string | null; used: number }>;
+        };
+        return s.limits.find((l) => l.kind === 'budget' && l.route === 'scraper')?.used ?? -1;
+      };
+      for (const used of [0.3, 0.5]) {
+        assert.equal((JSON.parse((await exec('sh', ['-c', run], { cwd: dir, encoding: 'utf8' })).stdout) as { data: { status: string } }).data.status, 'READY');
+        await eventually(async () => (await scraperUsed()) === used, 30_000, `the run booked (used ${used})`);
+      }
+      assert.equal((JSON.parse((await exec('sh', ['-c', run], { cwd: dir, encoding: 'utf8' })).stdout) as { code: string }).code, 'budget_exceeded');
+      demo.child.kill('SIGINT');
+      const result = await deadline(demo.done, 10_000, 'demo exit');
+      assert.equal(result.code, 0);
+      assert.match(result.stderr, /"msg":"request completed"/);
+    } finally {
+      demo.child.kill('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
     }
-    assert.equal((JSON.parse(outputs[0] ?? '') as { data: { status: string } }).data.status, 'READY');
-    assert.equal((JSON.parse(outputs[1] ?? '') as { status_code: number }).status_code, 20000);
-    assert.equal(statSync(join(dir, 'hello.mp3')).size, 32_768);
-    assert.equal(statSync(join(dir, 'stream.mp3')).size, 65_536);
-    assert.deepEqual(JSON.parse(outputs[4] ?? ''), { error: 'Unauthorized.', code: 'unauthorized' });
-    // The budgeted key: the stand-in bills 18 characters for "Hello from keyward", over a budget of 10.
-    assert.equal(statSync(join(dir, 'budget-hello.mp3')).size, 32_768);
-    assert.equal((JSON.parse(outputs[6] ?? '') as { code: string }).code, 'budget_exceeded');
-    // The scraper's budget (0.5 usd a day, runs of 0.3 booked once they end): two runs, each waited for until
-    // booked (the key's status), then the third is refused. The second was capped at the 0.2 left, and cost that.
-    const [run, status] = commands.slice(7) as [string, string];
-    const scraperUsed = async (): Promise<number> => {
-      const s = JSON.parse((await exec('sh', ['-c', status], { cwd: dir, encoding: 'utf8' })).stdout) as { limits: Array<{ kind: string; route: string | null; used: number }> };
-      return s.limits.find((l) => l.kind === 'budget' && l.route === 'scraper')?.used ?? -1;
-    };
-    for (const used of [0.3, 0.5]) {
-      assert.equal((JSON.parse((await exec('sh', ['-c', run], { cwd: dir, encoding: 'utf8' })).stdout) as { data: { status: string } }).data.status, 'READY');
-      await eventually(async () => (await scraperUsed()) === used, 30_000, `the run booked (used ${used})`);
-    }
-    assert.equal((JSON.parse((await exec('sh', ['-c', run], { cwd: dir, encoding: 'utf8' })).stdout) as { code: string }).code, 'budget_exceeded');
-    demo.child.kill('SIGINT');
-    const result = await deadline(demo.done, 10_000, 'demo exit');
-    assert.equal(result.code, 0);
-    assert.match(result.stderr, /"msg":"request completed"/);
-  } finally {
-    demo.child.kill('SIGKILL');
-    rmSync(dir, { recursive: true, force: true });
-  }
-});
+  },
+);

@@ -44,7 +44,14 @@ function leakyHeaders(token: string): http.OutgoingHttpHeaders {
   };
 }
 
-function send(url: string, method: string, headers: http.OutgoingHttpHeaders, body: Buffer, mode: 'plain' | 'chunked' | 'expect', agent: http.Agent | false = false): Promise<Reply> {
+function send(
+  url: string,
+  method: string,
+  headers: http.OutgoingHttpHeaders,
+  body: Buffer,
+  mode: 'plain' | 'chunked' | 'expect',
+  agent: http.Agent | false = false,
+): Promise<Reply> {
   const done = new Promise<Reply>((resolve, reject) => {
     const h: http.OutgoingHttpHeaders = { ...headers };
     if (mode === 'chunked') h['transfer-encoding'] = 'chunked';
@@ -53,7 +60,9 @@ function send(url: string, method: string, headers: http.OutgoingHttpHeaders, bo
     const req = http.request(url, { method, headers: h, agent }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode as number, headers: res.headers, rawHeaders: res.rawHeaders, body: Buffer.concat(chunks), json: () => null }));
+      res.on('end', () =>
+        resolve({ status: res.statusCode as number, headers: res.headers, rawHeaders: res.rawHeaders, body: Buffer.concat(chunks), json: () => null }),
+      );
     });
     req.on('error', reject);
     if (mode === 'expect') req.on('continue', () => req.end(body));
@@ -85,7 +94,10 @@ for (const c of CASES) {
       const chunked = `${c.method} ${c.path} HTTP/1.1\r\nHost: gw\r\nAuthorization: bearer ${gw.token}\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n`;
       const pipelined = await raw(gw.port, one + chunked + one.replace('HTTP/1.1\r\n', 'HTTP/1.1\r\nConnection: close\r\n'));
       rawReplies.push(pipelined);
-      assert.deepEqual(statusLines(pipelined).map((l) => l.slice(9, 12)), ['200', '200', '200']);
+      assert.deepEqual(
+        statusLines(pipelined).map((l) => l.slice(9, 12)),
+        ['200', '200', '200'],
+      );
 
       for (const r of replies) assert.equal(r.status, 200);
       assert.equal(upstream.requests.length, 9);
@@ -138,7 +150,8 @@ test('a client token in the URL, in any encoding or case, is refused, not forwar
     }
     assert.equal(upstream.connections(), 0);
     const text = gw.logText();
-    for (const leak of [gw.token, gw.token.slice(3), gw.token.toLowerCase(), gw.token.slice(3).toLowerCase(), other.slice(3)]) assert.equal(text.includes(leak), false);
+    for (const leak of [gw.token, gw.token.slice(3), gw.token.toLowerCase(), gw.token.slice(3).toLowerCase(), other.slice(3)])
+      assert.equal(text.includes(leak), false);
     assert.equal(text.split('kw_[redacted]').length - 1, urls.length);
   } finally {
     await gw.close();
@@ -155,7 +168,10 @@ test("the scraper's own credential parameter carrying the client token is droppe
     assert.equal(r.status, 200);
     const s = await request(`${gw.url}/speech/v1/voices?xi-api-key=${gw.token}&page=2`, { headers: auth });
     assert.equal(s.status, 200);
-    assert.deepEqual(upstream.requests.map((q) => q.url), ['/v2/acts/x/runs?build=latest', '/v1/voices?page=2']);
+    assert.deepEqual(
+      upstream.requests.map((q) => q.url),
+      ['/v2/acts/x/runs?build=latest', '/v1/voices?page=2'],
+    );
     assert.equal(upstream.raw().includes(gw.token), false);
     assert.equal(gw.logText().includes(gw.token), false);
   } finally {

@@ -126,11 +126,17 @@ test('a chunked body that grows past the limit is cut off with 413 and the upstr
   const gw = await startGateway({ speech: up.url, env: { KEYWARD_MAX_BODY: '1KiB' } });
   try {
     const chunk = `200\r\n${'a'.repeat(512)}\r\n`;
-    const out = await raw(gw.port, `POST /speech/v1/x HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${gw.token}\r\nTransfer-Encoding: chunked\r\n\r\n${chunk.repeat(4)}0\r\n\r\n`);
+    const out = await raw(
+      gw.port,
+      `POST /speech/v1/x HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${gw.token}\r\nTransfer-Encoding: chunked\r\n\r\n${chunk.repeat(4)}0\r\n\r\n`,
+    );
     assert.match(out, /^HTTP\/1\.1 413 /);
     assert.match(out, /"code":"payload_too_large"/);
     await eventually(() => up.requests.length === 0 || up.requests[0]?.aborted === true, 2_000, 'upstream request aborted');
-    assert.equal(up.requests.some((r) => r.ended), false);
+    assert.equal(
+      up.requests.some((r) => r.ended),
+      false,
+    );
   } finally {
     await gw.close();
     await up.close();

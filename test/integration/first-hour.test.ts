@@ -64,7 +64,10 @@ test('keys import: a missing or corrupt FILE is named, and the store is left alo
     writeFileSync(missing, '{broken');
     const r2 = await runCli(['keys', 'import', missing], env);
     assert.equal(r2.code, 2);
-    assert.equal(r2.stderr, `keyward: keys import: ${missing} is not a keys file (not valid JSON at line 1, column 2); give a file written by keys export or a gateway's keys.json\n`);
+    assert.equal(
+      r2.stderr,
+      `keyward: keys import: ${missing} is not a keys file (not valid JSON at line 1, column 2); give a file written by keys export or a gateway's keys.json\n`,
+    );
     assert.throws(() => readFileSync(env.KEYWARD_KEYS_FILE), /ENOENT/, 'the store was not touched');
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -77,7 +80,8 @@ test('keyward keys without a command lists every keys command; usage errors neve
     const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json') };
     const bare = await runCli(['keys'], env);
     assert.equal(bare.code, 2);
-    for (const c of ['create', 'list', 'revoke', 'rotate', 'update', 'import', 'export']) assert.match(bare.stderr.split('\n')[0] as string, new RegExp(`\\b${c}\\b`), c);
+    for (const c of ['create', 'list', 'revoke', 'rotate', 'update', 'import', 'export'])
+      assert.match(bare.stderr.split('\n')[0] as string, new RegExp(`\\b${c}\\b`), c);
     const usage: string[][] = [
       ['keys', 'create'],
       ['keys', 'create', '--name', 'x', '--expires-in', 'soon'],
@@ -113,7 +117,10 @@ test('readiness: 503 with a reason while no route is configured or no key exists
       const ready = await request(`http://127.0.0.1:${portOf(bare.output(), 'admin listening')}/readyz`);
       assert.equal(ready.status, 503);
       assert.match((ready.json() as { reason: string }).reason, /^no route is configured: set the upstream secrets/);
-      const warn = bare.output().split('\n').find((l) => l.includes('nothing to serve yet'));
+      const warn = bare
+        .output()
+        .split('\n')
+        .find((l) => l.includes('nothing to serve yet'));
       assert.ok(warn !== undefined, bare.output());
       assert.equal((JSON.parse(warn) as { level: number }).level, 40);
       assert.match(bare.output(), new RegExp(`"keyStore":"${base.KEYWARD_KEYS_FILE.replace(/[/.]/g, '\\$&')}"`));
@@ -145,7 +152,7 @@ test('readiness: 503 with a reason while no route is configured or no key exists
   }
 });
 
-test('a port in use names the option that chose it: KEYWARD_PORT, KEYWARD_ADMIN_PORT, and the demo\'s KEYWARD_PORT', { timeout: 60_000 }, async () => {
+test("a port in use names the option that chose it: KEYWARD_PORT, KEYWARD_ADMIN_PORT, and the demo's KEYWARD_PORT", { timeout: 60_000 }, async () => {
   const dir = tempDir();
   const busy = net.createServer();
   await new Promise<void>((r) => busy.listen(0, '127.0.0.1', r));
@@ -154,10 +161,16 @@ test('a port in use names the option that chose it: KEYWARD_PORT, KEYWARD_ADMIN_
     const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json') };
     const pub = await runCli(['serve'], { ...env, KEYWARD_PORT: taken });
     assert.equal(pub.code, 1);
-    assert.match(pub.stderr, new RegExp(`KEYWARD_PORT: 127\\.0\\.0\\.1:${taken} is already in use \\(EADDRINUSE: another keyward\\?\\); set KEYWARD_PORT to a free port`));
+    assert.match(
+      pub.stderr,
+      new RegExp(`KEYWARD_PORT: 127\\.0\\.0\\.1:${taken} is already in use \\(EADDRINUSE: another keyward\\?\\); set KEYWARD_PORT to a free port`),
+    );
     const admin = await runCli(['serve'], { ...env, KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: taken });
     assert.equal(admin.code, 1);
-    assert.match(admin.stderr, new RegExp(`KEYWARD_ADMIN_PORT: 127\\.0\\.0\\.1:${taken} is already in use \\(EADDRINUSE: another keyward\\?\\); set KEYWARD_ADMIN_PORT to a free port`));
+    assert.match(
+      admin.stderr,
+      new RegExp(`KEYWARD_ADMIN_PORT: 127\\.0\\.0\\.1:${taken} is already in use \\(EADDRINUSE: another keyward\\?\\); set KEYWARD_ADMIN_PORT to a free port`),
+    );
     // A demo that cannot start leaves nothing behind: its temporary folder goes with it.
     const tmp = join(dir, 'tmp');
     mkdirSync(tmp);
@@ -166,56 +179,72 @@ test('a port in use names the option that chose it: KEYWARD_PORT, KEYWARD_ADMIN_
     assert.match(demo.stderr, /KEYWARD_PORT: .* is already in use/);
     const badPort = await runCli(['demo'], { KEYWARD_PORT: 'eighty', TMPDIR: tmp });
     assert.equal(badPort.code, 2);
-    assert.deepEqual(readdirSync(tmp).filter((f) => f.startsWith('keyward-demo-')), []);
+    assert.deepEqual(
+      readdirSync(tmp).filter((f) => f.startsWith('keyward-demo-')),
+      [],
+    );
   } finally {
     busy.close();
     rmSync(dir, { recursive: true, force: true });
   }
 });
 
-test('a keys file that stops parsing is logged with the error\'s type and message (pino\'s err serializer), and readiness and keyward_keystore_up say so until it parses again', { timeout: 30_000 }, async () => {
-  const dir = tempDir();
-  try {
-    const admin = await freePort();
-    const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: String(admin), KEYWARD_SPEECH_KEY: 'xi-test' };
-    assert.equal((await runCli(['keys', 'create', '--name', 'a'], env)).code, 0);
-    const good = readFileSync(env.KEYWARD_KEYS_FILE, 'utf8');
-    const gw = await startCli(['serve'], env, '"msg":"keyward listening"');
-    const readyz = async (): Promise<{ status: number; body: Record<string, unknown> }> => {
-      const r = await request(`http://127.0.0.1:${admin}/readyz`);
-      return { status: r.status, body: JSON.parse(r.body.toString()) as Record<string, unknown> };
-    };
-    const up = async (): Promise<string | undefined> => /^keyward_keystore_up (\d)$/m.exec((await request(`http://127.0.0.1:${admin}/metrics`)).body.toString())?.[1];
+test(
+  "a keys file that stops parsing is logged with the error's type and message (pino's err serializer), and readiness and keyward_keystore_up say so until it parses again",
+  { timeout: 30_000 },
+  async () => {
+    const dir = tempDir();
     try {
-      await eventually(async () => (await readyz()).status === 200, 5_000, 'ready');
-      assert.equal((await readyz()).body.stale, undefined);
-      assert.equal(await up(), '1');
-      writeFileSync(env.KEYWARD_KEYS_FILE, '{broken');
-      const until = Date.now() + 5_000;
-      while (Date.now() < until && !gw.output().includes('keys not reloaded')) await new Promise((r) => setTimeout(r, 20));
-      const line = JSON.parse(gw.output().split('\n').find((l) => l.includes('keys not reloaded')) as string) as { err: { type: string; message: string }; keyStore: string };
-      assert.equal(line.err.type, 'KeysFileCorrupt');
-      assert.equal(line.err.message, 'not valid JSON at line 1, column 2');
-      assert.equal(line.keyStore, env.KEYWARD_KEYS_FILE);
-      // Still serving its last good set (ready), and saying the file is broken.
-      const broken = await readyz();
-      assert.equal(broken.status, 200);
-      assert.equal(broken.body.stale, true);
-      assert.equal(broken.body.problem, `keys file ${env.KEYWARD_KEYS_FILE} cannot be read (not valid JSON at line 1, column 2); serving the last good key set`);
-      assert.equal(await up(), '0');
-      writeFileSync(env.KEYWARD_KEYS_FILE, good);
-      await eventually(async () => (await up()) === '1', 5_000, 'the fixed file in force');
-      assert.equal((await readyz()).body.problem, undefined);
+      const admin = await freePort();
+      const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: String(admin), KEYWARD_SPEECH_KEY: 'xi-test' };
+      assert.equal((await runCli(['keys', 'create', '--name', 'a'], env)).code, 0);
+      const good = readFileSync(env.KEYWARD_KEYS_FILE, 'utf8');
+      const gw = await startCli(['serve'], env, '"msg":"keyward listening"');
+      const readyz = async (): Promise<{ status: number; body: Record<string, unknown> }> => {
+        const r = await request(`http://127.0.0.1:${admin}/readyz`);
+        return { status: r.status, body: JSON.parse(r.body.toString()) as Record<string, unknown> };
+      };
+      const up = async (): Promise<string | undefined> =>
+        /^keyward_keystore_up (\d)$/m.exec((await request(`http://127.0.0.1:${admin}/metrics`)).body.toString())?.[1];
+      try {
+        await eventually(async () => (await readyz()).status === 200, 5_000, 'ready');
+        assert.equal((await readyz()).body.stale, undefined);
+        assert.equal(await up(), '1');
+        writeFileSync(env.KEYWARD_KEYS_FILE, '{broken');
+        const until = Date.now() + 5_000;
+        while (Date.now() < until && !gw.output().includes('keys not reloaded')) await new Promise((r) => setTimeout(r, 20));
+        const line = JSON.parse(
+          gw
+            .output()
+            .split('\n')
+            .find((l) => l.includes('keys not reloaded')) as string,
+        ) as { err: { type: string; message: string }; keyStore: string };
+        assert.equal(line.err.type, 'KeysFileCorrupt');
+        assert.equal(line.err.message, 'not valid JSON at line 1, column 2');
+        assert.equal(line.keyStore, env.KEYWARD_KEYS_FILE);
+        // Still serving its last good set (ready), and saying the file is broken.
+        const broken = await readyz();
+        assert.equal(broken.status, 200);
+        assert.equal(broken.body.stale, true);
+        assert.equal(
+          broken.body.problem,
+          `keys file ${env.KEYWARD_KEYS_FILE} cannot be read (not valid JSON at line 1, column 2); serving the last good key set`,
+        );
+        assert.equal(await up(), '0');
+        writeFileSync(env.KEYWARD_KEYS_FILE, good);
+        await eventually(async () => (await up()) === '1', 5_000, 'the fixed file in force');
+        assert.equal((await readyz()).body.problem, undefined);
+      } finally {
+        gw.child.kill('SIGTERM');
+        await deadline(gw.done, 10_000, 'exit');
+      }
     } finally {
-      gw.child.kill('SIGTERM');
-      await deadline(gw.done, 10_000, 'exit');
+      rmSync(dir, { recursive: true, force: true });
     }
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-});
+  },
+);
 
-test('.gitignore covers what npm pack, the keys file, the ledger and the README\'s walkthroughs leave in a checkout', async () => {
+test(".gitignore covers what npm pack, the keys file, the ledger and the README's walkthroughs leave in a checkout", async () => {
   const names = [
     'keyward-0.1.0.tgz',
     'keys.json.last-used',

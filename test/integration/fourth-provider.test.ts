@@ -54,7 +54,8 @@ test('a fourth provider added to the table is routed, credentialed, filtered and
     // The shipped ones still work beside it.
     assert.equal((await request(`${gw.url}/seo/v3/appendix/user_data`, { headers: auth })).status, 200);
     // Counted under its own route label (completion runs as each response closes).
-    const weatherCount = async (code: string): Promise<number> => parseProm(await gw.gateway.metrics.text()).sum('keyward_requests_total', { route: 'weather', code });
+    const weatherCount = async (code: string): Promise<number> =>
+      parseProm(await gw.gateway.metrics.text()).sum('keyward_requests_total', { route: 'weather', code });
     await eventually(async () => (await weatherCount('200')) === 1, 2_000, 'weather requests counted');
     // Its secret is kept out of responses too, and its credential parameter never reaches it.
     const echoed = await request(`${gw2.url}/weather/v1/today?appid=x&city=Oslo`, { headers: { authorization: `Bearer ${gw2.token}` } });

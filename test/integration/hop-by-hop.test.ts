@@ -37,23 +37,36 @@ test('hop-by-hop response headers stop at the gateway; repeated end-to-end ones 
     req.resume();
     req.on('end', () => {
       res.writeHead(201, 'Made It', [
-        'Content-Type', 'application/json',
-        'Set-Cookie', 'a=1; Path=/',
-        'Set-Cookie', 'b=2; Path=/',
-        'Connection', 'keep-alive, X-Private',
-        'X-Private', 'internal',
-        'Keep-Alive', 'timeout=77',
-        'Proxy-Connection', 'keep-alive',
-        'Trailer', 'X-Checksum',
-        'Upgrade', 'h2c',
-        'X-Provider-Request', 'abc123',
+        'Content-Type',
+        'application/json',
+        'Set-Cookie',
+        'a=1; Path=/',
+        'Set-Cookie',
+        'b=2; Path=/',
+        'Connection',
+        'keep-alive, X-Private',
+        'X-Private',
+        'internal',
+        'Keep-Alive',
+        'timeout=77',
+        'Proxy-Connection',
+        'keep-alive',
+        'Trailer',
+        'X-Checksum',
+        'Upgrade',
+        'h2c',
+        'X-Provider-Request',
+        'abc123',
       ]);
       res.end('{"made":true}');
     });
   });
   const gw = await startGateway({ scraper: upstream.url });
   try {
-    const out = await raw(gw.port, `POST /scraper/v2/acts/x/runs HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${gw.token}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`);
+    const out = await raw(
+      gw.port,
+      `POST /scraper/v2/acts/x/runs HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${gw.token}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`,
+    );
     const [head, body] = out.split('\r\n\r\n');
     // The status's standard phrase, never the upstream's own (docs/security.md): free text could carry a secret.
     assert.match(head ?? '', /^HTTP\/1\.1 201 Created\r\n/);

@@ -64,7 +64,10 @@ test('update changes scope and expiry without changing the token; scope refusals
     await eventually(async () => (await get('/speech/v1/voices')) === 200, 2_000, 'scope widened');
     assert.equal((await runCli(['keys', 'update', 'tester', '--expires-in', '1s'], env)).code, 0);
     await eventually(async () => (await get('/seo/v3/x')) === 401, 4_000, 'expired');
-    const expired = gw.logs().filter((l) => l.status === 401).at(-1);
+    const expired = gw
+      .logs()
+      .filter((l) => l.status === 401)
+      .at(-1);
     assert.equal(expired?.keyId, gw.keyId, 'a refused known key is named in the log');
     assert.equal((await runCli(['keys', 'update', 'tester', '--expires-in', 'never'], env)).code, 0);
     await eventually(async () => (await get('/seo/v3/x')) === 200, 2_000, 'expiry lifted');
@@ -84,10 +87,14 @@ test('keys list shows last use, written in batches; revoke is idempotent by id a
     const before = Date.now();
     for (let i = 0; i < 20; i++) assert.equal((await request(`${gw.url}/seo/v3/x`, { headers: { authorization: `Bearer ${gw.token}` } })).status, 200);
     let rows: Listed[] = [];
-    await eventually(async () => {
-      rows = JSON.parse((await runCli(['keys', 'list', '--json'], env)).stdout) as Listed[];
-      return rows.find((r) => r.name === 'tester')?.lastUsed !== null;
-    }, 5_000, 'last use written');
+    await eventually(
+      async () => {
+        rows = JSON.parse((await runCli(['keys', 'list', '--json'], env)).stdout) as Listed[];
+        return rows.find((r) => r.name === 'tester')?.lastUsed !== null;
+      },
+      5_000,
+      'last use written',
+    );
     const used = Date.parse(rows.find((r) => r.name === 'tester')?.lastUsed as string);
     assert.ok(used >= before - 1_000 && used <= Date.now());
     assert.equal(rows.find((r) => r.name === 'idle')?.lastUsed, null);
@@ -105,7 +112,10 @@ test('keys list shows last use, written in batches; revoke is idempotent by id a
       assert.match(again.stdout, /was already revoked/);
     }
     await eventually(async () => (await request(`${gw.url}/seo/v3/x`, { headers: { authorization: `Bearer ${gw.token}` } })).status === 401, 2_000, 'revoked');
-    const line = gw.logs().filter((l) => l.status === 401).at(-1);
+    const line = gw
+      .logs()
+      .filter((l) => l.status === 401)
+      .at(-1);
     assert.equal(line?.keyId, gw.keyId);
     assert.equal(line?.keyName, 'tester');
     assert.equal(line?.client, '127.0.0.1');
@@ -135,12 +145,28 @@ test('the keys CLI is strict: repeated flags, unknown routes, expiry beyond ten 
       assert.equal(r.code, 2, args.join(' '));
       assert.match(r.stderr, reason, args.join(' '));
     }
-    for (const args of [['--help'], ['serve', '--help'], ['demo', '--help'], ['keys', '--help'], ['keys', 'create', '--help'], ['keys', 'list', '--help'], ['keys', 'revoke', '--help'], ['keys', 'rotate', '-h'], ['keys', 'update', '--help']]) {
+    for (const args of [
+      ['--help'],
+      ['serve', '--help'],
+      ['demo', '--help'],
+      ['keys', '--help'],
+      ['keys', 'create', '--help'],
+      ['keys', 'list', '--help'],
+      ['keys', 'revoke', '--help'],
+      ['keys', 'rotate', '-h'],
+      ['keys', 'update', '--help'],
+    ]) {
       const r = await runCli(args, env);
       assert.equal(r.code, 0, args.join(' '));
       assert.match(r.stdout, /^usage: keyward/, args.join(' '));
     }
-    for (const args of [['keys', 'list'], ['keys', 'create', '--name', 'named'], ['keys', 'rotate', 'named'], ['keys', 'update', 'named', '--routes', 'seo'], ['keys', 'revoke', 'named']]) {
+    for (const args of [
+      ['keys', 'list'],
+      ['keys', 'create', '--name', 'named'],
+      ['keys', 'rotate', 'named'],
+      ['keys', 'update', 'named', '--routes', 'seo'],
+      ['keys', 'revoke', 'named'],
+    ]) {
       const r = await runCli(args, env);
       assert.equal(r.code, 0, `${args.join(' ')}: ${r.stderr}`);
       assert.equal(r.stderr.split('\n')[0], `keyward: keys file ${gw.store.location}`, args.join(' '));

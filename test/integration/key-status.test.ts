@@ -30,7 +30,10 @@ interface Status {
   key: { id: string; name: string; routes: string[] | null; expires: string | null };
   limits: LimitView[];
   alertAt: number[];
-  usage: { today: { day: string; routes: Record<string, { requests: number; cost: number; unit: string | null }> }; month: { month: string; routes: Record<string, { requests: number; cost: number; unit: string | null }> } };
+  usage: {
+    today: { day: string; routes: Record<string, { requests: number; cost: number; unit: string | null }> };
+    month: { month: string; routes: Record<string, { requests: number; cost: number; unit: string | null }> };
+  };
 }
 
 /** An upstream whose speech calls cost 30 characters and whose SEO calls cost 0.25 USD. */
@@ -63,7 +66,16 @@ test('GET /keyward/key: each limit with used, remaining and resetsAt, and usage 
     const midnight = new Date(Date.UTC(new Date().getUTCFullYear(), new Date().getUTCMonth(), new Date().getUTCDate() + 1)).toISOString().replace('.000Z', 'Z');
     const byKind = (s: Status): Record<string, LimitView> => Object.fromEntries(s.limits.map((l) => [l.route ?? l.kind, l]));
     assert.deepEqual(byKind(before.body).quota, { kind: 'quota', value: 5, unit: 'requests', used: 0, remaining: 5, period: 'day', resetsAt: midnight });
-    assert.deepEqual(byKind(before.body).speech, { kind: 'budget', route: 'speech', value: 100, unit: 'characters', used: 0, remaining: 100, period: 'day', resetsAt: midnight });
+    assert.deepEqual(byKind(before.body).speech, {
+      kind: 'budget',
+      route: 'speech',
+      value: 100,
+      unit: 'characters',
+      used: 0,
+      remaining: 100,
+      period: 'day',
+      resetsAt: midnight,
+    });
     assert.equal(byKind(before.body).concurrency?.remaining, 3);
     assert.equal(byKind(before.body).rate?.value, 50);
     assert.deepEqual(before.body.alertAt, [80, 100]);
@@ -97,18 +109,22 @@ test('GET /keyward/key: each limit with used, remaining and resetsAt, and usage 
     const atRefusal = await status();
     assert.equal(atRefusal.status, 200, 'a key past its quota still reads its status');
     const q = byKind(atRefusal.body).quota as LimitView;
-    assert.deepEqual({ kind: limit.kind, value: limit.value, used: limit.used, period: limit.period, resetsAt: limit.resetsAt }, { kind: q.kind, value: q.value, used: q.used, period: q.period, resetsAt: q.resetsAt });
+    assert.deepEqual(
+      { kind: limit.kind, value: limit.value, used: limit.used, period: limit.period, resetsAt: limit.resetsAt },
+      { kind: q.kind, value: q.value, used: q.used, period: q.period, resetsAt: q.resetsAt },
+    );
     assert.equal(q.remaining, 0);
 
     // Never a secret, never the token.
-    for (const s of [gw.token, gw.secrets.speechKey, gw.secrets.seoPassword, gw.secrets.seoLogin, gw.secrets.scraperToken]) assert.ok(!atRefusal.text.includes(s));
+    for (const s of [gw.token, gw.secrets.speechKey, gw.secrets.seoPassword, gw.secrets.seoLogin, gw.secrets.scraperToken])
+      assert.ok(!atRefusal.text.includes(s));
   } finally {
     await gw.close();
     await up.close();
   }
 });
 
-test("GET /keyward/key: another key sees only itself; unknown and revoked tokens get 401; other /keyward/ paths and methods other than GET 404", async () => {
+test('GET /keyward/key: another key sees only itself; unknown and revoked tokens get 401; other /keyward/ paths and methods other than GET 404', async () => {
   const up = await costingUpstream();
   const gw = await startGateway({ seo: up.url, limits: { quota: '10/day' } });
   try {
@@ -143,29 +159,61 @@ test("GET /keyward/key: another key sees only itself; unknown and revoked tokens
   }
 });
 
-test('GET /keyward/key with two workers: every worker gives the machine-wide figures the primary holds, and usage once written', { timeout: 120_000 }, async () => {
-  const up = await costingUpstream();
-  const { mkdtempSync } = await import('node:fs');
-  const { tmpdir } = await import('node:os');
-  const dir = mkdtempSync(join(tmpdir(), 'keyward-status-'));
-  const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: 'off', KEYWARD_WORKERS: '2', KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p', KEYWARD_USAGE_FLUSH: '200ms' };
-  const created = await runCli(['keys', 'create', '--name', 'w', '--quota', '20/day', '--json'], env);
-  assert.equal(created.code, 0, created.stderr);
-  const token = (JSON.parse(created.stdout) as { token: string }).token;
-  const gw = await startCli(['serve'], env, '"msg":"keyward listening"');
-  try {
-    await eventually(() => gw.output().split('keyward listening').length > 2, 20_000, 'both workers listening');
-    const port = (JSON.parse(gw.output().split('\n').find((l) => l.includes('keyward listening')) as string) as { port: number }).port;
-    const base = `http://127.0.0.1:${port}`;
-    // New connections each time: the kernel's round robin spreads them over both workers.
-    for (let i = 0; i < 6; i++) assert.equal((await request(`${base}/seo/v3/x${i}`, { headers: { ...auth(token), connection: 'close' } })).status, 200);
-    const answers = await Promise.all(Array.from({ length: 6 }, async () => (await request(`${base}/keyward/key`, { headers: { ...auth(token), connection: 'close' } })).json() as Status));
-    for (const a of answers) assert.deepEqual(a.limits.map((l) => [l.kind, l.used, l.remaining]), [['quota', 6, 14]]);
-    // Usage by route: every worker's counts once written (each flushes every 200 ms).
-    await eventually(async () => ((await request(`${base}/keyward/key`, { headers: { ...auth(token), connection: 'close' } })).json() as Status).usage.today.routes.seo?.requests === 6, 10_000, 'usage from the ledger');
-  } finally {
-    gw.child.kill('SIGTERM');
-    await gw.done;
-    await up.close();
-  }
-});
+test(
+  'GET /keyward/key with two workers: every worker gives the machine-wide figures the primary holds, and usage once written',
+  { timeout: 120_000 },
+  async () => {
+    const up = await costingUpstream();
+    const { mkdtempSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const dir = mkdtempSync(join(tmpdir(), 'keyward-status-'));
+    const env = {
+      KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+      KEYWARD_PORT: '0',
+      KEYWARD_ADMIN_PORT: 'off',
+      KEYWARD_WORKERS: '2',
+      KEYWARD_SEO_URL: up.url,
+      KEYWARD_SEO_LOGIN: 'l',
+      KEYWARD_SEO_PASSWORD: 'p',
+      KEYWARD_USAGE_FLUSH: '200ms',
+    };
+    const created = await runCli(['keys', 'create', '--name', 'w', '--quota', '20/day', '--json'], env);
+    assert.equal(created.code, 0, created.stderr);
+    const token = (JSON.parse(created.stdout) as { token: string }).token;
+    const gw = await startCli(['serve'], env, '"msg":"keyward listening"');
+    try {
+      await eventually(() => gw.output().split('keyward listening').length > 2, 20_000, 'both workers listening');
+      const port = (
+        JSON.parse(
+          gw
+            .output()
+            .split('\n')
+            .find((l) => l.includes('keyward listening')) as string,
+        ) as { port: number }
+      ).port;
+      const base = `http://127.0.0.1:${port}`;
+      // New connections each time: the kernel's round robin spreads them over both workers.
+      for (let i = 0; i < 6; i++) assert.equal((await request(`${base}/seo/v3/x${i}`, { headers: { ...auth(token), connection: 'close' } })).status, 200);
+      const answers = await Promise.all(
+        Array.from({ length: 6 }, async () => (await request(`${base}/keyward/key`, { headers: { ...auth(token), connection: 'close' } })).json() as Status),
+      );
+      for (const a of answers)
+        assert.deepEqual(
+          a.limits.map((l) => [l.kind, l.used, l.remaining]),
+          [['quota', 6, 14]],
+        );
+      // Usage by route: every worker's counts once written (each flushes every 200 ms).
+      await eventually(
+        async () =>
+          ((await request(`${base}/keyward/key`, { headers: { ...auth(token), connection: 'close' } })).json() as Status).usage.today.routes.seo?.requests ===
+          6,
+        10_000,
+        'usage from the ledger',
+      );
+    } finally {
+      gw.child.kill('SIGTERM');
+      await gw.done;
+      await up.close();
+    }
+  },
+);

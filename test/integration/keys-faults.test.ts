@@ -40,7 +40,11 @@ test('a keys CLI killed at any moment leaves the old or the new file, whole; the
       child.kill('SIGKILL');
       await deadline(done, 10_000, 'killed writer gone');
       const now = parseKeysFile(readFileSync(file, 'utf8'), costRoutes(UPSTREAMS)); // whole, or this throws
-      assert.deepEqual(now.slice(0, expected.length).map((r) => r.id), expected.map((r) => r.id), 'no earlier key lost');
+      assert.deepEqual(
+        now.slice(0, expected.length).map((r) => r.id),
+        expected.map((r) => r.id),
+        'no earlier key lost',
+      );
       if (now.length === expected.length) outcomes.old++;
       else {
         assert.equal(now.length, expected.length + 1);
@@ -66,7 +70,12 @@ test('a corrupt keys file is not written over unless --force, which keeps the ba
   const file = join(dir, 'keys.json');
   try {
     writeFileSync(file, '{"version":1,"keys":[{"id":');
-    for (const args of [['keys', 'create', '--name', 'a'], ['keys', 'revoke', 'a'], ['keys', 'rotate', 'a'], ['keys', 'update', 'a', '--routes', 'seo']]) {
+    for (const args of [
+      ['keys', 'create', '--name', 'a'],
+      ['keys', 'revoke', 'a'],
+      ['keys', 'rotate', 'a'],
+      ['keys', 'update', 'a', '--routes', 'seo'],
+    ]) {
       const r = await runCli(args, { KEYWARD_KEYS_FILE: file });
       assert.equal(r.code, 1, args.join(' '));
       assert.match(r.stderr, /keys file: not valid JSON at line 1, column 28; nothing was changed \(--force replaces the file/);
@@ -75,7 +84,10 @@ test('a corrupt keys file is not written over unless --force, which keeps the ba
     const forced = await runCli(['keys', 'create', '--name', 'fresh', '--force'], { KEYWARD_KEYS_FILE: file });
     assert.equal(forced.code, 0, forced.stderr);
     assert.match(forced.stderr, /the unreadable keys file was moved to .*keys\.json\.corrupt-/);
-    assert.deepEqual(parseKeysFile(readFileSync(file, 'utf8'), costRoutes(UPSTREAMS)).map((r) => r.name), ['fresh']);
+    assert.deepEqual(
+      parseKeysFile(readFileSync(file, 'utf8'), costRoutes(UPSTREAMS)).map((r) => r.name),
+      ['fresh'],
+    );
     const aside = readdirSync(dir).find((f) => f.startsWith('keys.json.corrupt-')) as string;
     assert.equal(readFileSync(join(dir, aside), 'utf8'), '{"version":1,"keys":[{"id":');
   } finally {

@@ -29,9 +29,16 @@ test('a burst against a rate limit: the bucket passes, the rest get 429 rate_lim
     assert.ok(refused.length >= 3, `refused: ${statuses.join(',')}`);
     for (const r of refused) {
       // The refusal explains itself: which limit, its value and window, when the next request may go (RFC 3339), consistent with Retry-After.
-      const body = r.json() as { error: string; code: string; limit: { kind: string; value: number; unit: string; used: number; period: null; window: number; resetsAt: string } };
+      const body = r.json() as {
+        error: string;
+        code: string;
+        limit: { kind: string; value: number; unit: string; used: number; period: null; window: number; resetsAt: string };
+      };
       assert.equal(body.code, 'rate_limited');
-      assert.deepEqual({ ...body.limit, resetsAt: 'checked below' }, { kind: 'rate', value: 2, unit: 'requests', used: 2, period: null, window: 1, resetsAt: 'checked below' });
+      assert.deepEqual(
+        { ...body.limit, resetsAt: 'checked below' },
+        { kind: 'rate', value: 2, unit: 'requests', used: 2, period: null, window: 1, resetsAt: 'checked below' },
+      );
       assert.equal(body.error, `Rate limit of 2 requests per 1 s reached; the next request is allowed at ${body.limit.resetsAt}.`);
       const resetsIn = (Date.parse(body.limit.resetsAt) - Date.now()) / 1000;
       assert.ok(resetsIn > -1 && resetsIn <= Number(r.headers['retry-after']) + 1, `resets ${body.limit.resetsAt}, Retry-After ${r.headers['retry-after']}`);
@@ -191,7 +198,11 @@ test('a ledger write that fails is retried with its counts kept; none is lost or
     for (let i = 0; i < 3; i++) assert.equal((await request(`${gw.url}/seo/v3/y`, { headers: auth(gw.token) })).status, 200);
     assert.equal(gw.gateway.readiness().ready, true);
     await gw.gateway.shutdown();
-    assert.equal(written.reduce((a, r) => a + r.requests, 0), 8, 'every request counted once');
+    assert.equal(
+      written.reduce((a, r) => a + r.requests, 0),
+      8,
+      'every request counted once',
+    );
     const m = parseProm(await gw.gateway.metrics.text());
     assert.equal(m.sum('keyward_usage_flush_errors_total'), 2);
     assert.equal(gw.logs().filter((l) => l.msg === 'usage not written; kept and retried at every flush').length, 1, 'said once per outage');
@@ -207,7 +218,14 @@ test('a spent quota stays spent across a restart; SIGTERM writes what was counte
   const { mkdtempSync, rmSync } = await import('node:fs');
   const { tmpdir } = await import('node:os');
   const dir = mkdtempSync(join(tmpdir(), 'keyward-quota-'));
-  const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_PORT: '0', KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p', KEYWARD_USAGE_FLUSH: '1h' };
+  const env = {
+    KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+    KEYWARD_PORT: '0',
+    KEYWARD_SEO_URL: up.url,
+    KEYWARD_SEO_LOGIN: 'l',
+    KEYWARD_SEO_PASSWORD: 'p',
+    KEYWARD_USAGE_FLUSH: '1h',
+  };
   try {
     const created = await runCli(['keys', 'create', '--name', 'q', '--quota', '3/day', '--json'], env);
     assert.equal(created.code, 0, created.stderr);
@@ -216,7 +234,14 @@ test('a spent quota stays spent across a restart; SIGTERM writes what was counte
     assert.deepEqual(listed[0]?.limits, { quota: '3/day' });
     const serve = async (): Promise<{ base: string; stop: () => Promise<void> }> => {
       const gw = await startCli(['serve'], env, '"msg":"keyward listening"');
-      const port = (JSON.parse(gw.output().split('\n').find((l) => l.includes('keyward listening')) as string) as { port: number }).port;
+      const port = (
+        JSON.parse(
+          gw
+            .output()
+            .split('\n')
+            .find((l) => l.includes('keyward listening')) as string,
+        ) as { port: number }
+      ).port;
       return {
         base: `http://127.0.0.1:${port}`,
         stop: async () => {
@@ -236,7 +261,10 @@ test('a spent quota stays spent across a restart; SIGTERM writes what was counte
     const refusal = again.json() as { code: string; error: string; limit: { kind: string; value: number; used: number; period: string; resetsAt: string } };
     assert.equal(refusal.code, 'quota_exceeded');
     // After a restart the count comes from the ledger the drain wrote: 3 of 3 used.
-    assert.deepEqual({ kind: refusal.limit.kind, value: refusal.limit.value, used: refusal.limit.used, period: refusal.limit.period }, { kind: 'quota', value: 3, used: 3, period: 'day' });
+    assert.deepEqual(
+      { kind: refusal.limit.kind, value: refusal.limit.value, used: refusal.limit.used, period: refusal.limit.period },
+      { kind: 'quota', value: 3, used: 3, period: 'day' },
+    );
     assert.equal(refusal.error, `Quota of 3 requests per day used up; it resets at ${refusal.limit.resetsAt}.`);
     await second.stop();
     const usage = await runCli(['usage', '--json'], env);
@@ -244,8 +272,37 @@ test('a spent quota stays spent across a restart; SIGTERM writes what was counte
     const rows = JSON.parse(usage.stdout) as Array<Record<string, unknown>>;
     assert.equal(rows.length, 1);
     const today = new Date().toISOString().slice(0, 10);
-    assert.deepEqual(Object.keys(rows[0] as object), ['keyId', 'key', 'route', 'day', 'requests', 'status', 'limited', 'bytesIn', 'bytesOut', 'cost', 'costUnit', 'pendingRuns']);
-    assert.deepEqual({ ...rows[0], keyId: 'x', bytesOut: 0 }, { keyId: 'x', key: 'q', route: 'seo', day: today, requests: 3, status: { '2xx': 3, '3xx': 0, '4xx': 0, '5xx': 0, other: 0 }, limited: 2, bytesIn: 0, bytesOut: 0, cost: 0, costUnit: 'usd', pendingRuns: 0 });
+    assert.deepEqual(Object.keys(rows[0] as object), [
+      'keyId',
+      'key',
+      'route',
+      'day',
+      'requests',
+      'status',
+      'limited',
+      'bytesIn',
+      'bytesOut',
+      'cost',
+      'costUnit',
+      'pendingRuns',
+    ]);
+    assert.deepEqual(
+      { ...rows[0], keyId: 'x', bytesOut: 0 },
+      {
+        keyId: 'x',
+        key: 'q',
+        route: 'seo',
+        day: today,
+        requests: 3,
+        status: { '2xx': 3, '3xx': 0, '4xx': 0, '5xx': 0, other: 0 },
+        limited: 2,
+        bytesIn: 0,
+        bytesOut: 0,
+        cost: 0,
+        costUnit: 'usd',
+        pendingRuns: 0,
+      },
+    );
     // keys list says what is left of the period.
     const after = JSON.parse((await runCli(['keys', 'list', '--json'], env)).stdout) as Array<{ left?: unknown }>;
     assert.deepEqual(after[0]?.left, { quota: 0 });
@@ -260,37 +317,61 @@ test('a spent quota stays spent across a restart; SIGTERM writes what was counte
   }
 });
 
-test('a crash loses at most one flush interval of the ledger; a cost that is not a number is counted as none and said once per route', { timeout: 60_000 }, async () => {
-  const up = await startUpstream((req, res) => {
-    req.resume();
-    res.writeHead(200, { 'content-type': 'audio/mpeg', 'character-cost': 'lots', 'content-length': 2 });
-    res.end('ok');
-  });
-  const { mkdtempSync, rmSync } = await import('node:fs');
-  const { tmpdir } = await import('node:os');
-  const dir = mkdtempSync(join(tmpdir(), 'keyward-crash-'));
-  const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_PORT: '0', KEYWARD_SPEECH_URL: up.url, KEYWARD_SPEECH_KEY: 'speech-secret-value', KEYWARD_USAGE_FLUSH: '300ms' };
-  try {
-    const { token } = JSON.parse((await runCli(['keys', 'create', '--name', 'c', '--json'], env)).stdout) as { token: string };
-    const gw = await startCli(['serve'], env, '"msg":"keyward listening"');
-    const port = (JSON.parse(gw.output().split('\n').find((l) => l.includes('keyward listening')) as string) as { port: number }).port;
-    for (let i = 0; i < 5; i++) assert.equal((await request(`http://127.0.0.1:${port}/speech/v1/x`, { headers: auth(token) })).status, 200);
-    // Flushed: the ledger holds the first five (the drain never runs after SIGKILL).
-    const ledger = async (): Promise<number> => (JSON.parse((await runCli(['usage', '--json'], env)).stdout) as Array<{ requests: number }>).reduce((a, r) => a + r.requests, 0);
-    await eventually(async () => (await ledger()) === 5, 10_000, 'the first five flushed');
-    // The warning reaches the log (lines are written at least once a second) before the crash.
-    await eventually(() => gw.output().includes('reported a cost that is not a number'), 5_000, 'the cost warning logged');
-    for (let i = 0; i < 3; i++) assert.equal((await request(`http://127.0.0.1:${port}/speech/v1/y`, { headers: auth(token) })).status, 200);
-    gw.child.kill('SIGKILL');
-    await deadline(gw.done, 10_000, 'killed');
-    const bad = gw.output().split('\n').filter((l) => l.includes('reported a cost that is not a number'));
-    assert.equal(bad.length, 1, 'said once for the route');
-    const rows = JSON.parse((await runCli(['usage', '--json'], env)).stdout) as Array<{ requests: number; cost: number }>;
-    const counted = rows.reduce((a, r) => a + r.requests, 0);
-    assert.ok(counted >= 5 && counted <= 8, `after a crash the ledger holds ${counted} of 8`);
-    assert.equal(rows.reduce((a, r) => a + r.cost, 0), 0);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-    await up.close();
-  }
-});
+test(
+  'a crash loses at most one flush interval of the ledger; a cost that is not a number is counted as none and said once per route',
+  { timeout: 60_000 },
+  async () => {
+    const up = await startUpstream((req, res) => {
+      req.resume();
+      res.writeHead(200, { 'content-type': 'audio/mpeg', 'character-cost': 'lots', 'content-length': 2 });
+      res.end('ok');
+    });
+    const { mkdtempSync, rmSync } = await import('node:fs');
+    const { tmpdir } = await import('node:os');
+    const dir = mkdtempSync(join(tmpdir(), 'keyward-crash-'));
+    const env = {
+      KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+      KEYWARD_PORT: '0',
+      KEYWARD_SPEECH_URL: up.url,
+      KEYWARD_SPEECH_KEY: 'speech-secret-value',
+      KEYWARD_USAGE_FLUSH: '300ms',
+    };
+    try {
+      const { token } = JSON.parse((await runCli(['keys', 'create', '--name', 'c', '--json'], env)).stdout) as { token: string };
+      const gw = await startCli(['serve'], env, '"msg":"keyward listening"');
+      const port = (
+        JSON.parse(
+          gw
+            .output()
+            .split('\n')
+            .find((l) => l.includes('keyward listening')) as string,
+        ) as { port: number }
+      ).port;
+      for (let i = 0; i < 5; i++) assert.equal((await request(`http://127.0.0.1:${port}/speech/v1/x`, { headers: auth(token) })).status, 200);
+      // Flushed: the ledger holds the first five (the drain never runs after SIGKILL).
+      const ledger = async (): Promise<number> =>
+        (JSON.parse((await runCli(['usage', '--json'], env)).stdout) as Array<{ requests: number }>).reduce((a, r) => a + r.requests, 0);
+      await eventually(async () => (await ledger()) === 5, 10_000, 'the first five flushed');
+      // The warning reaches the log (lines are written at least once a second) before the crash.
+      await eventually(() => gw.output().includes('reported a cost that is not a number'), 5_000, 'the cost warning logged');
+      for (let i = 0; i < 3; i++) assert.equal((await request(`http://127.0.0.1:${port}/speech/v1/y`, { headers: auth(token) })).status, 200);
+      gw.child.kill('SIGKILL');
+      await deadline(gw.done, 10_000, 'killed');
+      const bad = gw
+        .output()
+        .split('\n')
+        .filter((l) => l.includes('reported a cost that is not a number'));
+      assert.equal(bad.length, 1, 'said once for the route');
+      const rows = JSON.parse((await runCli(['usage', '--json'], env)).stdout) as Array<{ requests: number; cost: number }>;
+      const counted = rows.reduce((a, r) => a + r.requests, 0);
+      assert.ok(counted >= 5 && counted <= 8, `after a crash the ledger holds ${counted} of 8`);
+      assert.equal(
+        rows.reduce((a, r) => a + r.cost, 0),
+        0,
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+      await up.close();
+    }
+  },
+);

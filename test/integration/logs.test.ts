@@ -13,7 +13,11 @@ test('one "request completed" line per request with every agreed field', async (
   const gw = await startGateway({ scraper: up.url, seo: up.url });
   try {
     const auth = { authorization: `Bearer ${gw.token}` };
-    const answer = await request(`${gw.url}/scraper/v2/acts/x/runs?token=SHOULD-NOT-BE-LOGGED&tok%65n=NOR-THIS&timeout=60`, { method: 'POST', headers: auth, body: 'abcde' });
+    const answer = await request(`${gw.url}/scraper/v2/acts/x/runs?token=SHOULD-NOT-BE-LOGGED&tok%65n=NOR-THIS&timeout=60`, {
+      method: 'POST',
+      headers: auth,
+      body: 'abcde',
+    });
     await request(`${gw.url}/seo/v3/x?token=kept-on-seo`, { headers: auth });
     await request(`${gw.url}/nowhere?token=unrouted-secret`, { headers: auth });
     await request(`${gw.url}/seo/v3/x`, {});
@@ -78,7 +82,13 @@ test("a 401's line says why the token was refused, never the token", async () =>
     const expired = await createKey(gw.store, 'old', { expiresInMs: 1 });
     const unknown = generateToken();
     // The gateway reads the keys file within a second; the revoked key then names itself.
-    await eventually(async () => (await request(`${gw.url}/seo/v3/x`, { headers: { authorization: `Bearer ${revoked.token}` } })).status === 401 && gw.logs().some((l) => l.keyId === revoked.record.id), 5_000, 'the revoked key in force');
+    await eventually(
+      async () =>
+        (await request(`${gw.url}/seo/v3/x`, { headers: { authorization: `Bearer ${revoked.token}` } })).status === 401 &&
+        gw.logs().some((l) => l.keyId === revoked.record.id),
+      5_000,
+      'the revoked key in force',
+    );
     const before = gw.logs().filter((l) => l.msg === 'request completed').length;
     const tries: Array<[Record<string, string>, string, string | null]> = [
       [{}, 'missing', null],
@@ -88,12 +98,24 @@ test("a 401's line says why the token was refused, never the token", async () =>
       [{ authorization: `Bearer ${expired.token}` }, 'expired', expired.record.id],
     ];
     for (const [headers] of tries) assert.equal((await request(`${gw.url}/seo/v3/x`, { headers })).status, 401);
-    const lines = gw.logs().filter((l) => l.msg === 'request completed').slice(before);
-    assert.deepEqual(lines.map((l) => [l.status, l.authFailure, l.keyId]), tries.map(([, why, key]) => [401, why, key]));
+    const lines = gw
+      .logs()
+      .filter((l) => l.msg === 'request completed')
+      .slice(before);
+    assert.deepEqual(
+      lines.map((l) => [l.status, l.authFailure, l.keyId]),
+      tries.map(([, why, key]) => [401, why, key]),
+    );
     for (const t of [unknown, revoked.token, expired.token]) assert.equal(gw.logText().includes(t), false);
     // A request that was let in carries none.
     assert.equal((await request(`${gw.url}/seo/v3/x`, { headers: { authorization: `Bearer ${gw.token}` } })).status, 200);
-    assert.equal(gw.logs().filter((l) => l.msg === 'request completed').at(-1)?.authFailure, null);
+    assert.equal(
+      gw
+        .logs()
+        .filter((l) => l.msg === 'request completed')
+        .at(-1)?.authFailure,
+      null,
+    );
   } finally {
     await gw.close();
     await up.close();

@@ -68,14 +68,18 @@ async function stopScript(run: ReturnType<typeof startScript>, dir: string): Pro
   }
   await deadline(run.done, 15_000, 'stopped');
   // A block's own `kill` lets a gateway drain after the script ended: wait for the whole group.
-  await eventually(() => {
-    try {
-      process.kill(group, 0);
-      return false;
-    } catch {
-      return true;
-    }
-  }, 15_000, 'every process the block started has exited');
+  await eventually(
+    () => {
+      try {
+        process.kill(group, 0);
+        return false;
+      } catch {
+        return true;
+      }
+    },
+    15_000,
+    'every process the block started has exited',
+  );
   rmSync(dir, { recursive: true, force: true });
 }
 
@@ -138,47 +142,59 @@ async function privateCheckout(): Promise<{ home: string; checkout: string }> {
   return { home, checkout };
 }
 
-test('README fleet walkthrough works as pasted from a checkout in a private home: two gateways see one revocation; the database stops and starts under them', { timeout: 150_000 }, async () => {
-  const { home, checkout } = await privateCheckout();
-  const run = startScript(block('Try it on one machine'), checkout, {});
-  try {
-    const result = await deadline(run.done, 120_000, 'walkthrough');
-    const lines = result.stdout.split('\n').filter((l) => l.startsWith('{'));
-    assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
-    assert.doesNotMatch(result.stderr, /gave up waiting|\n\s+at /, 'no wait gave up, no stack trace');
-    const codes = lines.map((l) => (JSON.parse(l) as { code?: string; stale?: boolean; ready?: boolean }));
-    assert.deepEqual(codes.slice(0, 4).map((c) => c.code), ['route_not_configured', 'route_not_configured', 'unauthorized', 'unauthorized'], result.stdout);
-    assert.equal(codes[4]?.stale, true, 'stale while the database is down');
-    assert.equal(codes[5]?.stale, undefined, 'fresh once it is back');
-    if (process.getuid?.() === 0) assert.match(result.stderr, /the postgres user cannot enter/, 'as root, the data went where postgres may enter');
-    await assertIgnored(checkout, ['src', 'package.json', 'node_modules']);
-  } finally {
-    const state = join(checkout, 'fleet-db', 'dev-db.json');
-    const data = existsSync(state) ? (JSON.parse(readFileSync(state, 'utf8')) as { data?: string }).data : undefined;
-    await stopScript(run, home);
-    // dev-db's data outside the checkout (as root): this test's, removed with it.
-    if (data !== undefined && !data.startsWith(`${home}/`)) rmSync(dirname(data), { recursive: true, force: true });
-  }
-});
+test(
+  'README fleet walkthrough works as pasted from a checkout in a private home: two gateways see one revocation; the database stops and starts under them',
+  { timeout: 150_000 },
+  async () => {
+    const { home, checkout } = await privateCheckout();
+    const run = startScript(block('Try it on one machine'), checkout, {});
+    try {
+      const result = await deadline(run.done, 120_000, 'walkthrough');
+      const lines = result.stdout.split('\n').filter((l) => l.startsWith('{'));
+      assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
+      assert.doesNotMatch(result.stderr, /gave up waiting|\n\s+at /, 'no wait gave up, no stack trace');
+      const codes = lines.map((l) => JSON.parse(l) as { code?: string; stale?: boolean; ready?: boolean });
+      assert.deepEqual(
+        codes.slice(0, 4).map((c) => c.code),
+        ['route_not_configured', 'route_not_configured', 'unauthorized', 'unauthorized'],
+        result.stdout,
+      );
+      assert.equal(codes[4]?.stale, true, 'stale while the database is down');
+      assert.equal(codes[5]?.stale, undefined, 'fresh once it is back');
+      if (process.getuid?.() === 0) assert.match(result.stderr, /the postgres user cannot enter/, 'as root, the data went where postgres may enter');
+      await assertIgnored(checkout, ['src', 'package.json', 'node_modules']);
+    } finally {
+      const state = join(checkout, 'fleet-db', 'dev-db.json');
+      const data = existsSync(state) ? (JSON.parse(readFileSync(state, 'utf8')) as { data?: string }).data : undefined;
+      await stopScript(run, home);
+      // dev-db's data outside the checkout (as root): this test's, removed with it.
+      if (data !== undefined && !data.startsWith(`${home}/`)) rmSync(dirname(data), { recursive: true, force: true });
+    }
+  },
+);
 
-test('README "TLS on one machine" works as pasted: HTTPS served, a private upstream CA trusted, a renewed certificate taken on SIGHUP', { timeout: 90_000 }, async () => {
-  const dir = workspace('keyward-readme-tls-');
-  const { freePort } = await import('../../src/process/listen.ts');
-  const run = startScript(block('TLS on one machine'), dir, { PORT: String(await freePort()), UPSTREAM_PORT: String(await freePort()) });
-  try {
-    const result = await deadline(run.done, 80_000, 'walkthrough');
-    assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
-    const lines = result.stdout.trim().split('\n');
-    assert.equal(lines[0], 's_server', 'the upstream reached over TLS verified against the private CA');
-    const ends = lines.filter((l) => l.startsWith('notAfter=')).map((l) => Date.parse(l.slice('notAfter='.length)));
-    assert.equal(ends.length, 2);
-    const days = (t: number): number => Math.round((t - Date.now()) / 86_400_000);
-    assert.deepEqual(ends.map(days), [30, 90], 'the renewed certificate served after SIGHUP');
-    await assertIgnored(dir);
-  } finally {
-    await stopScript(run, dir);
-  }
-});
+test(
+  'README "TLS on one machine" works as pasted: HTTPS served, a private upstream CA trusted, a renewed certificate taken on SIGHUP',
+  { timeout: 90_000 },
+  async () => {
+    const dir = workspace('keyward-readme-tls-');
+    const { freePort } = await import('../../src/process/listen.ts');
+    const run = startScript(block('TLS on one machine'), dir, { PORT: String(await freePort()), UPSTREAM_PORT: String(await freePort()) });
+    try {
+      const result = await deadline(run.done, 80_000, 'walkthrough');
+      assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
+      const lines = result.stdout.trim().split('\n');
+      assert.equal(lines[0], 's_server', 'the upstream reached over TLS verified against the private CA');
+      const ends = lines.filter((l) => l.startsWith('notAfter=')).map((l) => Date.parse(l.slice('notAfter='.length)));
+      assert.equal(ends.length, 2);
+      const days = (t: number): number => Math.round((t - Date.now()) / 86_400_000);
+      assert.deepEqual(ends.map(days), [30, 90], 'the renewed certificate served after SIGHUP');
+      await assertIgnored(dir);
+    } finally {
+      await stopScript(run, dir);
+    }
+  },
+);
 
 /**
  * The install section, run with every absolute path under a temporary
@@ -186,51 +202,65 @@ test('README "TLS on one machine" works as pasted: HTTPS served, a private upstr
  * sudo, systemctl, journalctl and the final curls (a running service). The
  * artifact is built in a copy of this checkout, as step 1 says.
  */
-test('README "Install as a service" and "Upgrading" work as pasted: pack, install --omit=dev, --help, units verified as installed, the upgrade over it, and the installed gateway serves with no compiler', { timeout: 600_000 }, async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'keyward-readme-install-'));
-  try {
-    const checkout = join(dir, 'checkout');
-    const { stdout: files } = await exec('git', ['ls-files', '-z'], { cwd: ROOT });
-    for (const f of files.split('\0').filter((x) => x !== '')) {
-      mkdirSync(join(checkout, f, '..'), { recursive: true });
-      cpSync(join(ROOT, f), join(checkout, f));
-    }
-    const prefix = join(dir, 'root');
-    const skip = /^(useradd|sudo|systemctl|journalctl|curl)\b/;
-    const out: string[] = [];
-    let continued = false;
-    // The upgrade's step 1 runs in the checkout, as the install's does.
-    for (const raw of [...block('Install as a service').split('\n'), '__CHECKOUT__', ...block('Upgrading').split('\n')]) {
-      if (raw === '__CHECKOUT__') {
-        out.push(`cd ${checkout}`);
-        continue;
+test(
+  'README "Install as a service" and "Upgrading" work as pasted: pack, install --omit=dev, --help, units verified as installed, the upgrade over it, and the installed gateway serves with no compiler',
+  { timeout: 600_000 },
+  async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'keyward-readme-install-'));
+    try {
+      const checkout = join(dir, 'checkout');
+      const { stdout: files } = await exec('git', ['ls-files', '-z'], { cwd: ROOT });
+      for (const f of files.split('\0').filter((x) => x !== '')) {
+        mkdirSync(join(checkout, f, '..'), { recursive: true });
+        cpSync(join(ROOT, f), join(checkout, f));
       }
-      const skipped: boolean = continued || skip.test(raw);
-      continued = skipped && raw.endsWith('\\');
-      if (skipped || raw.startsWith('#') || raw.trim() === '') continue;
-      // Absolute paths land under the prefix; the unit's ExecStart is pointed there too, as systemd-analyze checks it exists.
-      let line = raw.replace(/(^|[\s>=])\/(opt|etc|tmp|var)(?=[/\s]|$)/g, `$1${prefix}/$2`);
-      // Step 1's `npm ci` is what made this checkout's node_modules, which
-      // the copy links to: installing every development package twice more
-      // (install and upgrade) was most of this test's time and CPU, and
-      // tests nothing the rest of the suite does not.
-      line = line.replace(/^npm ci && /, '');
-      if (line.startsWith('systemd-analyze verify')) {
-        line = `sed -i 's#^ExecStart=/opt/#ExecStart=${prefix}/opt/#' ${prefix}/etc/systemd/system/keyward.service && ${line}`;
+      const prefix = join(dir, 'root');
+      const skip = /^(useradd|sudo|systemctl|journalctl|curl)\b/;
+      const out: string[] = [];
+      let continued = false;
+      // The upgrade's step 1 runs in the checkout, as the install's does.
+      for (const raw of [...block('Install as a service').split('\n'), '__CHECKOUT__', ...block('Upgrading').split('\n')]) {
+        if (raw === '__CHECKOUT__') {
+          out.push(`cd ${checkout}`);
+          continue;
+        }
+        const skipped: boolean = continued || skip.test(raw);
+        continued = skipped && raw.endsWith('\\');
+        if (skipped || raw.startsWith('#') || raw.trim() === '') continue;
+        // Absolute paths land under the prefix; the unit's ExecStart is pointed there too, as systemd-analyze checks it exists.
+        let line = raw.replace(/(^|[\s>=])\/(opt|etc|tmp|var)(?=[/\s]|$)/g, `$1${prefix}/$2`);
+        // Step 1's `npm ci` is what made this checkout's node_modules, which
+        // the copy links to: installing every development package twice more
+        // (install and upgrade) was most of this test's time and CPU, and
+        // tests nothing the rest of the suite does not.
+        line = line.replace(/^npm ci && /, '');
+        if (line.startsWith('systemd-analyze verify')) {
+          line = `sed -i 's#^ExecStart=/opt/#ExecStart=${prefix}/opt/#' ${prefix}/etc/systemd/system/keyward.service && ${line}`;
+        }
+        out.push(line);
       }
-      out.push(line);
+      // Two packs (each a build) and two installs: about 2 min on a quiet machine, up to 5 under stress-ng on both cores; the deadline leaves room for that.
+      const script = [
+        `mkdir -p ${prefix}/tmp ${prefix}/etc/systemd/system`,
+        `ln -s ${join(ROOT, 'node_modules')} ${join(checkout, 'node_modules')}`,
+        `cd ${checkout}`,
+        ...out,
+      ].join('\n');
+      writeFileSync(join(dir, 'install.sh'), script);
+      const r = await exec('bash', ['-e', join(dir, 'install.sh')], {
+        cwd: checkout,
+        env: { ...childEnv({}), NODE_OPTIONS: '', KEYWARD_FROM_SOURCE: '', npm_config_prefer_offline: 'true' },
+        timeout: 570_000,
+        maxBuffer: 64 * 1024 * 1024,
+      });
+      assert.match(r.stdout, /usage: keyward <command>/, 'keyward --help ran from the install');
+      assert.equal(r.stdout.split('usage: keyward <command>').length, 3, 'and again from the upgrade over it');
+      assert.equal(readFileSync(join(prefix, 'etc/keyward/keyward.env'), 'utf8'), 'KEYWARD_LOG_LEVEL=info\n');
+      assert.match(readFileSync(join(prefix, 'etc/systemd/system/keyward.socket'), 'utf8'), /ListenStream=/);
+      // What was installed runs the gateway: the build, no compiler, no sources.
+      await serveInstalled(join(prefix, 'opt/keyward/node_modules'), dir);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
-    // Two packs (each a build) and two installs: about 2 min on a quiet machine, up to 5 under stress-ng on both cores; the deadline leaves room for that.
-    const script = [`mkdir -p ${prefix}/tmp ${prefix}/etc/systemd/system`, `ln -s ${join(ROOT, 'node_modules')} ${join(checkout, 'node_modules')}`, `cd ${checkout}`, ...out].join('\n');
-    writeFileSync(join(dir, 'install.sh'), script);
-    const r = await exec('bash', ['-e', join(dir, 'install.sh')], { cwd: checkout, env: { ...childEnv({}), NODE_OPTIONS: '', KEYWARD_FROM_SOURCE: '', npm_config_prefer_offline: 'true' }, timeout: 570_000, maxBuffer: 64 * 1024 * 1024 });
-    assert.match(r.stdout, /usage: keyward <command>/, 'keyward --help ran from the install');
-    assert.equal(r.stdout.split('usage: keyward <command>').length, 3, 'and again from the upgrade over it');
-    assert.equal(readFileSync(join(prefix, 'etc/keyward/keyward.env'), 'utf8'), 'KEYWARD_LOG_LEVEL=info\n');
-    assert.match(readFileSync(join(prefix, 'etc/systemd/system/keyward.socket'), 'utf8'), /ListenStream=/);
-    // What was installed runs the gateway: the build, no compiler, no sources.
-    await serveInstalled(join(prefix, 'opt/keyward/node_modules'), dir);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-});
+  },
+);

@@ -32,7 +32,14 @@ test('SIGHUP applies a new upstream and secret to new requests while one in flig
   const key = JSON.parse((await runCli(['keys', 'create', '--name', 'r', '--json'], env)).stdout) as { token: string };
   const serve = await startCli(['serve'], env, '"msg":"keyward listening"');
   try {
-    const port = (JSON.parse(serve.output().split('\n').find((l) => l.includes('keyward listening')) as string) as { port: number }).port;
+    const port = (
+      JSON.parse(
+        serve
+          .output()
+          .split('\n')
+          .find((l) => l.includes('keyward listening')) as string,
+      ) as { port: number }
+    ).port;
     const base = `http://127.0.0.1:${port}`;
     const auth = { authorization: `Bearer ${key.token}` };
     assert.equal((await request(`${base}/speech/v1/x`, { headers: auth })).body.toString(), 'old');

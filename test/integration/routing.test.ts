@@ -13,7 +13,14 @@ interface Setup {
   auth: { authorization: string };
 }
 
-async function withSetup(fn: (s: Setup) => Promise<void>, options: (u: { scraper: MockUpstream; seo: MockUpstream; speech: MockUpstream }) => GatewayOptions = (u) => ({ scraper: u.scraper.url, seo: u.seo.url, speech: u.speech.url })): Promise<void> {
+async function withSetup(
+  fn: (s: Setup) => Promise<void>,
+  options: (u: { scraper: MockUpstream; seo: MockUpstream; speech: MockUpstream }) => GatewayOptions = (u) => ({
+    scraper: u.scraper.url,
+    seo: u.seo.url,
+    speech: u.speech.url,
+  }),
+): Promise<void> {
   const [scraper, seo, speech] = await Promise.all([startUpstream(), startUpstream(), startUpstream()]);
   const gw = await startGateway(options({ scraper, seo, speech }));
   try {
@@ -26,7 +33,10 @@ async function withSetup(fn: (s: Setup) => Promise<void>, options: (u: { scraper
 
 /** Send a request line exactly as written (an HTTP client would normalise some of these). */
 function rawRequest(s: Setup, method: string, target: string, extra = ''): Promise<string> {
-  return raw(s.gw.port, `${method} ${target} HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${s.gw.token}\r\nContent-Length: 0\r\nConnection: close\r\n${extra}\r\n`);
+  return raw(
+    s.gw.port,
+    `${method} ${target} HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${s.gw.token}\r\nContent-Length: 0\r\nConnection: close\r\n${extra}\r\n`,
+  );
 }
 
 test('each route reaches its own upstream with its own credential and the upstream host', async () => {
@@ -76,7 +86,7 @@ test('paths and queries reach the upstream byte for byte', async () => {
       ['/seo/a;b=c/d', '/a;b=c/d'],
       ['/seo/x?b=2&a=1&b=1', '/x?b=2&a=1&b=1'],
       ['/seo/x?q=a%20b+c&e=%zz&&=&z&u=%E2%82%AC', '/x?q=a%20b+c&e=%zz&&=&z&u=%E2%82%AC'],
-      ["/seo/x?j={\"a\":[1,2]}&s='q'", "/x?j={\"a\":[1,2]}&s='q'"],
+      ['/seo/x?j={"a":[1,2]}&s=\'q\'', '/x?j={"a":[1,2]}&s=\'q\''],
       ['/seo/x?a=1?b=2', '/x?a=1?b=2'],
       ['/seo/x?token=kept-on-this-route', '/x?token=kept-on-this-route'],
       ['/seo/a..b/.well-known/x', '/a..b/.well-known/x'],
@@ -147,7 +157,7 @@ test('dot-segments, literal or percent-encoded, are refused before any upstream 
   });
 });
 
-test('method overrides cannot side-step a route\'s method list', async () => {
+test("method overrides cannot side-step a route's method list", async () => {
   await withSetup(async (s) => {
     const cases: Array<[string, string, string]> = [
       ['POST', '/scraper/v2/acts/x/runs?method=DELETE', ''],
@@ -182,7 +192,10 @@ test('WebSocket upgrades and CONNECT are answered by the gateway, never proxied'
     assert.match(connect, /^HTTP\/1\.1 404 /);
     assert.equal(s.speech.connections(), 0);
     const lines = s.gw.logs().filter((l) => l.msg === 'request completed');
-    assert.deepEqual(lines.map((l) => l.status), [404, 401, 404]);
+    assert.deepEqual(
+      lines.map((l) => l.status),
+      [404, 401, 404],
+    );
   });
 });
 

@@ -12,11 +12,17 @@ import { startPlatform, type Platform } from '../support/platform.ts';
 const TOKEN = 'apify_api_fleetrunsmaster0123456789';
 
 const start = (g: FleetGateway, token: string, actor: string): Promise<{ status: number; json: () => unknown }> =>
-  request(`${g.base}/scraper/v2/acts/${actor}/runs?build=latest`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: '{}' });
+  request(`${g.base}/scraper/v2/acts/${actor}/runs?build=latest`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: '{}',
+  });
 
 /** The scraper's booked cost and requests in the shared ledger, and the runs still pending. */
 async function booked(f: Fleet): Promise<{ cost: number; requests: number; pending: number }> {
-  const [u] = await f.db.admin<Array<{ cost: number; requests: number }>>`select coalesce(sum(cost), 0)::float8 as cost, coalesce(sum(requests), 0)::int as requests from keyward_usage where route = 'scraper'`;
+  const [u] = await f.db.admin<
+    Array<{ cost: number; requests: number }>
+  >`select coalesce(sum(cost), 0)::float8 as cost, coalesce(sum(requests), 0)::int as requests from keyward_usage where route = 'scraper'`;
   const [r] = await f.db.admin<Array<{ n: number }>>`select count(*)::int as n from keyward_runs`;
   return { cost: Math.round((u?.cost ?? 0) * 1e6) / 1e6, requests: u?.requests ?? 0, pending: r?.n ?? 0 };
 }
@@ -24,7 +30,9 @@ async function booked(f: Fleet): Promise<{ cost: number; requests: number; pendi
 async function withPlatform(run: (f: Fleet, p: Platform) => Promise<void>): Promise<void> {
   const p = await startPlatform();
   try {
-    await withFleet((f) => run(f, p), { env: { KEYWARD_SCRAPER_URL: p.up.url, KEYWARD_SCRAPER_TOKEN: TOKEN, KEYWARD_USAGE_FLUSH: '200ms', KEYWARD_ADMIN_PORT: 'off' } });
+    await withFleet((f) => run(f, p), {
+      env: { KEYWARD_SCRAPER_URL: p.up.url, KEYWARD_SCRAPER_TOKEN: TOKEN, KEYWARD_USAGE_FLUSH: '200ms', KEYWARD_ADMIN_PORT: 'off' },
+    });
   } finally {
     await p.close();
   }
@@ -36,16 +44,30 @@ test('three gateways on one PostgreSQL: 30 runs started across them are each ask
     const gws = await Promise.all([f.gateway(), f.gateway(), f.gateway()]);
     const prices = ['0.10', '0.25', '0.40'];
     const started = await Promise.all(Array.from({ length: 30 }, (_, i) => start(gws[i % 3] as FleetGateway, key.token, `quick-${prices[i % 3] ?? '0.10'}`)));
-    assert.deepEqual(started.map((r) => r.status), Array(30).fill(201));
+    assert.deepEqual(
+      started.map((r) => r.status),
+      Array(30).fill(201),
+    );
     await eventually(async () => (await booked(f)).pending === 0 && (await booked(f)).requests === 30, 30_000, 'every run booked');
     // 10 × (0.10 + 0.25 + 0.40)
     assert.deepEqual(await booked(f), { cost: 7.5, requests: 30, pending: 0 });
     assert.equal(p.runs.size, 30);
     for (const run of p.runs.values()) assert.equal(run.asked, 1, `run of ${run.actor} asked once`);
     // One "settled" line per run across the three (log lines are written in batches: waited for).
-    const settled = (): number[] => gws.map((g) => g.output().split('\n').filter((l) => l.includes('"msg":"scraper run settled"')).length);
+    const settled = (): number[] =>
+      gws.map(
+        (g) =>
+          g
+            .output()
+            .split('\n')
+            .filter((l) => l.includes('"msg":"scraper run settled"')).length,
+      );
     await eventually(() => settled().reduce((a, b) => a + b, 0) >= 30, 10_000, 'thirty settled lines');
-    assert.equal(settled().reduce((a, b) => a + b, 0), 30, `settled per gateway: ${settled().join(', ')}`);
+    assert.equal(
+      settled().reduce((a, b) => a + b, 0),
+      30,
+      `settled per gateway: ${settled().join(', ')}`,
+    );
     for (const g of gws) assert.equal(g.output().includes(TOKEN), false, 'the master credential is in no log line');
     assert.equal(p.up.raw().includes(key.token), false, 'the client token never reached the platform');
   });
@@ -75,7 +97,9 @@ test('a scraper budget across three gateways (one with workers): each run capped
       spent += runs[i]?.cost ?? 0;
     });
     assert.equal(caps[0], 1);
-    console.log(`fleet scraper budget: caps ${caps.join(', ')} (what was left: ${caps.map((_, i) => Math.round((1 - runs.slice(0, i).reduce((a, r) => a + r.cost, 0)) * 1e6) / 1e6).join(', ')})`);
+    console.log(
+      `fleet scraper budget: caps ${caps.join(', ')} (what was left: ${caps.map((_, i) => Math.round((1 - runs.slice(0, i).reduce((a, r) => a + r.cost, 0)) * 1e6) / 1e6).join(', ')})`,
+    );
     // Each run booked once at what the platform charged.
     assert.equal((await booked(f)).cost, Math.round(spent * 1e6) / 1e6);
     for (const g of gws) {

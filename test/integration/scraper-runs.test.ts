@@ -22,7 +22,10 @@ const QUICK = { everyMs: 50, backoff: { firstMs: 100, maxMs: 400 } };
 function ledger(gw: TestGateway): { cost: number; requests: number; pending: number } {
   const db = new DatabaseSync(`${gw.config.keysFile}.usage.sqlite`, { readOnly: true });
   try {
-    const row = db.prepare("select coalesce(sum(cost), 0) as cost, coalesce(sum(requests), 0) as requests from usage where route = 'scraper'").get() as { cost: number; requests: number };
+    const row = db.prepare("select coalesce(sum(cost), 0) as cost, coalesce(sum(requests), 0) as requests from usage where route = 'scraper'").get() as {
+      cost: number;
+      requests: number;
+    };
     const runs = db.prepare('select count(*) as n from runs').get() as { n: number };
     return { cost: Math.round(row.cost * 1e6) / 1e6, requests: row.requests, pending: runs.n };
   } finally {
@@ -31,7 +34,11 @@ function ledger(gw: TestGateway): { cost: number; requests: number; pending: num
 }
 
 const start = (gw: TestGateway, actor: string, query = ''): Promise<{ status: number; json: () => unknown }> =>
-  request(`${gw.url}/scraper/v2/acts/${actor}/runs${query}`, { method: 'POST', headers: { ...auth(gw.token), 'content-type': 'application/json' }, body: '{"startUrls":[]}' });
+  request(`${gw.url}/scraper/v2/acts/${actor}/runs${query}`, {
+    method: 'POST',
+    headers: { ...auth(gw.token), 'content-type': 'application/json' },
+    body: '{"startUrls":[]}',
+  });
 
 test('runs are settled once they end: each booked once at its usageTotalUsd on its start day, asked with the master credential, never with the client token', async () => {
   const p = await startPlatform();
@@ -71,10 +78,16 @@ test('runs are settled once they end: each booked once at its usageTotalUsd on i
 
 test('a scraper budget: each run capped at what is left (the query otherwise byte for byte), refused once spent, the key status showing settled spend', async () => {
   const p = await startPlatform();
-  const gw = await startGateway({ scraper: p.up.url, env: { KEYWARD_USAGE_FLUSH: '100ms' }, settle: QUICK, limits: { budgets: { scraper: '1/day' }, alerts: [50] } });
+  const gw = await startGateway({
+    scraper: p.up.url,
+    env: { KEYWARD_USAGE_FLUSH: '100ms' },
+    settle: QUICK,
+    limits: { budgets: { scraper: '1/day' }, alerts: [50] },
+  });
   try {
     const caps: string[] = [];
-    const alerts = async (): Promise<number> => parseProm(await gw.gateway.metrics.text()).sum('keyward_limit_alerts_total', { kind: 'budget', threshold: '50' });
+    const alerts = async (): Promise<number> =>
+      parseProm(await gw.gateway.metrics.text()).sum('keyward_limit_alerts_total', { kind: 'budget', threshold: '50' });
     for (let i = 0; i < 4; i++) {
       const r = await start(gw, 'quick-0.30', '?build=latest&memory=256');
       assert.equal(r.status, 201, `run ${i + 1}`);
@@ -85,15 +98,25 @@ test('a scraper budget: each run capped at what is left (the query otherwise byt
     }
     for (const run of p.runs.values()) caps.push(run.query);
     // 1 - 0.3 - 0.3 - 0.3 leaves 0.1: the fourth run is capped there and costs 0.1.
-    assert.deepEqual(caps, ['?build=latest&memory=256&maxTotalChargeUsd=1', '?build=latest&memory=256&maxTotalChargeUsd=0.7', '?build=latest&memory=256&maxTotalChargeUsd=0.4', '?build=latest&memory=256&maxTotalChargeUsd=0.1']);
+    assert.deepEqual(caps, [
+      '?build=latest&memory=256&maxTotalChargeUsd=1',
+      '?build=latest&memory=256&maxTotalChargeUsd=0.7',
+      '?build=latest&memory=256&maxTotalChargeUsd=0.4',
+      '?build=latest&memory=256&maxTotalChargeUsd=0.1',
+    ]);
     assert.equal(ledger(gw).cost, 1);
     const refused = await start(gw, 'quick-0.30');
     assert.equal(refused.status, 429);
     const body = refused.json() as { code: string; limit: { kind: string; route: string; value: number; used: number; unit: string } };
     assert.equal(body.code, 'budget_exceeded');
-    assert.deepEqual({ kind: body.limit.kind, route: body.limit.route, value: body.limit.value, used: body.limit.used, unit: body.limit.unit }, { kind: 'budget', route: 'scraper', value: 1, used: 1, unit: 'usd' });
+    assert.deepEqual(
+      { kind: body.limit.kind, route: body.limit.route, value: body.limit.value, used: body.limit.used, unit: body.limit.unit },
+      { kind: 'budget', route: 'scraper', value: 1, used: 1, unit: 'usd' },
+    );
     assert.equal(p.runs.size, 4, 'the refused run never reached the platform');
-    const status = (await request(`${gw.url}/keyward/key`, { headers: auth(gw.token) })).json() as { limits: Array<{ kind: string; route: string | null; used: number; remaining: number }> };
+    const status = (await request(`${gw.url}/keyward/key`, { headers: auth(gw.token) })).json() as {
+      limits: Array<{ kind: string; route: string | null; used: number; remaining: number }>;
+    };
     const budget = status.limits.find((l) => l.kind === 'budget' && l.route === 'scraper');
     assert.deepEqual({ used: budget?.used, remaining: budget?.remaining }, { used: 1, remaining: 0 });
   } finally {
@@ -126,7 +149,11 @@ test('pending runs survive a restart and a platform that is down: settled once b
     const first = await startGateway({ dir, scraper: p.up.url, env: { KEYWARD_USAGE_FLUSH: '100ms' }, settle: QUICK });
     try {
       for (const actor of ['slow-0.40', 'quick-0.25']) assert.equal((await start(first, actor)).status, 201);
-      await eventually(async () => parseProm(await first.gateway.metrics.text()).sum('keyward_run_checks_failed_total', { reason: 'the upstream answered 503' }) >= 2, 10_000, 'the platform was asked (and was down)');
+      await eventually(
+        async () => parseProm(await first.gateway.metrics.text()).sum('keyward_run_checks_failed_total', { reason: 'the upstream answered 503' }) >= 2,
+        10_000,
+        'the platform was asked (and was down)',
+      );
     } finally {
       await first.close();
     }
@@ -134,7 +161,10 @@ test('pending runs survive a restart and a platform that is down: settled once b
     // `keyward usage` marks the day that holds them.
     const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json') };
     const rows = JSON.parse((await runCli(['usage', '--json', '--route', 'scraper'], env)).stdout) as Array<{ requests: number; pendingRuns: number }>;
-    assert.deepEqual(rows.map((r) => ({ requests: r.requests, pendingRuns: r.pendingRuns })), [{ requests: 2, pendingRuns: 2 }]);
+    assert.deepEqual(
+      rows.map((r) => ({ requests: r.requests, pendingRuns: r.pendingRuns })),
+      [{ requests: 2, pendingRuns: 2 }],
+    );
     const table = (await runCli(['usage', '--route', 'scraper'], env)).stdout;
     assert.match(table, /\b0\*\s+usd/);
     assert.match(table, /^\* 2 scraper runs still pending: booked at their reservations until they end/m);
@@ -157,7 +187,12 @@ test('pending runs survive a restart and a platform that is down: settled once b
 
 test('a run that never ends is given up at the give-up age with a warning; answers that are no run object are asked again, nothing crashes', async () => {
   const p = await startPlatform();
-  const gw = await startGateway({ scraper: p.up.url, env: { KEYWARD_USAGE_FLUSH: '100ms' }, settle: { ...QUICK, giveUpMs: 1_500 }, limits: { budgets: { scraper: '5/day' } } });
+  const gw = await startGateway({
+    scraper: p.up.url,
+    env: { KEYWARD_USAGE_FLUSH: '100ms' },
+    settle: { ...QUICK, giveUpMs: 1_500 },
+    limits: { budgets: { scraper: '5/day' } },
+  });
   try {
     p.garbage = true;
     assert.equal((await start(gw, 'never')).status, 201);
@@ -182,7 +217,8 @@ test('synchronous runs are counted, capped like run-starts, booked at their rese
   const p = await startPlatform();
   const gw = await startGateway({ scraper: p.up.url, env: { KEYWARD_USAGE_FLUSH: '100ms' }, settle: QUICK, limits: { budgets: { scraper: '1/day' } } });
   try {
-    const post = (path: string): Promise<{ status: number }> => request(`${gw.url}/scraper/v2${path}`, { method: 'POST', headers: { ...auth(gw.token), 'content-type': 'application/json' }, body: '{}' });
+    const post = (path: string): Promise<{ status: number }> =>
+      request(`${gw.url}/scraper/v2${path}`, { method: 'POST', headers: { ...auth(gw.token), 'content-type': 'application/json' }, body: '{}' });
     assert.equal((await post('/acts/a~b/run-sync-get-dataset-items?format=json')).status, 201);
     assert.equal((await post('/actor-tasks/t/run-sync')).status, 201);
     assert.equal((await post('/acts/missing/run-sync')).status, 404);
@@ -201,18 +237,39 @@ test('synchronous runs are counted, capped like run-starts, booked at their rese
 test('KEYWARD_WORKERS=2: the primary settles the runs the workers started, caps them from one budget, and an alert of a settled run fires', async () => {
   const p = await startPlatform();
   const dir = mkdtempSync(join(tmpdir(), 'keyward-runs-w-'));
-  const env = { KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: '0', KEYWARD_WORKERS: '2', KEYWARD_USAGE_FLUSH: '100ms', KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_SCRAPER_URL: p.up.url, KEYWARD_SCRAPER_TOKEN: 'apify_api_workersmaster0123456789' };
-  const key = JSON.parse((await runCli(['keys', 'create', '--name', 'w', '--budget', 'scraper=1/day', '--alert-at', '50%', '--json'], env)).stdout) as { token: string };
+  const env = {
+    KEYWARD_PORT: '0',
+    KEYWARD_ADMIN_PORT: '0',
+    KEYWARD_WORKERS: '2',
+    KEYWARD_USAGE_FLUSH: '100ms',
+    KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+    KEYWARD_SCRAPER_URL: p.up.url,
+    KEYWARD_SCRAPER_TOKEN: 'apify_api_workersmaster0123456789',
+  };
+  const key = JSON.parse((await runCli(['keys', 'create', '--name', 'w', '--budget', 'scraper=1/day', '--alert-at', '50%', '--json'], env)).stdout) as {
+    token: string;
+  };
   const serve = await startCli(['serve'], env, '"msg":"admin listening"');
   try {
     await eventually(() => serve.output().split('"msg":"keyward listening"').length === 3, 10_000, 'two workers listening');
-    const port = (msg: string): number => (JSON.parse(serve.output().split('\n').find((l) => l.includes(`"msg":"${msg}"`)) as string) as { port: number }).port;
+    const port = (msg: string): number =>
+      (
+        JSON.parse(
+          serve
+            .output()
+            .split('\n')
+            .find((l) => l.includes(`"msg":"${msg}"`)) as string,
+        ) as { port: number }
+      ).port;
     const base = `http://127.0.0.1:${port('keyward listening')}`;
     const admin = `http://127.0.0.1:${port('admin listening')}`;
     const file = (): { cost: number; pending: number; requests: number } => {
       const db = new DatabaseSync(join(dir, 'keys.json.usage.sqlite'), { readOnly: true });
       try {
-        const u = db.prepare("select coalesce(sum(cost), 0) as cost, coalesce(sum(requests), 0) as requests from usage where route = 'scraper'").get() as { cost: number; requests: number };
+        const u = db.prepare("select coalesce(sum(cost), 0) as cost, coalesce(sum(requests), 0) as requests from usage where route = 'scraper'").get() as {
+          cost: number;
+          requests: number;
+        };
         return { cost: Math.round(u.cost * 1e6) / 1e6, requests: u.requests, pending: (db.prepare('select count(*) as n from runs').get() as { n: number }).n };
       } finally {
         db.close();
@@ -223,10 +280,21 @@ test('KEYWARD_WORKERS=2: the primary settles the runs the workers started, caps 
       assert.equal(r.status, 201, `run ${i + 1}`);
       await eventually(() => file().requests === i + 1 && file().pending === 0, 15_000, `run ${i + 1} settled`);
     }
-    assert.deepEqual([...p.runs.values()].map((r) => r.query), ['?maxTotalChargeUsd=1', '?maxTotalChargeUsd=0.7', '?maxTotalChargeUsd=0.4']);
+    assert.deepEqual(
+      [...p.runs.values()].map((r) => r.query),
+      ['?maxTotalChargeUsd=1', '?maxTotalChargeUsd=0.7', '?maxTotalChargeUsd=0.4'],
+    );
     assert.equal(file().cost, 0.9);
-    await eventually(async () => parseProm((await request(`${admin}/metrics`)).body.toString()).sum('keyward_runs_settled_total', {}) === 3, 5_000, 'three settled, by the primary');
-    await eventually(async () => parseProm((await request(`${admin}/metrics`)).body.toString()).sum('keyward_limit_alerts_total', { kind: 'budget', threshold: '50' }) === 1, 5_000, 'the 50 % alert');
+    await eventually(
+      async () => parseProm((await request(`${admin}/metrics`)).body.toString()).sum('keyward_runs_settled_total', {}) === 3,
+      5_000,
+      'three settled, by the primary',
+    );
+    await eventually(
+      async () => parseProm((await request(`${admin}/metrics`)).body.toString()).sum('keyward_limit_alerts_total', { kind: 'budget', threshold: '50' }) === 1,
+      5_000,
+      'the 50 % alert',
+    );
   } finally {
     serve.child.kill('SIGTERM');
     await deadline(serve.done, 15_000, 'exit');
@@ -235,37 +303,49 @@ test('KEYWARD_WORKERS=2: the primary settles the runs the workers started, caps 
   }
 });
 
-test('a platform down for a minute: questions back off (a bounded number asked), requests are served meanwhile, and every run is booked once it answers again', { timeout: 150_000 }, async () => {
-  const p = await startPlatform();
-  // The default pace but for the longest wait between questions (5 min by default; 8 s here, so the test ends soon after the outage).
-  const gw = await startGateway({ scraper: p.up.url, env: { KEYWARD_USAGE_FLUSH: '200ms' }, settle: { backoff: { firstMs: 1_000, maxMs: 8_000, jitter: 0.2 } } });
-  try {
-    p.down = true;
-    const downSince = Date.now();
-    for (const actor of ['quick-0.10', 'quick-0.20', 'fails-0.30']) assert.equal((await start(gw, actor)).status, 201);
-    while (Date.now() - downSince < 60_000) {
-      // Served at once while the platform does not answer questions about runs.
-      const t = performance.now();
-      assert.equal((await start(gw, 'never')).status, 201);
-      assert.ok(performance.now() - t < 2_000, 'a run-start is never held up by the settler');
-      await new Promise((r) => setTimeout(r, 10_000));
+test(
+  'a platform down for a minute: questions back off (a bounded number asked), requests are served meanwhile, and every run is booked once it answers again',
+  { timeout: 150_000 },
+  async () => {
+    const p = await startPlatform();
+    // The default pace but for the longest wait between questions (5 min by default; 8 s here, so the test ends soon after the outage).
+    const gw = await startGateway({
+      scraper: p.up.url,
+      env: { KEYWARD_USAGE_FLUSH: '200ms' },
+      settle: { backoff: { firstMs: 1_000, maxMs: 8_000, jitter: 0.2 } },
+    });
+    try {
+      p.down = true;
+      const downSince = Date.now();
+      for (const actor of ['quick-0.10', 'quick-0.20', 'fails-0.30']) assert.equal((await start(gw, actor)).status, 201);
+      while (Date.now() - downSince < 60_000) {
+        // Served at once while the platform does not answer questions about runs.
+        const t = performance.now();
+        assert.equal((await start(gw, 'never')).status, 201);
+        assert.ok(performance.now() - t < 2_000, 'a run-start is never held up by the settler');
+        await new Promise((r) => setTimeout(r, 10_000));
+      }
+      const asked = p.up.requests.filter((r) => r.method === 'GET').length;
+      // Per run, doubling from 1 s to 8 s over a minute: at most about 11 questions (1+2+4+8×…); 10 runs at most pending.
+      assert.ok(asked <= 10 * 12, `${asked} questions during the outage`);
+      p.down = false;
+      await eventually(
+        () => [...p.runs.values()].filter((r) => !r.actor.startsWith('never')).every((r) => r.asked >= 1) && ledger(gw).cost >= 0.6 - 1e-9,
+        20_000,
+        'booked once it answered',
+      );
+      await new Promise((r) => setTimeout(r, 500));
+      // The three that ended: 0.6; the never-ending ones are pending at their reservation (0: no budget).
+      assert.equal(ledger(gw).cost, 0.6);
+      const m = parseProm(await gw.gateway.metrics.text());
+      assert.equal(m.sum('keyward_runs_settled_total', {}), 3);
+      assert.ok(m.sum('keyward_run_checks_failed_total', { reason: 'the upstream answered 503' }) >= 3);
+    } finally {
+      await gw.close();
+      await p.close();
     }
-    const asked = p.up.requests.filter((r) => r.method === 'GET').length;
-    // Per run, doubling from 1 s to 8 s over a minute: at most about 11 questions (1+2+4+8×…); 10 runs at most pending.
-    assert.ok(asked <= 10 * 12, `${asked} questions during the outage`);
-    p.down = false;
-    await eventually(() => [...p.runs.values()].filter((r) => !r.actor.startsWith('never')).every((r) => r.asked >= 1) && ledger(gw).cost >= 0.6 - 1e-9, 20_000, 'booked once it answered');
-    await new Promise((r) => setTimeout(r, 500));
-    // The three that ended: 0.6; the never-ending ones are pending at their reservation (0: no budget).
-    assert.equal(ledger(gw).cost, 0.6);
-    const m = parseProm(await gw.gateway.metrics.text());
-    assert.equal(m.sum('keyward_runs_settled_total', {}), 3);
-    assert.ok(m.sum('keyward_run_checks_failed_total', { reason: 'the upstream answered 503' }) >= 3);
-  } finally {
-    await gw.close();
-    await p.close();
-  }
-});
+  },
+);
 
 test('overlapping run-starts against a scraper budget: admitted while spent plus reservations is below it, each capped at what was left then, the rest refused and never forwarded', async () => {
   const p = await startPlatform();

@@ -16,13 +16,30 @@ const AUDIO = Buffer.from(Array.from({ length: 4096 }, (_, i) => (i * 31) & 0xff
 async function upstreams(): Promise<{ scraper: MockUpstream; seo: MockUpstream; speech: MockUpstream; close(): Promise<void> }> {
   const scraper = await startUpstream((req, res, rec) => {
     req.on('end', () => {
-      const body = JSON.stringify({ data: { id: 'run-1', actId: rec.url.split('/')[3], status: 'READY', startedAt: '2026-01-01T00:00:00.000Z', input: JSON.parse(rec.body.toString() || '{}') } });
+      const body = JSON.stringify({
+        data: {
+          id: 'run-1',
+          actId: rec.url.split('/')[3],
+          status: 'READY',
+          startedAt: '2026-01-01T00:00:00.000Z',
+          input: JSON.parse(rec.body.toString() || '{}'),
+        },
+      });
       res.writeHead(201, { 'content-type': 'application/json' }).end(body);
     });
   });
   const seo = await startUpstream((req, res) => {
     req.on('end', () => {
-      const body = JSON.stringify({ version: '0.1.20260101', status_code: 20000, status_message: 'Ok.', time: '0.01 sec.', cost: 0, tasks_count: 1, tasks_error: 0, tasks: [{ id: 't-1', status_code: 20000, status_message: 'Ok.', result: [{ login: 'demo', money: { balance: 42.5 } }] }] });
+      const body = JSON.stringify({
+        version: '0.1.20260101',
+        status_code: 20000,
+        status_message: 'Ok.',
+        time: '0.01 sec.',
+        cost: 0,
+        tasks_count: 1,
+        tasks_error: 0,
+        tasks: [{ id: 't-1', status_code: 20000, status_message: 'Ok.', result: [{ login: 'demo', money: { balance: 42.5 } }] }],
+      });
       res.writeHead(200, { 'content-type': 'application/json' }).end(body);
     });
   });

@@ -12,16 +12,29 @@ import { deadline, eventually } from '../support/deadline.ts';
 test('a misspelled KEYWARD_* variable is warned about with the closest known name; KEYWARD_STRICT_ENV=1 refuses to start', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'keyward-second-'));
   try {
-    const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_PORT: '0', KEYWARD_SCRAPER_KEY: 'apify_api_x', KEYWARD_LISTEN_PORT: '41006', KEYWARD_DRAIN_TIMOUT: '3s' };
+    const env = {
+      KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+      KEYWARD_PORT: '0',
+      KEYWARD_SCRAPER_KEY: 'apify_api_x',
+      KEYWARD_LISTEN_PORT: '41006',
+      KEYWARD_DRAIN_TIMOUT: '3s',
+    };
     const gw = await startCli(['serve'], env, '"msg":"keyward listening"');
     try {
       await eventually(() => gw.output().split('"msg":"unknown variable').length === 4, 5_000, 'three warnings');
-      const warnings = gw.output().split('\n').filter((l) => l.includes('"msg":"unknown variable')).map((l) => JSON.parse(l) as { level: number; msg: string });
-      assert.deepEqual(warnings.map((w) => w.msg), [
-        'unknown variable KEYWARD_DRAIN_TIMOUT; did you mean KEYWARD_DRAIN_TIMEOUT?',
-        'unknown variable KEYWARD_LISTEN_PORT; did you mean KEYWARD_PORT?',
-        'unknown variable KEYWARD_SCRAPER_KEY; did you mean KEYWARD_SCRAPER_TOKEN?',
-      ]);
+      const warnings = gw
+        .output()
+        .split('\n')
+        .filter((l) => l.includes('"msg":"unknown variable'))
+        .map((l) => JSON.parse(l) as { level: number; msg: string });
+      assert.deepEqual(
+        warnings.map((w) => w.msg),
+        [
+          'unknown variable KEYWARD_DRAIN_TIMOUT; did you mean KEYWARD_DRAIN_TIMEOUT?',
+          'unknown variable KEYWARD_LISTEN_PORT; did you mean KEYWARD_PORT?',
+          'unknown variable KEYWARD_SCRAPER_KEY; did you mean KEYWARD_SCRAPER_TOKEN?',
+        ],
+      );
       assert.ok(warnings.every((w) => w.level === 40));
     } finally {
       gw.child.kill('SIGTERM');
@@ -38,7 +51,11 @@ test('a misspelled KEYWARD_* variable is warned about with the closest known nam
     assert.equal(strict.code, 2);
     assert.match(strict.stderr, /unknown variable KEYWARD_SCRAPER_KEY; did you mean KEYWARD_SCRAPER_TOKEN\?/);
     // Known names, the config file's and the launcher's own, are not reported.
-    const clean = await startCli(['serve'], { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: 'off', KEYWARD_ADMIN_HOST: '127.0.0.1', KEYWARD_STRICT_ENV: '1' }, '"msg":"keyward listening"');
+    const clean = await startCli(
+      ['serve'],
+      { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: 'off', KEYWARD_ADMIN_HOST: '127.0.0.1', KEYWARD_STRICT_ENV: '1' },
+      '"msg":"keyward listening"',
+    );
     clean.child.kill('SIGTERM');
     const done = await deadline(clean.done, 10_000, 'exit');
     assert.equal(done.code, 0);
@@ -58,7 +75,11 @@ test('start-up errors say what and where in one line: a port in use, a damaged k
   try {
     const busy = await runCli(['serve'], { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_PORT: String(port) });
     assert.equal(busy.code, 1);
-    assert.equal(busy.stderr, `keyward: cannot start: KEYWARD_PORT: 127.0.0.1:${port} is already in use (EADDRINUSE: another keyward?); set KEYWARD_PORT to a free port\n`, 'one line on stderr');
+    assert.equal(
+      busy.stderr,
+      `keyward: cannot start: KEYWARD_PORT: 127.0.0.1:${port} is already in use (EADDRINUSE: another keyward?); set KEYWARD_PORT to a free port\n`,
+      'one line on stderr',
+    );
     const fatal = busy.stdout.split('\n').filter((l) => l.includes('"level":60'));
     assert.equal(fatal.length, 1);
     assert.doesNotMatch(fatal[0] as string, /stack|listen\.ts/, 'no stack for a failure the message explains');
@@ -76,9 +97,14 @@ test('start-up errors say what and where in one line: a port in use, a damaged k
 
     const flag = await runCli(['serve', '--port', '41001'], {});
     assert.equal(flag.code, 2);
-    assert.match(flag.stderr, /serve takes no options; it is configured by environment variables \(--port: KEYWARD_PORT, e\.g\. KEYWARD_PORT=… keyward serve\)/);
+    assert.match(
+      flag.stderr,
+      /serve takes no options; it is configured by environment variables \(--port: KEYWARD_PORT, e\.g\. KEYWARD_PORT=… keyward serve\)/,
+    );
 
-    const limits = await runCli(['keys', 'create', '--name', 'x', '--rate', '10', '--quota', '5000', '--concurrency', 'many'], { KEYWARD_KEYS_FILE: join(dir, 'keys.json') });
+    const limits = await runCli(['keys', 'create', '--name', 'x', '--rate', '10', '--quota', '5000', '--concurrency', 'many'], {
+      KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+    });
     assert.equal(limits.code, 2);
     const first = limits.stderr.split('\n')[0] as string;
     for (const f of ['--rate', '--quota', '--concurrency']) assert.match(first, new RegExp(`${f} must be`), `${f} reported too`);
@@ -95,13 +121,34 @@ test('keyward usage --until, --by month and the TOTAL rows (cost added up per un
     const { id } = JSON.parse((await runCli(['keys', 'create', '--name', 'finance', '--json'], env)).stdout) as { id: string };
     const { SqliteUsageStore, usagePath } = await import('../../src/ledger/sqlite-store.ts');
     const store = new SqliteUsageStore(usagePath(env.KEYWARD_KEYS_FILE));
-    const row = (route: string, day: string, requests: number, cost: number) => ({ keyId: id, route, day, requests, s2xx: requests, s3xx: 0, s4xx: 0, s5xx: 0, other: 0, limited: 0, bytesIn: 0, bytesOut: 10 * requests, cost });
-    await store.add([row('seo', '2026-10-30', 2, 0.5), row('seo', '2026-10-31', 3, 0.25), row('seo', '2026-11-01', 4, 1), row('speech', '2026-11-02', 5, 300)], { gateway: 'seed', seq: 1 });
+    const row = (route: string, day: string, requests: number, cost: number) => ({
+      keyId: id,
+      route,
+      day,
+      requests,
+      s2xx: requests,
+      s3xx: 0,
+      s4xx: 0,
+      s5xx: 0,
+      other: 0,
+      limited: 0,
+      bytesIn: 0,
+      bytesOut: 10 * requests,
+      cost,
+    });
+    await store.add(
+      [row('seo', '2026-10-30', 2, 0.5), row('seo', '2026-10-31', 3, 0.25), row('seo', '2026-11-01', 4, 1), row('speech', '2026-11-02', 5, 300)],
+      { gateway: 'seed', seq: 1 },
+    );
     await store.close();
 
     const days = await runCli(['usage', '--since', '2026-10-01', '--until', '2026-10-31', '--csv'], env);
     assert.equal(days.code, 0, days.stderr);
-    assert.deepEqual(days.stdout.trim().split('\n').slice(1), ['2026-10-30,finance,seo,2,2,0,0,0,0,0,0,20,0.5,usd,0', '2026-10-31,finance,seo,3,3,0,0,0,0,0,0,30,0.25,usd,0', 'TOTAL,,,5,5,0,0,0,0,0,0,50,0.75,usd,']);
+    assert.deepEqual(days.stdout.trim().split('\n').slice(1), [
+      '2026-10-30,finance,seo,2,2,0,0,0,0,0,0,20,0.5,usd,0',
+      '2026-10-31,finance,seo,3,3,0,0,0,0,0,0,30,0.25,usd,0',
+      'TOTAL,,,5,5,0,0,0,0,0,0,50,0.75,usd,',
+    ]);
 
     const months = await runCli(['usage', '--since', '2026-10-01', '--until', '2026-11-30', '--by', 'month', '--csv'], env);
     assert.deepEqual(months.stdout.trim().split('\n').slice(1), [
@@ -130,7 +177,7 @@ test('keyward usage --until, --by month and the TOTAL rows (cost added up per un
   }
 });
 
-test("names a terminal would act on are printed escaped: keys list, usage, revoke", async () => {
+test('names a terminal would act on are printed escaped: keys list, usage, revoke', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'keyward-second-'));
   try {
     const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json') };
@@ -142,10 +189,18 @@ test("names a terminal would act on are printed escaped: keys list, usage, revok
     writeFileSync(env.KEYWARD_KEYS_FILE, serialiseKeysFile(records.map((r) => ({ ...r, name: evil }))));
     const { SqliteUsageStore, usagePath } = await import('../../src/ledger/sqlite-store.ts');
     const store = new SqliteUsageStore(usagePath(env.KEYWARD_KEYS_FILE));
-    await store.add([{ keyId: id, route: 'seo', day: '2026-10-30', requests: 1, s2xx: 1, s3xx: 0, s4xx: 0, s5xx: 0, other: 0, limited: 0, bytesIn: 0, bytesOut: 1, cost: 0 }], { gateway: 'seed', seq: 1 });
+    await store.add(
+      [{ keyId: id, route: 'seo', day: '2026-10-30', requests: 1, s2xx: 1, s3xx: 0, s4xx: 0, s5xx: 0, other: 0, limited: 0, bytesIn: 0, bytesOut: 1, cost: 0 }],
+      { gateway: 'seed', seq: 1 },
+    );
     await store.close();
     const shown = 'evil\\x1b]0;pwned\\x07\\x1b[31mRED\\x1b[0m\\x0d\\x0aFAKE-ROW\\u202e';
-    for (const args of [['keys', 'list'], ['usage', '--since', '2026-10-01'], ['usage', '--since', '2026-10-01', '--csv'], ['keys', 'revoke', id]]) {
+    for (const args of [
+      ['keys', 'list'],
+      ['usage', '--since', '2026-10-01'],
+      ['usage', '--since', '2026-10-01', '--csv'],
+      ['keys', 'revoke', id],
+    ]) {
       const r = await runCli(args, env);
       assert.equal(r.code, 0, `${args.join(' ')}: ${r.stderr}`);
       // Not one control character reaches the terminal; the name shows as its escapes.

@@ -24,15 +24,19 @@ test('the first chunk reaches the client before the upstream has finished', asyn
   try {
     const body = await deadline(
       new Promise<string>((resolve, reject) => {
-        const req = http.request(`${gw.url}/speech/v1/text-to-speech/v/stream`, { method: 'POST', headers: { authorization: `Bearer ${gw.token}` }, agent: false }, (res) => {
-          let text = '';
-          res.setEncoding('latin1');
-          res.on('data', (d: string) => {
-            text += d;
-            if (text === 'first-chunk') release(); // only now may the upstream finish
-          });
-          res.on('end', () => resolve(text));
-        });
+        const req = http.request(
+          `${gw.url}/speech/v1/text-to-speech/v/stream`,
+          { method: 'POST', headers: { authorization: `Bearer ${gw.token}` }, agent: false },
+          (res) => {
+            let text = '';
+            res.setEncoding('latin1');
+            res.on('data', (d: string) => {
+              text += d;
+              if (text === 'first-chunk') release(); // only now may the upstream finish
+            });
+            res.on('end', () => resolve(text));
+          },
+        );
         req.on('error', reject);
         req.end('{"text":"hi"}');
       }),

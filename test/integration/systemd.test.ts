@@ -49,7 +49,13 @@ for (const workers of ['1', '2']) {
     const up = await startUpstream();
     const sock = await listeningFd();
     try {
-      const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p', KEYWARD_WORKERS: workers };
+      const env = {
+        KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+        KEYWARD_SEO_URL: up.url,
+        KEYWARD_SEO_LOGIN: 'l',
+        KEYWARD_SEO_PASSWORD: 'p',
+        KEYWARD_WORKERS: workers,
+      };
       const key = JSON.parse((await runCli(['keys', 'create', '--name', 'sd', '--json'], env)).stdout) as { token: string };
       // As systemd does: fd 3 is the socket, and LISTEN_PID is the pid that execs the gateway.
       const child = spawn('/bin/sh', ['-c', `LISTEN_PID=$$ LISTEN_FDS=1 LISTEN_FDNAMES=keyward.socket exec "${BIN}" serve`], {
@@ -83,7 +89,10 @@ for (const workers of ['1', '2']) {
 test('LISTEN_FDS meant for another process is ignored: the gateway binds its own address', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'keyward-sd2-'));
   try {
-    const child = spawn(BIN, ['serve'], { env: childEnv({ KEYWARD_PORT: '0', KEYWARD_KEYS_FILE: join(dir, 'keys.json'), LISTEN_PID: '1', LISTEN_FDS: '1' }), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(BIN, ['serve'], {
+      env: childEnv({ KEYWARD_PORT: '0', KEYWARD_KEYS_FILE: join(dir, 'keys.json'), LISTEN_PID: '1', LISTEN_FDS: '1' }),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     const done = collect(child);
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));

@@ -11,16 +11,31 @@ import { startGateway } from '../support/gateway.ts';
 import { startUpstream } from '../support/upstream.ts';
 
 /** Send a request with a body written by `write`, collect the reply (or the close). */
-function upload(port: number, token: string, length: number, write: (req: http.ClientRequest) => Promise<void>): Promise<{ status: number | null; body: string; error: string | null }> {
+function upload(
+  port: number,
+  token: string,
+  length: number,
+  write: (req: http.ClientRequest) => Promise<void>,
+): Promise<{ status: number | null; body: string; error: string | null }> {
   return deadline(
     new Promise((resolve) => {
-      const req = http.request({ port, host: '127.0.0.1', method: 'POST', path: '/speech/v1/upload', agent: false, headers: { authorization: `Bearer ${token}`, 'content-length': length } }, (res) => {
-        let body = '';
-        res.setEncoding('utf8');
-        res.on('data', (d: string) => (body += d));
-        res.on('end', () => resolve({ status: res.statusCode ?? null, body, error: null }));
-        res.on('error', (e: NodeJS.ErrnoException) => resolve({ status: res.statusCode ?? null, body, error: e.code ?? 'error' }));
-      });
+      const req = http.request(
+        {
+          port,
+          host: '127.0.0.1',
+          method: 'POST',
+          path: '/speech/v1/upload',
+          agent: false,
+          headers: { authorization: `Bearer ${token}`, 'content-length': length },
+        },
+        (res) => {
+          let body = '';
+          res.setEncoding('utf8');
+          res.on('data', (d: string) => (body += d));
+          res.on('end', () => resolve({ status: res.statusCode ?? null, body, error: null }));
+          res.on('error', (e: NodeJS.ErrnoException) => resolve({ status: res.statusCode ?? null, body, error: e.code ?? 'error' }));
+        },
+      );
       req.on('error', (e: NodeJS.ErrnoException) => resolve({ status: null, body: '', error: e.code ?? 'error' }));
       void write(req);
     }),

@@ -138,11 +138,26 @@ test('HTTPS on the public port; SIGHUP re-reads the certificate without dropping
   const keyFile = join(dir, 'key.pem');
   copyFileSync(first.certFile, certFile);
   copyFileSync(first.keyFile, keyFile);
-  const env = { KEYWARD_PORT: '0', KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_TLS_CERT_FILE: certFile, KEYWARD_TLS_KEY_FILE: keyFile, KEYWARD_SEO_URL: `http://127.0.0.1:${await freePort()}`, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p' };
+  const env = {
+    KEYWARD_PORT: '0',
+    KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+    KEYWARD_TLS_CERT_FILE: certFile,
+    KEYWARD_TLS_KEY_FILE: keyFile,
+    KEYWARD_SEO_URL: `http://127.0.0.1:${await freePort()}`,
+    KEYWARD_SEO_LOGIN: 'l',
+    KEYWARD_SEO_PASSWORD: 'p',
+  };
   const key = JSON.parse((await runCli(['keys', 'create', '--name', 'tls', '--json'], env)).stdout) as { token: string };
   const serve = await startCli(['serve'], env, '"msg":"keyward listening"');
   try {
-    const port = (JSON.parse(serve.output().split('\n').find((l) => l.includes('keyward listening')) as string) as { port: number; tls: boolean }).port;
+    const port = (
+      JSON.parse(
+        serve
+          .output()
+          .split('\n')
+          .find((l) => l.includes('keyward listening')) as string,
+      ) as { port: number; tls: boolean }
+    ).port;
     const url = `https://127.0.0.1:${port}/nowhere/x`;
     const before = await get(url, key.token, pki.ca);
     assert.equal(before.status, 404, 'served over TLS, authenticated, routed');

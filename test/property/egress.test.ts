@@ -62,7 +62,10 @@ test('bytes held back at a chunk end are only a possible start of a secret, and 
   assert.deepEqual(scan.push(Buffer.from('OND')), Buffer.from('SECOND'));
   assert.deepEqual(scan.push(Buffer.from('xx SECRET')), Buffer.from('xx '));
   assert.deepEqual(scan.push(Buffer.from('VALUE!')), Buffer.from('***********!'));
-  assert.deepEqual(scan.found?.map((f) => f.form), ['k']);
+  assert.deepEqual(
+    scan.found?.map((f) => f.form),
+    ['k'],
+  );
   assert.deepEqual(scan.push(Buffer.from('tail S')), Buffer.from('tail '));
   assert.deepEqual(scan.end(), Buffer.from('S'));
 });
@@ -73,7 +76,10 @@ test('header values are masked in place, the same length; a clean list is left a
   assert.equal(maskHeaders(new Secrets(forms), clean), null);
   assert.deepEqual(clean, ['content-type', 'application/json', 'x-a', 'b']);
   const raw = ['x-echo', 'Bearer SECRETVALUE, again SECRETVALUE', 'set-cookie', 'k=SECRETVALUE'];
-  assert.deepEqual(maskHeaders(new Secrets(forms), raw)?.map((f) => f.form), ['k']);
+  assert.deepEqual(
+    maskHeaders(new Secrets(forms), raw)?.map((f) => f.form),
+    ['k'],
+  );
   assert.deepEqual(raw, ['x-echo', 'Bearer ***********, again ***********', 'set-cookie', 'k=***********']);
 });
 
@@ -113,7 +119,10 @@ test('a secret in any mix of spellings, cut anywhere, comes out masked whole; no
           assert.equal(out.length, body.length);
           const at = before.length;
           // A NUL before the first character or after the last (UTF-16) is no part of the secret; every other byte is masked.
-          assert.ok(out.subarray(at, at + spelled.length).every((b) => b === 0x2a || b === 0), `${JSON.stringify(spelled.toString('latin1'))} cut ${cuts} -> ${JSON.stringify(out.toString('latin1'))}`);
+          assert.ok(
+            out.subarray(at, at + spelled.length).every((b) => b === 0x2a || b === 0),
+            `${JSON.stringify(spelled.toString('latin1'))} cut ${cuts} -> ${JSON.stringify(out.toString('latin1'))}`,
+          );
           for (let i = 0; i < body.length; i++) if (out[i] !== 0x2a) assert.equal(out[i], body[i]);
         }
       },
@@ -149,7 +158,12 @@ test('a secret in base64 (standard or URL alphabet) at any offset inside longer 
 test('the forms the issue reports reaching a client readable are masked, in headers too', () => {
   const token = 'apify_api_Z3xQ9kT2mW8vR4nB7cY1';
   const basic = Buffer.from('login@example.com:p4ss/w0rd+Xy=').toString('base64');
-  const secrets = new Secrets([form(token, 'token'), form(basic, 'basic'), form('p4ss/w0rd+Xy=', 'password'), ...base64Middles(token).map((b) => form(b, 'token base64'))]);
+  const secrets = new Secrets([
+    form(token, 'token'),
+    form(basic, 'basic'),
+    form('p4ss/w0rd+Xy=', 'password'),
+    ...base64Middles(token).map((b) => form(b, 'token base64')),
+  ]);
   const pct = [...token].map((c) => `%${c.charCodeAt(0).toString(16)}`).join('');
   const bodies = [
     pct,
@@ -210,10 +224,16 @@ test('the sampled scan and the full decoder find the same occurrences, on bytes 
   fc.assert(
     fc.property(
       fc.array(fc.string({ unit: SECRET_CHARS, minLength: 8, maxLength: 30 }), { minLength: 1, maxLength: 3 }),
-      fc.array(fc.tuple(fc.oneof(TEXT, BYTES), fc.nat(), fc.array(fc.nat(), { minLength: 1, maxLength: 8 }), fc.constantFrom<0 | 1 | 2>(0, 0, 0, 1, 2)), { minLength: 1, maxLength: 6 }),
+      fc.array(fc.tuple(fc.oneof(TEXT, BYTES), fc.nat(), fc.array(fc.nat(), { minLength: 1, maxLength: 8 }), fc.constantFrom<0 | 1 | 2>(0, 0, 0, 1, 2)), {
+        minLength: 1,
+        maxLength: 6,
+      }),
       (secrets, pieces) => {
         const forms = [...new Set(secrets)].map((s, i) => form(s, `f${i}`)).sort((a, b) => b.folded.length - a.folded.length);
-        const body = Buffer.from(pieces.map(([filler, which, picks, utf16]) => filler + planted(secrets[which % secrets.length] as string, picks, utf16)).join(''), 'latin1');
+        const body = Buffer.from(
+          pieces.map(([filler, which, picks, utf16]) => filler + planted(secrets[which % secrets.length] as string, picks, utf16)).join(''),
+          'latin1',
+        );
         const found = new BodyScan(new Secrets(forms)).matches(body) ?? [];
         const all: Array<[number, number, string]> = [];
         searchRun(body, 0, body.length, forms, (f, from, to) => all.push([from, to, f.form]));

@@ -61,7 +61,23 @@ test('the template follows the logger level, also when it changes', () => {
   const out = capture();
   const logger = pino({ level: 'warn' }, out.stream);
   const line = requestLogger(logger);
-  const f: RequestFields = { reqId: '1', client: null, keyId: null, keyName: null, route: null, method: 'GET', path: '/', status: 200, bytesIn: 0, bytesOut: 0, durationMs: 1, ttfbMs: null, error: null, authFailure: null, aborted: false };
+  const f: RequestFields = {
+    reqId: '1',
+    client: null,
+    keyId: null,
+    keyName: null,
+    route: null,
+    method: 'GET',
+    path: '/',
+    status: 200,
+    bytesIn: 0,
+    bytesOut: 0,
+    durationMs: 1,
+    ttfbMs: null,
+    error: null,
+    authFailure: null,
+    aborted: false,
+  };
   line('info', f);
   assert.equal(out.lines.length, 0);
   line('warn', f);

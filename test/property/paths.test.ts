@@ -20,11 +20,15 @@ function oracleHasDotSegment(path: string): boolean {
 }
 
 const dotty = fc.constantFrom('.', '..', '%2e', '%2E', '.%2e', '%2e.', '%2E%2e', '..;x', '%2e;y', '.%2E;');
-const plain = fc.string({ unit: fc.constantFrom(...'abcXYZ09-_~!$&\'()*+,=:@.%'.split('')), minLength: 1, maxLength: 8 }).filter((s) => !/%(?![0-9a-fA-F]{2})/.test(s));
+const plain = fc
+  .string({ unit: fc.constantFrom(..."abcXYZ09-_~!$&'()*+,=:@.%".split('')), minLength: 1, maxLength: 8 })
+  .filter((s) => !/%(?![0-9a-fA-F]{2})/.test(s));
 const separator = fc.constantFrom('/', '/', '/', '%2F', '%2f', '\\', '%5C');
 
 const pathOf = (segments: fc.Arbitrary<string[]>): fc.Arbitrary<string> =>
-  fc.tuple(segments, fc.array(separator, { minLength: 8, maxLength: 8 })).map(([segs, seps]) => `/${segs.map((s, i) => (i === 0 ? s : `${seps[i % seps.length]}${s}`)).join('')}`);
+  fc
+    .tuple(segments, fc.array(separator, { minLength: 8, maxLength: 8 }))
+    .map(([segs, seps]) => `/${segs.map((s, i) => (i === 0 ? s : `${seps[i % seps.length]}${s}`)).join('')}`);
 
 test('hasDotSegment agrees with an independent decoder on every generated path', () => {
   fc.assert(

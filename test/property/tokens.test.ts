@@ -34,18 +34,24 @@ test('Bearer parsing: any case of the scheme, any run of spaces, the token back 
       assert.equal(bearerToken(`Basic ${t}`), null);
     }),
   );
-  fc.assert(fc.property(fc.string(), (h) => {
-    const t = bearerToken(h);
-    if (t !== null) assert.ok(h.toLowerCase().startsWith('bearer ') && h.endsWith(t) && !t.includes(' '));
-  }));
+  fc.assert(
+    fc.property(fc.string(), (h) => {
+      const t = bearerToken(h);
+      if (t !== null) assert.ok(h.toLowerCase().startsWith('bearer ') && h.endsWith(t) && !t.includes(' '));
+    }),
+  );
 });
 
 test('Basic parsing returns the password for any login without a colon', () => {
   fc.assert(
-    fc.property(fc.string().filter((l) => !l.includes(':')), fc.string(), (login, password) => {
-      fc.pre(Buffer.from(`${login}:${password}`, 'utf8').toString('utf8') === `${login}:${password}`);
-      assert.equal(basicPassword(`Basic ${Buffer.from(`${login}:${password}`).toString('base64')}`), password);
-    }),
+    fc.property(
+      fc.string().filter((l) => !l.includes(':')),
+      fc.string(),
+      (login, password) => {
+        fc.pre(Buffer.from(`${login}:${password}`, 'utf8').toString('utf8') === `${login}:${password}`);
+        assert.equal(basicPassword(`Basic ${Buffer.from(`${login}:${password}`).toString('base64')}`), password);
+      },
+    ),
   );
 });
 

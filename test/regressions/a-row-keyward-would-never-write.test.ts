@@ -14,7 +14,8 @@ import { startUpstream } from '../support/upstream.ts';
 
 const tokenDigest = (token: string): string => `sha256:${hexDigest(token)}`;
 
-const status = async (base: string, token: string): Promise<number> => (await request(`${base}/seo/v3/x`, { headers: { authorization: `Bearer ${token}` } })).status;
+const status = async (base: string, token: string): Promise<number> =>
+  (await request(`${base}/seo/v3/x`, { headers: { authorization: `Bearer ${token}` } })).status;
 
 function portOf(output: string, msg: string): number {
   return (JSON.parse(output.split('\n').find((l) => l.includes(`"msg":"${msg}"`)) as string) as { port: number }).port;
@@ -28,14 +29,29 @@ async function insertBySql(db: TestDatabase, name: string, previous: unknown = [
   return { id, token };
 }
 
-async function withGateway(run: (ctx: { db: TestDatabase; env: Record<string, string>; base: string; admin: string; output: () => string }) => Promise<void>): Promise<void> {
+async function withGateway(
+  run: (ctx: { db: TestDatabase; env: Record<string, string>; base: string; admin: string; output: () => string }) => Promise<void>,
+): Promise<void> {
   const db = await startDatabase();
   const up = await startUpstream();
-  const env = { KEYWARD_DATABASE_URL: db.url, KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: '0', KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p' };
+  const env = {
+    KEYWARD_DATABASE_URL: db.url,
+    KEYWARD_PORT: '0',
+    KEYWARD_ADMIN_PORT: '0',
+    KEYWARD_SEO_URL: up.url,
+    KEYWARD_SEO_LOGIN: 'l',
+    KEYWARD_SEO_PASSWORD: 'p',
+  };
   assert.equal((await runCli(['db', 'migrate'], env)).code, 0);
   const gw = await startCli(['serve'], env, '"msg":"admin listening"');
   try {
-    await run({ db, env, base: `http://127.0.0.1:${portOf(gw.output(), 'keyward listening')}`, admin: `http://127.0.0.1:${portOf(gw.output(), 'admin listening')}`, output: gw.output });
+    await run({
+      db,
+      env,
+      base: `http://127.0.0.1:${portOf(gw.output(), 'keyward listening')}`,
+      admin: `http://127.0.0.1:${portOf(gw.output(), 'admin listening')}`,
+      output: gw.output,
+    });
   } finally {
     gw.child.kill('SIGTERM');
     await deadline(gw.done, 10_000, 'exit');
@@ -69,7 +85,9 @@ test('a row keyward would never write is skipped alone, logged once by id and co
     assert.equal(parseProm((await request(`${admin}/metrics`)).body.toString()).sum('keyward_keystore_up'), 1);
     // Logged once each, by id, with what is wrong; never a digest.
     await new Promise((r) => setTimeout(r, 1_500)); // more checks pass: still once
-    const lines = output().split('\n').filter((l) => l.includes('stored key skipped'));
+    const lines = output()
+      .split('\n')
+      .filter((l) => l.includes('stored key skipped'));
     assert.deepEqual(lines.map((l) => (JSON.parse(l) as { id: string }).id).sort(), bad.map((b) => b.id).sort());
     assert.match(lines.find((l) => l.includes('nodigest')) as string, /"problem":".previous entries must have a digest and an \\"until\\" date"/);
     assert.equal(output().includes('sha256:'), false);

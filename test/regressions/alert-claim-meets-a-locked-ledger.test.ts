@@ -28,11 +28,23 @@ test('alerts crossed while another process holds the ledger write lock fire once
   const receiver = await startReceiver();
   // The store exists first, with its tables, as a running gateway's would.
   await new SqliteUsageStore(path).close();
-  const gw = await startGateway({ seo: up.url, usageStore: new SqliteUsageStore(path), limits: { quota: '10/day', alerts: [20, 30] }, env: { KEYWARD_ALERT_WEBHOOK: receiver.url } });
+  const gw = await startGateway({
+    seo: up.url,
+    usageStore: new SqliteUsageStore(path),
+    limits: { quota: '10/day', alerts: [20, 30] },
+    env: { KEYWARD_ALERT_WEBHOOK: receiver.url },
+  });
   const send = async (): Promise<number> => (await request(`${gw.url}/seo/v3/x`, { headers: { authorization: `Bearer ${gw.token}` } })).status;
   // The first request leases a chunk of the quota (a quarter of it, 3) from the file before the lock.
   assert.equal(await send(), 200);
-  const holder = spawn(process.execPath, ['-e', `const { DatabaseSync } = require('node:sqlite'); const db = new DatabaseSync(${JSON.stringify(path)}); db.exec('begin immediate'); console.log('locked'); process.stdin.on('data', () => { db.exec('commit'); db.close(); process.exit(0); });`], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const holder = spawn(
+    process.execPath,
+    [
+      '-e',
+      `const { DatabaseSync } = require('node:sqlite'); const db = new DatabaseSync(${JSON.stringify(path)}); db.exec('begin immediate'); console.log('locked'); process.stdin.on('data', () => { db.exec('commit'); db.close(); process.exit(0); });`,
+    ],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  );
   try {
     await deadline(new Promise<void>((resolve) => holder.stdout.on('data', (d: Buffer) => d.toString().includes('locked') && resolve())), 10_000, 'lock held');
     // What the lease holds is admitted while the lock is held (crossing 20 % and 30 %); no more
@@ -49,7 +61,13 @@ test('alerts crossed while another process holds the ledger write lock fire once
     await eventually(() => receiver.got.length >= 2, 15_000, 'both alerts once the lock is gone');
     // No check is due any more: whatever could fire has.
     await eventually(async () => parseProm(await gw.gateway.metrics.text()).sum('keyward_limit_alert_checks_pending', {}) === 0, 10_000, 'no check pending');
-    assert.deepEqual(receiver.got.map((r) => [r.json.event, r.json.limit.threshold]), [['threshold_crossed', 20], ['threshold_crossed', 30]]);
+    assert.deepEqual(
+      receiver.got.map((r) => [r.json.event, r.json.limit.threshold]),
+      [
+        ['threshold_crossed', 20],
+        ['threshold_crossed', 30],
+      ],
+    );
     assert.equal(gw.logs().filter((l) => l.msg?.toString().startsWith('limit alert')).length, 2);
   } finally {
     holder.kill();

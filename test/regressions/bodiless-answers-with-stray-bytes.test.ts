@@ -9,7 +9,11 @@ import { startGateway } from '../support/gateway.ts';
 import { startRawUpstream } from '../support/raw-upstream.ts';
 
 test('204 and 304 answers followed by stray bytes reach the client with their status; the connection is not reused', async () => {
-  const replies = ['HTTP/1.1 204 No Content\r\n\r\nSTRAY BYTES', 'HTTP/1.1 304 Not Modified\r\netag: "a"\r\n\r\n<html>stray</html>', 'HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello'];
+  const replies = [
+    'HTTP/1.1 204 No Content\r\n\r\nSTRAY BYTES',
+    'HTTP/1.1 304 Not Modified\r\netag: "a"\r\n\r\n<html>stray</html>',
+    'HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello',
+  ];
   const up = await startRawUpstream((_head, i) => replies[i % replies.length] as string);
   const gw = await startGateway({ seo: up.url });
   try {

@@ -15,7 +15,10 @@ test('serve whose stdout reader has gone keeps serving and exits cleanly on SIGT
   const dir = mkdtempSync(join(tmpdir(), 'keyward-epipe-'));
   let stop = (): void => undefined;
   try {
-    const child = spawn(BIN, ['serve'], { env: childEnv({ KEYWARD_PORT: '0', KEYWARD_KEYS_FILE: join(dir, 'keys.json') }), stdio: ['ignore', 'pipe', 'ignore'] });
+    const child = spawn(BIN, ['serve'], {
+      env: childEnv({ KEYWARD_PORT: '0', KEYWARD_KEYS_FILE: join(dir, 'keys.json') }),
+      stdio: ['ignore', 'pipe', 'ignore'],
+    });
     stop = () => child.kill('SIGKILL');
     const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
     const first = await deadline(

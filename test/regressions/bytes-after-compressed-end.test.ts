@@ -26,7 +26,9 @@ test('a secret after the end of the compressed data never reaches the client, fo
   // The compressed data in one write, what follows it in another a moment later.
   const up = net.createServer((socket) => {
     socket.once('data', () => {
-      socket.write(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: ${coding}\r\ncontent-length: ${compressed.length + after.length}\r\nconnection: close\r\n\r\n`);
+      socket.write(
+        `HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: ${coding}\r\ncontent-length: ${compressed.length + after.length}\r\nconnection: close\r\n\r\n`,
+      );
       socket.write(compressed);
       setTimeout(() => socket.end(after), 50);
     });
@@ -43,15 +45,25 @@ test('a secret after the end of the compressed data never reaches the client, fo
         coding = name;
         compressed = compress(Buffer.from('{"hello":"world"}'));
         after = Buffer.from(trailing);
-        const out = await raw(gw.port, `GET /speech/v1/voices HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${gw.token}\r\naccept-encoding: ${name}\r\nconnection: close\r\n\r\n`, { timeoutMs: 5_000 });
+        const out = await raw(
+          gw.port,
+          `GET /speech/v1/voices HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${gw.token}\r\naccept-encoding: ${name}\r\nconnection: close\r\n\r\n`,
+          { timeoutMs: 5_000 },
+        );
         assert.ok(!Buffer.from(out, 'latin1').includes(Buffer.from(trailing.slice(0, 12))), `${name}: bytes after the compressed data reached the client`);
       }
     }
     // Each request's line is written when its response closes, a moment after the client has the answer.
     await eventually(() => gw.logs().filter((l) => l.msg === 'request completed').length === 2 * CODINGS.length, 5_000, 'every request line');
-    const errors = gw.logs().filter((l) => l.msg === 'request completed').map((l) => l.error);
+    const errors = gw
+      .logs()
+      .filter((l) => l.msg === 'request completed')
+      .map((l) => l.error);
     // The secret is also caught in the raw bytes (secret_in_compressed_body); the rest as trailing bytes.
-    assert.ok(errors.slice(0, 4).every((e) => e === 'secret_in_compressed_body' || e === 'trailing_bytes'), JSON.stringify(errors));
+    assert.ok(
+      errors.slice(0, 4).every((e) => e === 'secret_in_compressed_body' || e === 'trailing_bytes'),
+      JSON.stringify(errors),
+    );
     assert.ok(errors.slice(4).filter((e) => e === 'trailing_bytes').length >= 3, `logged as trailing_bytes: ${JSON.stringify(errors)}`);
   } finally {
     await gw.close();

@@ -8,7 +8,8 @@ import { runCli, startCli } from '../support/cli.ts';
 import { startDatabase, type TestDatabase } from '../support/postgres.ts';
 import { startUpstream } from '../support/upstream.ts';
 
-const status = async (base: string, token: string): Promise<number> => (await request(`${base}/seo/v3/x`, { headers: { authorization: `Bearer ${token}` } })).status;
+const status = async (base: string, token: string): Promise<number> =>
+  (await request(`${base}/seo/v3/x`, { headers: { authorization: `Bearer ${token}` } })).status;
 
 function portOf(output: string, msg: string): number {
   return (JSON.parse(output.split('\n').find((l) => l.includes(`"msg":"${msg}"`)) as string) as { port: number }).port;
@@ -21,14 +22,29 @@ async function timeUntil(check: () => Promise<boolean>, ms: number, what: string
   return performance.now() - at;
 }
 
-async function withGateway(run: (ctx: { db: TestDatabase; env: Record<string, string>; base: string; admin: string; output: () => string }) => Promise<void>): Promise<void> {
+async function withGateway(
+  run: (ctx: { db: TestDatabase; env: Record<string, string>; base: string; admin: string; output: () => string }) => Promise<void>,
+): Promise<void> {
   const db = await startDatabase();
   const up = await startUpstream();
-  const env = { KEYWARD_DATABASE_URL: db.url, KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: '0', KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p' };
+  const env = {
+    KEYWARD_DATABASE_URL: db.url,
+    KEYWARD_PORT: '0',
+    KEYWARD_ADMIN_PORT: '0',
+    KEYWARD_SEO_URL: up.url,
+    KEYWARD_SEO_LOGIN: 'l',
+    KEYWARD_SEO_PASSWORD: 'p',
+  };
   assert.equal((await runCli(['db', 'migrate'], env)).code, 0);
   const gw = await startCli(['serve'], env, '"msg":"admin listening"');
   try {
-    await run({ db, env, base: `http://127.0.0.1:${portOf(gw.output(), 'keyward listening')}`, admin: `http://127.0.0.1:${portOf(gw.output(), 'admin listening')}`, output: gw.output });
+    await run({
+      db,
+      env,
+      base: `http://127.0.0.1:${portOf(gw.output(), 'keyward listening')}`,
+      admin: `http://127.0.0.1:${portOf(gw.output(), 'admin listening')}`,
+      output: gw.output,
+    });
   } finally {
     gw.child.kill('SIGTERM');
     await deadline(gw.done, 10_000, 'exit');

@@ -15,7 +15,12 @@ test('a client that leaves mid compressed body closes the upstream connection at
   // Three codings, the first part of the body only: the upstream never ends it.
   const body = zlib.gzipSync(zlib.deflateSync(zlib.gzipSync(Buffer.from('{"items":['.padEnd(200_000, '{"a":1},')))));
   const part = body.subarray(0, Math.floor(body.length / 2));
-  const up = await startRawUpstream(() => Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip, deflate, gzip\r\ncontent-length: ${body.length}\r\n\r\n`), part]));
+  const up = await startRawUpstream(() =>
+    Buffer.concat([
+      Buffer.from(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip, deflate, gzip\r\ncontent-length: ${body.length}\r\n\r\n`),
+      part,
+    ]),
+  );
   const gw = await startGateway({ speech: up.url });
   try {
     for (let i = 0; i < 3; i++) {

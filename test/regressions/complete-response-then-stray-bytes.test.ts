@@ -18,7 +18,11 @@ test('a complete response followed by stray bytes reaches the client whole, then
   let variant = 0;
   const up = await startRawUpstream(() => {
     const [body, extra] = variant === 0 ? [json, ''] : [gzipped, 'content-encoding: gzip\r\n'];
-    return Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n${extra}content-length: ${body.length}\r\n\r\n`), body, Buffer.from('STRAY BYTES, NOT HTTP\r\n\r\n')]);
+    return Buffer.concat([
+      Buffer.from(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n${extra}content-length: ${body.length}\r\n\r\n`),
+      body,
+      Buffer.from('STRAY BYTES, NOT HTTP\r\n\r\n'),
+    ]);
   });
   const gw = await startGateway({ scraper: up.url });
   try {
@@ -27,7 +31,7 @@ test('a complete response followed by stray bytes reaches the client whole, then
       // Two pipelined requests: the first is answered whole, and the connection closes after it.
       const out = Buffer.from(await raw(gw.port, req + req, { timeoutMs: 5_000 }), 'latin1');
       const head = out.subarray(0, out.indexOf('\r\n\r\n')).toString('latin1');
-      assert.match(head, /^HTTP\/1\.1 200 /, `variant ${variant}: ${out.toString("latin1")}`);
+      assert.match(head, /^HTTP\/1\.1 200 /, `variant ${variant}: ${out.toString('latin1')}`);
       assert.match(head, /connection: close/i, `variant ${variant}: the client is told the connection closes`);
       const body = out.subarray(out.indexOf('\r\n\r\n') + 4);
       assert.deepEqual(variant === 0 ? body : zlib.gunzipSync(body), json, `variant ${variant}: the complete body`);

@@ -25,7 +25,14 @@ function gzipWithExtra(field: string, body: Buffer): Buffer {
   header[3] = 0x04;
   const len = Buffer.alloc(2);
   len.writeUInt16LE(field.length + 4);
-  return Buffer.concat([header, len, Buffer.from('ab', 'latin1'), Buffer.from([field.length & 0xff, field.length >> 8]), Buffer.from(field, 'latin1'), plain.subarray(10)]);
+  return Buffer.concat([
+    header,
+    len,
+    Buffer.from('ab', 'latin1'),
+    Buffer.from([field.length & 0xff, field.length >> 8]),
+    Buffer.from(field, 'latin1'),
+    plain.subarray(10),
+  ]);
 }
 
 /** A zstd skippable frame (magic 0x184D2A50) holding `field`, before a normal frame. */
@@ -70,7 +77,14 @@ test('a secret in bytes the decoders skip or hold never reaches the client', asy
     for (const [name, c, p] of cases) {
       coding = c;
       parts = p;
-      const out = Buffer.from(await raw(gw.port, `GET /speech/v1/voices HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${gw.token}\r\naccept-encoding: ${c}\r\nconnection: close\r\n\r\n`, { timeoutMs: 5_000 }), 'latin1');
+      const out = Buffer.from(
+        await raw(
+          gw.port,
+          `GET /speech/v1/voices HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${gw.token}\r\naccept-encoding: ${c}\r\nconnection: close\r\n\r\n`,
+          { timeoutMs: 5_000 },
+        ),
+        'latin1',
+      );
       assert.ok(!out.includes(Buffer.from(key)), `${name}: the key reached the client`);
       assert.ok(!out.includes(Buffer.from(key.slice(0, 12))), `${name}: a part of it reached the client`);
     }

@@ -27,7 +27,10 @@ test('a decompression bomb is cut at the ratio bound, logged and counted, for ev
   let body: Buffer = Buffer.alloc(0);
   let coding = '';
   const up = await startRawUpstream(() =>
-    Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: ${coding}\r\ncontent-length: ${body.length}\r\n\r\n`), body]),
+    Buffer.concat([
+      Buffer.from(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: ${coding}\r\ncontent-length: ${body.length}\r\n\r\n`),
+      body,
+    ]),
   );
   const gw = await startGateway({ seo: up.url });
   try {
@@ -43,12 +46,21 @@ test('a decompression bomb is cut at the ratio bound, logged and counted, for ev
       }).catch((err: Error) => ({ status: 0, body: Buffer.alloc(0), error: err }));
       // Either a 502 before anything went, or a cut: never the 256 MiB.
       assert.ok(r.status === 502 || r.status === 0 || r.body.length < 4 * 1024 * 1024, `${name}: ${r.status} with ${r.body.length} bytes`);
-      await eventually(() => gw.logs().filter((l) => l.msg === 'request completed' && l.error === 'decoded_limit').length === BOMBS.indexOf(BOMBS.find(([n]) => n === name) as (typeof BOMBS)[number]) + 1, 10_000, `${name} logged decoded_limit`);
+      await eventually(
+        () =>
+          gw.logs().filter((l) => l.msg === 'request completed' && l.error === 'decoded_limit').length ===
+          BOMBS.indexOf(BOMBS.find(([n]) => n === name) as (typeof BOMBS)[number]) + 1,
+        10_000,
+        `${name} logged decoded_limit`,
+      );
     }
     const m = parseProm(await gw.gateway.metrics.text());
     assert.equal(m.sum('keyward_upstream_errors_total', { route: 'seo', reason: 'decoded_limit' }), BOMBS.length);
     // The ledger counts no cost read from a body that was never fully scanned.
-    const line = gw.logs().filter((l) => l.msg === 'request completed').at(-1) as Record<string, unknown>;
+    const line = gw
+      .logs()
+      .filter((l) => l.msg === 'request completed')
+      .at(-1) as Record<string, unknown>;
     assert.equal(line.status === 502 || line.aborted === true, true);
   } finally {
     await gw.close();
@@ -59,12 +71,17 @@ test('a decompression bomb is cut at the ratio bound, logged and counted, for ev
 test('KEYWARD_EGRESS_MAX_DECODED bounds a body that compresses honestly; below both bounds a body passes whole', async () => {
   let body: Buffer = Buffer.alloc(0);
   const up = await startRawUpstream(() =>
-    Buffer.concat([Buffer.from(`HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ncontent-encoding: gzip\r\ncontent-length: ${body.length}\r\n\r\n`), body]),
+    Buffer.concat([
+      Buffer.from(`HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ncontent-encoding: gzip\r\ncontent-length: ${body.length}\r\n\r\n`),
+      body,
+    ]),
   );
   const gw = await startGateway({ speech: up.url, env: { KEYWARD_EGRESS_MAX_DECODED: '2MiB', KEYWARD_EGRESS_MAX_RATIO: '50' } });
   try {
     const get = (): ReturnType<typeof request> =>
-      request(`${gw.url}/speech/v1/history`, { headers: { authorization: `Bearer ${gw.token}`, 'accept-encoding': 'gzip' }, timeoutMs: 10_000 }).catch(() => ({ status: 0, body: Buffer.alloc(0) }) as unknown as Awaited<ReturnType<typeof request>>);
+      request(`${gw.url}/speech/v1/history`, { headers: { authorization: `Bearer ${gw.token}`, 'accept-encoding': 'gzip' }, timeoutMs: 10_000 }).catch(
+        () => ({ status: 0, body: Buffer.alloc(0) }) as unknown as Awaited<ReturnType<typeof request>>,
+      );
     // 1.5 MiB that does not compress: under both bounds.
     const small = randomBytes(1.5 * 1024 * 1024);
     body = zlib.gzipSync(small);

@@ -10,7 +10,10 @@ import { request } from '../support/client.ts';
 import { startGateway } from '../support/gateway.ts';
 import { startRawUpstream } from '../support/raw-upstream.ts';
 
-const pct = (s: string, upper = false): string => [...s].map((c) => `%${c.charCodeAt(0).toString(16)}`).join('')[upper ? 'toUpperCase' : 'toString']();
+const pct = (s: string, upper = false): string => {
+  const encoded = [...s].map((c) => `%${c.charCodeAt(0).toString(16)}`).join('');
+  return upper ? encoded.toUpperCase() : encoded;
+};
 
 test('every encoded form of every secret is masked in the body, whole, however it is chunked; and in headers', async () => {
   let spelled: Buffer = Buffer.alloc(0);
@@ -23,7 +26,10 @@ test('every encoded form of every secret is masked in the body, whole, however i
       const c = body.subarray(i, i + 3);
       chunks.push(`${c.length.toString(16)}\r\n${c.toString('latin1')}\r\n`);
     }
-    return Buffer.from(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nset-cookie: ${cookie}\r\ntransfer-encoding: chunked\r\n\r\n${chunks.join('')}0\r\n\r\n`, 'latin1');
+    return Buffer.from(
+      `HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nset-cookie: ${cookie}\r\ntransfer-encoding: chunked\r\n\r\n${chunks.join('')}0\r\n\r\n`,
+      'latin1',
+    );
   });
   const gw = await startGateway({ scraper: up.url, seo: up.url, speech: up.url });
   try {
@@ -38,7 +44,10 @@ test('every encoded form of every secret is masked in the body, whole, however i
       ['token upper case', Buffer.from(token.toUpperCase())],
       ['token as HTML entities', Buffer.from([...token].map((c) => `&#${c.charCodeAt(0)};`).join(''))],
       ['token in UTF-16LE', Buffer.from(token, 'utf16le')],
-      ['speech key mixed', Buffer.from([...speechKey].map((c, i) => (i % 3 === 0 ? `%${c.charCodeAt(0).toString(16)}` : i % 3 === 1 ? c.toUpperCase() : c)).join(''))],
+      [
+        'speech key mixed',
+        Buffer.from([...speechKey].map((c, i) => (i % 3 === 0 ? `%${c.charCodeAt(0).toString(16)}` : i % 3 === 1 ? c.toUpperCase() : c)).join('')),
+      ],
       ['seo password, other case', Buffer.from(seoPassword.toUpperCase())],
       ['seo basic with %3D', Buffer.from(basic.replace(/=/g, '%3D'))],
       ['seo basic with \\/', Buffer.from(basic.replace(/\//g, '\\/').replace(/=/g, '\\u003d'))],
@@ -54,7 +63,12 @@ test('every encoded form of every secret is masked in the body, whole, however i
       // (UTF-16's NUL after the last character is no part of the secret.)
       assert.match(echoed.replace(/\0$/, '*'), /^\*+$/, `${name}: ${JSON.stringify(echoed)}`);
       const set = String(r.headers['set-cookie']);
-      assert.ok(!Buffer.from(set.slice(2, set.indexOf(';')).replace(/\*/g, 'A'), 'base64').toString('latin1').includes(speechKey), `${name}: the cookie's base64 decodes to the key`);
+      assert.ok(
+        !Buffer.from(set.slice(2, set.indexOf(';')).replace(/\*/g, 'A'), 'base64')
+          .toString('latin1')
+          .includes(speechKey),
+        `${name}: the cookie's base64 decodes to the key`,
+      );
     }
   } finally {
     await gw.close();

@@ -16,11 +16,25 @@ test('a FIFO in place of the keys file is refused and logged; the last good set 
   const dir = mkdtempSync(join(tmpdir(), 'keyward-fifo-'));
   const up = await startUpstream();
   try {
-    const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: 'off', KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p' };
+    const env = {
+      KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+      KEYWARD_PORT: '0',
+      KEYWARD_ADMIN_PORT: 'off',
+      KEYWARD_SEO_URL: up.url,
+      KEYWARD_SEO_LOGIN: 'l',
+      KEYWARD_SEO_PASSWORD: 'p',
+    };
     const key = JSON.parse((await runCli(['keys', 'create', '--name', 'f', '--json'], env)).stdout) as { token: string };
     const gw = await startCli(['serve'], env, '"msg":"keyward listening"');
     try {
-      const port = (JSON.parse(gw.output().split('\n').find((l) => l.includes('"msg":"keyward listening"')) as string) as { port: number }).port;
+      const port = (
+        JSON.parse(
+          gw
+            .output()
+            .split('\n')
+            .find((l) => l.includes('"msg":"keyward listening"')) as string,
+        ) as { port: number }
+      ).port;
       const fifo = join(dir, 'fifo');
       execFileSync('mkfifo', [fifo]);
       renameSync(fifo, env.KEYWARD_KEYS_FILE);
@@ -28,7 +42,14 @@ test('a FIFO in place of the keys file is refused and logged; the last good set 
       const out = await raw(port, `GET /seo/v3/x HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${key.token}\r\nconnection: close\r\n\r\n`);
       assert.match(out, /^HTTP\/1\.1 200 /, 'the last good set serves');
       await new Promise((r) => setTimeout(r, 600));
-      assert.equal(gw.output().split('\n').filter((l) => l.includes('is not a regular file')).length, 1, 'logged once, not on every poll');
+      assert.equal(
+        gw
+          .output()
+          .split('\n')
+          .filter((l) => l.includes('is not a regular file')).length,
+        1,
+        'logged once, not on every poll',
+      );
     } finally {
       gw.child.kill('SIGTERM');
       const result = await deadline(gw.done, 10_000, 'exit after SIGTERM');

@@ -22,13 +22,23 @@ test('a flush committed whose reply never came is sent again and counted once', 
   const direct = { KEYWARD_DATABASE_URL: db.url, KEYWARD_KEYS_FILE: join(dir, 'keys.json') };
   const via = new URL(db.url);
   via.port = String(proxy.port);
-  const env = { ...direct, KEYWARD_DATABASE_URL: via.toString(), KEYWARD_DATABASE_TIMEOUT: '3s', KEYWARD_USAGE_FLUSH: '200ms', KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p', KEYWARD_ADMIN_PORT: 'off' };
+  const env = {
+    ...direct,
+    KEYWARD_DATABASE_URL: via.toString(),
+    KEYWARD_DATABASE_TIMEOUT: '3s',
+    KEYWARD_USAGE_FLUSH: '200ms',
+    KEYWARD_SEO_URL: up.url,
+    KEYWARD_SEO_LOGIN: 'l',
+    KEYWARD_SEO_PASSWORD: 'p',
+    KEYWARD_ADMIN_PORT: 'off',
+  };
   try {
     assert.equal((await runCli(['db', 'migrate'], direct)).code, 0);
     const key = JSON.parse((await runCli(['keys', 'create', '--name', 'k', '--json'], direct)).stdout) as { id: string; token: string };
     const g = await startFleetGateway(env);
     try {
-      const stored = async (): Promise<number> => (await db.admin<Array<{ n: number }>>`select coalesce(sum(requests), 0)::int as n from keyward_usage where key_id = ${key.id}`)[0]?.n ?? 0;
+      const stored = async (): Promise<number> =>
+        (await db.admin<Array<{ n: number }>>`select coalesce(sum(requests), 0)::int as n from keyward_usage where key_id = ${key.id}`)[0]?.n ?? 0;
       for (let i = 0; i < 10; i++) assert.equal(await statusOf(g.base, key.token), 200);
       await eventually(async () => (await stored()) === 10, 5_000, 'the first ten written');
       // The next flush goes through and commits; the reply to its COMMIT is lost.

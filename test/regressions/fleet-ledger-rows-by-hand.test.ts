@@ -13,7 +13,15 @@ import { recordProblem } from '../../src/keys/record.ts';
 import { startDatabase } from '../support/postgres.ts';
 import { costRoutes, UPSTREAMS } from '../../src/request/routes.ts';
 
-const record = (limits: unknown): Record<string, unknown> => ({ id: 'key_x', name: 'x', digest: `sha256:${'a'.repeat(64)}`, created: '2026-01-01T00:00:00.000Z', expires: null, revoked: null, limits });
+const record = (limits: unknown): Record<string, unknown> => ({
+  id: 'key_x',
+  name: 'x',
+  digest: `sha256:${'a'.repeat(64)}`,
+  created: '2026-01-01T00:00:00.000Z',
+  expires: null,
+  revoked: null,
+  limits,
+});
 
 test('limit fields the record check does not know fail it, so a typo never lifts a limit', () => {
   // The scraper's runs are settled after the fact (docs/limits.md, "Scraper runs"): a budget there is one like the others.

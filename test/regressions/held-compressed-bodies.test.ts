@@ -100,7 +100,9 @@ function rawClient(port: number, token: string): { received: () => number; body:
     buf = Buffer.concat([buf, d]);
     parse();
   });
-  socket.write(`POST /scraper/v2/acts/x/runs HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${token}\r\naccept-encoding: gzip\r\ncontent-length: 0\r\nconnection: close\r\n\r\n`);
+  socket.write(
+    `POST /scraper/v2/acts/x/runs HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${token}\r\naccept-encoding: gzip\r\ncontent-length: 0\r\nconnection: close\r\n\r\n`,
+  );
   const done = new Promise<void>((resolve) => {
     socket.on('close', () => resolve());
     socket.on('error', () => resolve());
@@ -134,7 +136,16 @@ test('a body whose every decoded chunk ends in a possible secret start streams t
             });
             client = rawClient(gw.port, gw.token);
             await deadline(client.done, 15_000, 'response');
-            assert.equal(client.received(), ends.at(-1), `the whole body arrived: ${JSON.stringify(gw.logs().filter((l) => l.msg === 'request completed').at(-1))}`);
+            assert.equal(
+              client.received(),
+              ends.at(-1),
+              `the whole body arrived: ${JSON.stringify(
+                gw
+                  .logs()
+                  .filter((l) => l.msg === 'request completed')
+                  .at(-1),
+              )}`,
+            );
             assert.deepEqual(zlib.gunzipSync(client.body()), plain);
           }
         },

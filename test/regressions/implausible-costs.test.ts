@@ -28,8 +28,10 @@ test('hexadecimal, exponent, infinite and implausible costs count as none; the l
   const gw = await startGateway({ speech: up.url, seo: up.url, usageStore: store, limits: { budgets: { seo: '1/day', speech: '100/day' } } });
   try {
     const auth = { authorization: `Bearer ${gw.token}` };
-    for (let i = 0; i < speechCosts.length; i++) assert.equal((await request(`${gw.url}/speech/v1/tts`, { method: 'POST', headers: auth, body: '{}' })).status, 200, `speech ${i}`);
-    for (let i = 0; i < seoBodies.length; i++) assert.equal((await request(`${gw.url}/seo/v3/x${i}`, { headers: auth })).status, 200, `seo ${i}: a budget of 1 is not locked by a reported 1.7e308`);
+    for (let i = 0; i < speechCosts.length; i++)
+      assert.equal((await request(`${gw.url}/speech/v1/tts`, { method: 'POST', headers: auth, body: '{}' })).status, 200, `speech ${i}`);
+    for (let i = 0; i < seoBodies.length; i++)
+      assert.equal((await request(`${gw.url}/seo/v3/x${i}`, { headers: auth })).status, 200, `seo ${i}: a budget of 1 is not locked by a reported 1.7e308`);
     await gw.gateway.shutdown();
     const rows = await store.rows({});
     const cost = (route: string): number => rows.filter((r) => r.route === route).reduce((n, r) => n + r.cost, 0);

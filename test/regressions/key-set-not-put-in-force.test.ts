@@ -19,36 +19,40 @@ async function insertBySql(db: TestDatabase, name: string, previous: unknown = [
   return { id, token };
 }
 
-test('a key set the gateway could not put in force leaves the store down and is applied again; the version never moves past it', { timeout: 60_000 }, async () => {
-  const db = await startDatabase();
-  const store = new PgKeyStore(db.url, costRoutes(UPSTREAMS));
-  await store.migrate();
-  const seen: number[] = [];
-  const statuses: boolean[] = [];
-  let refuse = false;
-  const stop = store.watch(
-    (records) => {
-      seen.push(records.length);
-      if (refuse) throw new Error('cannot apply');
-    },
-    () => undefined,
-    (up) => statuses.push(up),
-  );
-  try {
-    await eventually(() => seen.length >= 1, 5_000, 'first load');
-    refuse = true;
-    await insertBySql(db, 'one');
-    await eventually(() => statuses.includes(false), 5_000, 'reported down after a failed apply');
-    // The periodic check succeeds meanwhile, yet the store stays down while the set is not in force.
-    await new Promise((r) => setTimeout(r, 2_500));
-    assert.deepEqual(statuses, [false]);
-    assert.ok(seen.filter((n) => n === 1).length >= 2, `retried: ${JSON.stringify(seen)}`);
-    refuse = false;
-    await eventually(() => statuses.at(-1) === true, 5_000, 'up once applied');
-    assert.equal(seen.at(-1), 1);
-  } finally {
-    stop();
-    await store.close();
-    await db.close();
-  }
-});
+test(
+  'a key set the gateway could not put in force leaves the store down and is applied again; the version never moves past it',
+  { timeout: 60_000 },
+  async () => {
+    const db = await startDatabase();
+    const store = new PgKeyStore(db.url, costRoutes(UPSTREAMS));
+    await store.migrate();
+    const seen: number[] = [];
+    const statuses: boolean[] = [];
+    let refuse = false;
+    const stop = store.watch(
+      (records) => {
+        seen.push(records.length);
+        if (refuse) throw new Error('cannot apply');
+      },
+      () => undefined,
+      (up) => statuses.push(up),
+    );
+    try {
+      await eventually(() => seen.length >= 1, 5_000, 'first load');
+      refuse = true;
+      await insertBySql(db, 'one');
+      await eventually(() => statuses.includes(false), 5_000, 'reported down after a failed apply');
+      // The periodic check succeeds meanwhile, yet the store stays down while the set is not in force.
+      await new Promise((r) => setTimeout(r, 2_500));
+      assert.deepEqual(statuses, [false]);
+      assert.ok(seen.filter((n) => n === 1).length >= 2, `retried: ${JSON.stringify(seen)}`);
+      refuse = false;
+      await eventually(() => statuses.at(-1) === true, 5_000, 'up once applied');
+      assert.equal(seen.at(-1), 1);
+    } finally {
+      stop();
+      await store.close();
+      await db.close();
+    }
+  },
+);

@@ -39,7 +39,12 @@ test('a key set that vanishes after its first read in a request neither crashes 
   const onCrash = (err: Error): void => void crashes.push(err);
   process.on('uncaughtException', onCrash);
   try {
-    const config = loadConfig({ KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'login-value', KEYWARD_SEO_PASSWORD: 'password-value' }, (p) => readFileSync(p, 'utf8'), dir, UPSTREAMS);
+    const config = loadConfig(
+      { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'login-value', KEYWARD_SEO_PASSWORD: 'password-value' },
+      (p) => readFileSync(p, 'utf8'),
+      dir,
+      UPSTREAMS,
+    );
     const store = new FileKeyStore(config.keysFile, costRoutes(UPSTREAMS));
     const { token } = await createKey(store, 'v');
     const set = new KeySet(await store.load());
@@ -53,7 +58,7 @@ test('a key set that vanishes after its first read in a request neither crashes 
       runtime: () => runtime,
       keys: () => (++perRequest % 2 === 1 ? set : null),
       draining: () => false,
-    ledgerDamaged: () => false,
+      ledgerDamaged: () => false,
       sweeper: new Sweeper(() => config, expire),
       metrics,
       lastUse: new LastUse(store, 60_000, () => undefined),
@@ -70,7 +75,10 @@ test('a key set that vanishes after its first read in a request neither crashes 
       const r = await request(`http://127.0.0.1:${port}/seo/v3/x`, { headers: { authorization: `Bearer ${token}` } });
       assert.equal(r.status, 200, 'served with the set read at the start of the request');
       perRequest = 0;
-      const upgraded = await raw(port, `GET /seo/v3/x HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${token}\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n`);
+      const upgraded = await raw(
+        port,
+        `GET /seo/v3/x HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${token}\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n`,
+      );
       assert.match(upgraded, /^HTTP\/1\.1 (400|404|426|501) /, 'the upgrade refused as usual, not a crash');
       await new Promise((r) => setImmediate(r));
       assert.deepEqual(crashes, [], 'nothing escaped the handlers');

@@ -18,7 +18,13 @@ function getLarge(url: string, token: string): Promise<Reply> {
         res.on('data', (c: Buffer) => chunks.push(c));
         res.on('end', () => {
           const body = Buffer.concat(chunks);
-          resolve({ status: res.statusCode as number, headers: res.headers, rawHeaders: res.rawHeaders, body, json: () => JSON.parse(body.toString()) as unknown });
+          resolve({
+            status: res.statusCode as number,
+            headers: res.headers,
+            rawHeaders: res.rawHeaders,
+            body,
+            json: () => JSON.parse(body.toString()) as unknown,
+          });
         });
       })
       .on('error', reject);

@@ -28,7 +28,9 @@ test('quota 3/day, 12 overlapping requests against a 400 ms upstream: exactly 3 
   const store = new MemoryUsageStore();
   const gw = await startGateway({ seo: up.url, usageStore: store, limits: { quota: '3/day' } });
   try {
-    const statuses = await Promise.all(Array.from({ length: 12 }, (_, i) => request(`${gw.url}/seo/v3/q${i}`, { headers: auth(gw.token) }).then((r) => r.status)));
+    const statuses = await Promise.all(
+      Array.from({ length: 12 }, (_, i) => request(`${gw.url}/seo/v3/q${i}`, { headers: auth(gw.token) }).then((r) => r.status)),
+    );
     assert.equal(statuses.filter((s) => s === 200).length, 3, statuses.join(','));
     assert.equal(statuses.filter((s) => s === 429).length, 9);
     assert.equal(up.requests.length, 3, 'the upstream saw three');
@@ -36,8 +38,14 @@ test('quota 3/day, 12 overlapping requests against a 400 ms upstream: exactly 3 
     assert.equal((await request(`${gw.url}/seo/v3/after`, { headers: auth(gw.token) })).status, 429);
     await gw.gateway.shutdown();
     const rows = await store.rows({});
-    assert.equal(rows.reduce((n, r) => n + r.requests, 0), 3);
-    assert.equal(rows.reduce((n, r) => n + r.limited, 0), 10);
+    assert.equal(
+      rows.reduce((n, r) => n + r.requests, 0),
+      3,
+    );
+    assert.equal(
+      rows.reduce((n, r) => n + r.limited, 0),
+      10,
+    );
   } finally {
     await gw.close();
     await up.close();
@@ -50,7 +58,9 @@ test('budget seo=0.05/day at 0.02 a call, 10 overlapping on a gateway that never
   const gw = await startGateway({ seo: up.url, usageStore: store, limits: { budgets: { seo: '0.05/day' } } });
   try {
     // The first call goes alone (nothing to reserve yet); the others wait for its cost, then reserve it.
-    const statuses = await Promise.all(Array.from({ length: 10 }, (_, i) => request(`${gw.url}/seo/v3/b${i}`, { headers: auth(gw.token) }).then((r) => r.status)));
+    const statuses = await Promise.all(
+      Array.from({ length: 10 }, (_, i) => request(`${gw.url}/seo/v3/b${i}`, { headers: auth(gw.token) }).then((r) => r.status)),
+    );
     const forwarded = statuses.filter((s) => s === 200).length;
     assert.equal(forwarded, Math.ceil(0.05 / 0.02), statuses.join(','));
     assert.equal(up.requests.length, forwarded);
@@ -78,8 +88,15 @@ test('requests whose upstream connection was refused (502) give their quota unit
     assert.deepEqual(served, [200, 200, 200, 429], 'the quota is whole after five connection failures');
     await gw.gateway.shutdown();
     const rows = await store.rows({});
-    assert.equal(rows.filter((r) => r.route === 'seo').reduce((n, r) => n + r.requests, 0), 0, 'never forwarded, never counted');
-    assert.equal(rows.filter((r) => r.route === 'speech').reduce((n, r) => n + r.requests, 0), 3);
+    assert.equal(
+      rows.filter((r) => r.route === 'seo').reduce((n, r) => n + r.requests, 0),
+      0,
+      'never forwarded, never counted',
+    );
+    assert.equal(
+      rows.filter((r) => r.route === 'speech').reduce((n, r) => n + r.requests, 0),
+      3,
+    );
   } finally {
     await gw.close();
     await up.close();

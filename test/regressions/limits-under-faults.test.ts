@@ -62,7 +62,10 @@ function via(url: string, proxy: TcpProxy): string {
  * flows; then traffic until every gateway refuses. The upstream must have
  * seen no more than the quota.
  */
-async function fleetUnderFault(quota: number, fault: (f: { gateways: FleetGateway[]; proxies: TcpProxy[]; frozen: Set<number>; db: TestDatabase }) => Promise<void>): Promise<{ forwarded: number; granted: number }> {
+async function fleetUnderFault(
+  quota: number,
+  fault: (f: { gateways: FleetGateway[]; proxies: TcpProxy[]; frozen: Set<number>; db: TestDatabase }) => Promise<void>,
+): Promise<{ forwarded: number; granted: number }> {
   const db = await startDatabase();
   const up = await slowUpstream(40);
   const proxies = await Promise.all([0, 1, 2].map(() => startTcpProxy(Number(new URL(db.url).port))));
@@ -70,10 +73,22 @@ async function fleetUnderFault(quota: number, fault: (f: { gateways: FleetGatewa
   try {
     const direct = { KEYWARD_DATABASE_URL: db.url };
     assert.equal((await runCli(['db', 'migrate'], direct)).code, 0);
-    const key = JSON.parse((await runCli(['keys', 'create', '--name', 'faulty', '--quota', `${quota}/day`, '--json'], direct)).stdout) as { id: string; token: string };
+    const key = JSON.parse((await runCli(['keys', 'create', '--name', 'faulty', '--quota', `${quota}/day`, '--json'], direct)).stdout) as {
+      id: string;
+      token: string;
+    };
     for (const p of proxies) {
       gateways.push(
-        await startFleetGateway({ KEYWARD_DATABASE_URL: via(db.url, p), KEYWARD_DATABASE_TIMEOUT: '1s', KEYWARD_LEASE_TTL: '2s', KEYWARD_USAGE_FLUSH: '200ms', KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p', KEYWARD_ADMIN_PORT: 'off' }),
+        await startFleetGateway({
+          KEYWARD_DATABASE_URL: via(db.url, p),
+          KEYWARD_DATABASE_TIMEOUT: '1s',
+          KEYWARD_LEASE_TTL: '2s',
+          KEYWARD_USAGE_FLUSH: '200ms',
+          KEYWARD_SEO_URL: up.url,
+          KEYWARD_SEO_LOGIN: 'l',
+          KEYWARD_SEO_PASSWORD: 'p',
+          KEYWARD_ADMIN_PORT: 'off',
+        }),
       );
     }
     const frozen = new Set<number>();
@@ -123,7 +138,11 @@ test('one gateway frozen (SIGSTOP) past the lease TTL with requests admitted, th
   const r = await fleetUnderFault(quota, async ({ gateways, frozen, db }) => {
     const g = gateways[2] as FleetGateway;
     // It holds a lease when it stops (a loaded machine may take a while to route it a request).
-    await eventually(async () => (await db.admin<Array<{ n: number }>>`select count(*)::int as n from keyward_leases where gateway like ${`${g.pid}-%`}`)[0]?.n !== 0, 20_000, 'the gateway to be frozen holds a lease');
+    await eventually(
+      async () => (await db.admin<Array<{ n: number }>>`select count(*)::int as n from keyward_leases where gateway like ${`${g.pid}-%`}`)[0]?.n !== 0,
+      20_000,
+      'the gateway to be frozen holds a lease',
+    );
     // Requests in flight when it stops; the others keep going.
     const held = Promise.all(Array.from({ length: 3 }, () => statusOf(g.base, 'unused').catch(() => 0)));
     frozen.add(2);
@@ -133,10 +152,12 @@ test('one gateway frozen (SIGSTOP) past the lease TTL with requests admitted, th
     frozen.delete(2);
     await held;
     // Its first renewal after the thaw finds them swept (log lines are written in batches: waited for, with a deadline).
-    await eventually(() => /leases found swept at renewal/.test(g.output()), 15_000, 'the thawed gateway to learn that its leases were swept').catch((e: unknown) => {
-      console.log(`the thawed gateway's output:\n${g.output()}`);
-      throw e;
-    });
+    await eventually(() => /leases found swept at renewal/.test(g.output()), 15_000, 'the thawed gateway to learn that its leases were swept').catch(
+      (e: unknown) => {
+        console.log(`the thawed gateway's output:\n${g.output()}`);
+        throw e;
+      },
+    );
   });
   assert.ok(r.forwarded <= quota, `${r.forwarded} forwarded for a quota of ${quota}`);
   console.log(`one gateway frozen 5 s (lease TTL 2 s): ${r.forwarded} forwarded for a quota of ${quota}`);
@@ -154,44 +175,67 @@ test("one gateway's database path silently cut past the lease TTL, the others he
   console.log(`one database path cut 5 s (lease TTL 2 s): ${r.forwarded} forwarded for a quota of ${quota}`);
 });
 
-test('one gateway, no database: killed (SIGKILL) with requests in flight and restarted, it never grants the spent quota again', { timeout: 120_000 }, async () => {
-  const dir = mkdtempSync(join(tmpdir(), 'keyward-kill-'));
-  const up = await slowUpstream(700);
-  const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p', KEYWARD_ADMIN_PORT: 'off', KEYWARD_LEASE_TTL: '2s' };
-  try {
-    const key = JSON.parse((await runCli(['keys', 'create', '--name', 'crashy', '--quota', '30/day', '--json'], env)).stdout) as { token: string };
-    const first = await startFleetGateway(env);
-    const burst = (g: FleetGateway): Promise<number[]> => Promise.all(Array.from({ length: 40 }, () => statusOf(g.base, key.token).catch(() => 0)));
-    const inFlight = burst(first);
-    await sleep(1_000);
-    first.kill();
-    await inFlight;
-    const second = await startFleetGateway(env);
+test(
+  'one gateway, no database: killed (SIGKILL) with requests in flight and restarted, it never grants the spent quota again',
+  { timeout: 120_000 },
+  async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'keyward-kill-'));
+    const up = await slowUpstream(700);
+    const env = {
+      KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+      KEYWARD_SEO_URL: up.url,
+      KEYWARD_SEO_LOGIN: 'l',
+      KEYWARD_SEO_PASSWORD: 'p',
+      KEYWARD_ADMIN_PORT: 'off',
+      KEYWARD_LEASE_TTL: '2s',
+    };
     try {
-      const codes = await burst(second);
-      await eventually(() => up.requests.length >= 0, 1_000, 'settled');
-      await sleep(800);
-      assert.ok(up.requests.length <= 30, `${up.requests.length} reached the upstream for a quota of 30/day (the killed gateway's admissions granted again)`);
-      assert.ok(codes.includes(429), 'the restarted gateway refuses what the killed one had taken');
-      console.log(`kill -9 with 40 in flight, restart, 40 more: ${up.requests.length} forwarded for a quota of 30`);
+      const key = JSON.parse((await runCli(['keys', 'create', '--name', 'crashy', '--quota', '30/day', '--json'], env)).stdout) as { token: string };
+      const first = await startFleetGateway(env);
+      const burst = (g: FleetGateway): Promise<number[]> => Promise.all(Array.from({ length: 40 }, () => statusOf(g.base, key.token).catch(() => 0)));
+      const inFlight = burst(first);
+      await sleep(1_000);
+      first.kill();
+      await inFlight;
+      const second = await startFleetGateway(env);
+      try {
+        const codes = await burst(second);
+        await eventually(() => up.requests.length >= 0, 1_000, 'settled');
+        await sleep(800);
+        assert.ok(up.requests.length <= 30, `${up.requests.length} reached the upstream for a quota of 30/day (the killed gateway's admissions granted again)`);
+        assert.ok(codes.includes(429), 'the restarted gateway refuses what the killed one had taken');
+        console.log(`kill -9 with 40 in flight, restart, 40 more: ${up.requests.length} forwarded for a quota of 30`);
+      } finally {
+        await second.stop().catch(() => second.kill());
+      }
     } finally {
-      await second.stop().catch(() => second.kill());
+      await up.close();
+      rmSync(dir, { recursive: true, force: true });
     }
-  } finally {
-    await up.close();
-    rmSync(dir, { recursive: true, force: true });
-  }
-});
+  },
+);
 
 test('KEYWARD_WORKERS=2, one worker killed (SIGKILL) with requests in flight, then the whole machine: the quota holds', { timeout: 120_000 }, async () => {
   const dir = mkdtempSync(join(tmpdir(), 'keyward-kill-worker-'));
   const up = await slowUpstream(700);
-  const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_WORKERS: '2', KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p', KEYWARD_ADMIN_PORT: 'off', KEYWARD_LEASE_TTL: '2s' };
+  const env = {
+    KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+    KEYWARD_WORKERS: '2',
+    KEYWARD_SEO_URL: up.url,
+    KEYWARD_SEO_LOGIN: 'l',
+    KEYWARD_SEO_PASSWORD: 'p',
+    KEYWARD_ADMIN_PORT: 'off',
+    KEYWARD_LEASE_TTL: '2s',
+  };
   try {
     const key = JSON.parse((await runCli(['keys', 'create', '--name', 'worky', '--quota', '30/day', '--json'], env)).stdout) as { token: string };
     const g = await startFleetGateway(env);
     try {
-      const workers = execFileSync('pgrep', ['-P', String(g.pid)]).toString().trim().split('\n').map(Number);
+      const workers = execFileSync('pgrep', ['-P', String(g.pid)])
+        .toString()
+        .trim()
+        .split('\n')
+        .map(Number);
       assert.ok(workers.length >= 2, `two workers (${workers.join(', ')})`);
       const burst = (n: number, base = g.base): Promise<number[]> => Promise.all(Array.from({ length: n }, () => statusOf(base, key.token).catch(() => 0)));
       // 20 admitted and in flight; one worker killed, then (before any flush) the whole machine.
@@ -210,7 +254,9 @@ test('KEYWARD_WORKERS=2, one worker killed (SIGKILL) with requests in flight, th
         await again.stop().catch(() => again.kill());
       }
       assert.ok(up.requests.length <= 30, `${up.requests.length} reached the upstream for a quota of 30/day`);
-      console.log(`workers=2: a worker killed with requests in flight, then the whole machine, restarted, 40 more: ${up.requests.length} forwarded for a quota of 30`);
+      console.log(
+        `workers=2: a worker killed with requests in flight, then the whole machine, restarted, 40 more: ${up.requests.length} forwarded for a quota of 30`,
+      );
     } finally {
       await g.stop().catch(() => g.kill());
     }

@@ -12,7 +12,8 @@ import { startUpstream } from '../support/upstream.ts';
 
 const tokenDigest = (token: string): string => `sha256:${hexDigest(token)}`;
 
-const status = async (base: string, token: string): Promise<number> => (await request(`${base}/seo/v3/x`, { headers: { authorization: `Bearer ${token}` } })).status;
+const status = async (base: string, token: string): Promise<number> =>
+  (await request(`${base}/seo/v3/x`, { headers: { authorization: `Bearer ${token}` } })).status;
 
 function portOf(output: string, msg: string): number {
   return (JSON.parse(output.split('\n').find((l) => l.includes(`"msg":"${msg}"`)) as string) as { port: number }).port;
@@ -23,7 +24,9 @@ test('a schema at version 1 is upgraded to the current one, keys kept, and SQL c
   const up = await startUpstream();
   const env = { KEYWARD_DATABASE_URL: db.url, KEYWARD_PORT: '0', KEYWARD_SEO_URL: up.url, KEYWARD_SEO_LOGIN: 'l', KEYWARD_SEO_PASSWORD: 'p' };
   try {
-    await db.admin.unsafe(`create table keyward_schema (version int primary key, applied timestamptz not null default now()); ${MIGRATIONS[0] as string}; insert into keyward_schema (version) values (1);`);
+    await db.admin.unsafe(
+      `create table keyward_schema (version int primary key, applied timestamptz not null default now()); ${MIGRATIONS[0] as string}; insert into keyward_schema (version) values (1);`,
+    );
     const token = generateToken();
     await db.admin`insert into keyward_keys (id, name, digest, created, version) values ('key_old', 'old', ${tokenDigest(token)}, now(), nextval('keyward_keys_version'))`;
     const migrated = await runCli(['db', 'migrate'], env);

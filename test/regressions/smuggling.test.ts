@@ -28,9 +28,15 @@ test('GHSA-ggv3-7p47-pfv8: a chunked DELETE keeps its framing; its body is never
     // Twice on one connection, so a keep-alive upstream socket is reused.
     const out = await raw(gw.port, one + one.replace('HTTP/1.1\r\n', 'HTTP/1.1\r\nConnection: close\r\n'));
     assert.equal(statusLines(out).length, 2);
-    assert.deepEqual(up.requests.map((r) => `${r.method} ${r.url}`), ['DELETE /v1/history/a', 'DELETE /v1/history/a']);
+    assert.deepEqual(
+      up.requests.map((r) => `${r.method} ${r.url}`),
+      ['DELETE /v1/history/a', 'DELETE /v1/history/a'],
+    );
     for (const r of up.requests) assert.equal(r.body.toString('latin1'), SMUGGLED);
-    assert.equal(up.requests.some((r) => r.url.includes('smuggled')), false);
+    assert.equal(
+      up.requests.some((r) => r.url.includes('smuggled')),
+      false,
+    );
   });
 });
 
@@ -39,7 +45,10 @@ test('a body-carrying DELETE with Content-Length named in Connection stays frame
     const one = `DELETE /speech/v1/history/a HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${gw.token}\r\nConnection: Content-Length\r\nContent-Length: ${SMUGGLED.length}\r\n\r\n${SMUGGLED}`;
     const out = await raw(gw.port, one + one.replace('Connection: Content-Length', 'Connection: close, Content-Length'));
     assert.equal(statusLines(out).length, 2);
-    assert.deepEqual(up.requests.map((r) => r.url), ['/v1/history/a', '/v1/history/a']);
+    assert.deepEqual(
+      up.requests.map((r) => r.url),
+      ['/v1/history/a', '/v1/history/a'],
+    );
     for (const r of up.requests) assert.equal(r.body.toString('latin1'), SMUGGLED);
   });
 });
@@ -70,21 +79,33 @@ test('ambiguous framing is refused with 400 JSON and never forwarded', async () 
     // The gateway is still serving afterwards.
     const ok = await raw(gw.port, `GET /speech/v1/voices HTTP/1.1\r\nHost: gw\r\n${auth}Connection: close\r\n\r\n`);
     assert.match(ok, /^HTTP\/1\.1 200 /);
-    assert.deepEqual(up.requests.map((r) => r.url), ['/v1/voices']);
+    assert.deepEqual(
+      up.requests.map((r) => r.url),
+      ['/v1/voices'],
+    );
   });
 });
 
 test('a body that turns malformed mid-stream is answered 400 and closed; the upstream request never completes', async () => {
   await withSpeech(async (gw, up) => {
     up.handler = (req) => req.resume(); // never answers: only the framing matters here
-    const out = await raw(gw.port, `POST /speech/v1/x HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${gw.token}\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n${SMUGGLED}\r\n0\r\n\r\n`);
+    const out = await raw(
+      gw.port,
+      `POST /speech/v1/x HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer ${gw.token}\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n${SMUGGLED}\r\n0\r\n\r\n`,
+    );
     // No response had begun, so the client learns why; the connection is closed either way.
     assert.match(out, /^HTTP\/1\.1 400 [\s\S]*connection: close[\s\S]*\{"error":"Malformed request.","code":"bad_request"\}$/);
     await eventually(() => gw.logs().some((l) => l.msg === 'request completed'), 3_000, 'the exchange was logged');
     // Either the upstream never saw the request, or it saw it torn down: it never completed.
     await eventually(() => up.requests.every((r) => r.aborted), 3_000, 'upstream request torn down');
-    assert.equal(up.requests.some((r) => r.ended), false);
-    assert.equal(up.requests.some((r) => r.url.includes('smuggled')), false);
+    assert.equal(
+      up.requests.some((r) => r.ended),
+      false,
+    );
+    assert.equal(
+      up.requests.some((r) => r.url.includes('smuggled')),
+      false,
+    );
     assert.equal(gw.logs().find((l) => l.msg === 'request completed')?.status, 400);
   });
 });
@@ -99,7 +120,10 @@ test('pipelined requests on one connection are answered in order, each rewritten
         `GET /seo/v3/third HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer kw_unknown\r\n\r\n` +
         `GET /seo/v3/fourth HTTP/1.1\r\nHost: gw\r\n${auth}Connection: close\r\n\r\n`,
     );
-    assert.deepEqual(statusLines(out).map((l) => l.slice(9, 12)), ['200', '200', '401', '200']);
+    assert.deepEqual(
+      statusLines(out).map((l) => l.slice(9, 12)),
+      ['200', '200', '401', '200'],
+    );
     const bodies = out.match(/"url":"[^"]+"/g);
     assert.deepEqual(bodies, ['"url":"/v3/first"', '"url":"/v1/second"', '"url":"/v3/fourth"']);
     assert.equal(up.raw().toString('latin1').includes(gw.token), false);

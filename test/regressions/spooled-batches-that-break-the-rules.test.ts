@@ -16,7 +16,7 @@ import { eventually } from '../support/deadline.ts';
 import { startFleetGateway, statusOf } from '../support/fleet.ts';
 import { startUpstream } from '../support/upstream.ts';
 
-test('spooled batches that break the ledger\'s rules are set aside with why; the others and every later count are written', { timeout: 90_000 }, async () => {
+test("spooled batches that break the ledger's rules are set aside with why; the others and every later count are written", { timeout: 90_000 }, async () => {
   const dir = mkdtempSync(join(tmpdir(), 'keyward-spool-rules-'));
   const up = await startUpstream();
   const keysFile = join(dir, 'keys.json');
@@ -24,7 +24,22 @@ test('spooled batches that break the ledger\'s rules are set aside with why; the
   try {
     const key = JSON.parse((await runCli(['keys', 'create', '--name', 'kept', '--json'], env)).stdout) as { id: string; token: string };
     const today = new Date().toISOString().slice(0, 10);
-    const row = (over: Record<string, unknown>): Record<string, unknown> => ({ keyId: key.id, route: 'seo', day: today, requests: 1, s2xx: 1, s3xx: 0, s4xx: 0, s5xx: 0, other: 0, limited: 0, bytesIn: 0, bytesOut: 0, cost: 0, ...over });
+    const row = (over: Record<string, unknown>): Record<string, unknown> => ({
+      keyId: key.id,
+      route: 'seo',
+      day: today,
+      requests: 1,
+      s2xx: 1,
+      s3xx: 0,
+      s4xx: 0,
+      s5xx: 0,
+      other: 0,
+      limited: 0,
+      bytesIn: 0,
+      bytesOut: 0,
+      cost: 0,
+      ...over,
+    });
     const batches = [
       { gateway: 'old', seq: 1, rows: [row({ day: '9999-99-99' })] },
       { gateway: 'old', seq: 2, rows: [row({ requests: 1e300 })] },
@@ -38,20 +53,26 @@ test('spooled batches that break the ledger\'s rules are set aside with why; the
     const g = await startFleetGateway(env);
     try {
       for (let i = 0; i < 5; i++) assert.equal(await statusOf(g.base, key.token), 200);
-      const total = async (): Promise<number> => (JSON.parse((await runCli(['usage', '--json'], env)).stdout) as Array<{ requests: number }>).reduce((n, r) => n + r.requests, 0);
+      const total = async (): Promise<number> =>
+        (JSON.parse((await runCli(['usage', '--json'], env)).stdout) as Array<{ requests: number }>).reduce((n, r) => n + r.requests, 0);
       await eventually(async () => (await total()) === 7 + 5, 10_000, 'the good batch and the 5 new requests written');
       assert.equal(existsSync(spool), false, 'the kept file is done with');
       const aside = JSON.parse(readFileSync(`${spool}.set-aside`, 'utf8')) as { setAside: Array<{ reason: string }> };
-      assert.deepEqual(aside.setAside.map((a) => a.reason), [
-        'day 9999-99-99 does not exist',
-        'requests 1e+300 is not a whole number from 0 to 2^53',
-        'requests -1000 is not a whole number from 0 to 2^53',
-        "route nowhere is not one of this gateway's",
-        'key key_nobody is not in the key set',
-      ]);
+      assert.deepEqual(
+        aside.setAside.map((a) => a.reason),
+        [
+          'day 9999-99-99 does not exist',
+          'requests 1e+300 is not a whole number from 0 to 2^53',
+          'requests -1000 is not a whole number from 0 to 2^53',
+          "route nowhere is not one of this gateway's",
+          'key key_nobody is not in the key set',
+        ],
+      );
       assert.match(g.output(), /"msg":"kept usage that breaks the ledger's rules set aside, not written"/);
       assert.match((await request(`${g.admin as string}/metrics`)).body.toString(), /^keyward_usage_set_aside_total 5$/m);
-      const status = (await request(`${g.base}/keyward/key`, { headers: { authorization: `Bearer ${key.token}` } })).json() as { usage: { today: { routes: { seo: { requests: number; cost: number } } } } };
+      const status = (await request(`${g.base}/keyward/key`, { headers: { authorization: `Bearer ${key.token}` } })).json() as {
+        usage: { today: { routes: { seo: { requests: number; cost: number } } } };
+      };
       assert.deepEqual(status.usage.today.routes.seo, { requests: 12, cost: 0, unit: 'usd' });
     } finally {
       await g.stop().catch(() => g.kill());

@@ -24,7 +24,14 @@ test('a second process holding the ledger write lock does not stall requests; th
   // The store exists first, with its tables, as a running gateway's would.
   await new SqliteUsageStore(path).close();
   const gw = await startGateway({ seo: up.url, usageStore: new SqliteUsageStore(path), env: { KEYWARD_USAGE_FLUSH: '100ms' } });
-  const holder = spawn(process.execPath, ['-e', `const { DatabaseSync } = require('node:sqlite'); const db = new DatabaseSync(${JSON.stringify(path)}); db.exec('begin immediate'); db.exec("insert into usage (key_id, route, day) values ('other', 'seo', '2000-01-01')"); console.log('locked'); setTimeout(() => { db.exec('commit'); db.close(); }, ${HOLD_MS});`], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const holder = spawn(
+    process.execPath,
+    [
+      '-e',
+      `const { DatabaseSync } = require('node:sqlite'); const db = new DatabaseSync(${JSON.stringify(path)}); db.exec('begin immediate'); db.exec("insert into usage (key_id, route, day) values ('other', 'seo', '2000-01-01')"); console.log('locked'); setTimeout(() => { db.exec('commit'); db.close(); }, ${HOLD_MS});`,
+    ],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
   try {
     await deadline(new Promise<void>((resolve) => holder.stdout.on('data', (d: Buffer) => d.toString().includes('locked') && resolve())), 10_000, 'lock held');
     const started = performance.now();
@@ -41,7 +48,11 @@ test('a second process holding the ledger write lock does not stall requests; th
     await deadline(new Promise((r) => holder.on('exit', r)), 10_000, 'lock released');
     const read = new DatabaseSync(path, { readOnly: true });
     try {
-      await eventually(() => (read.prepare(`select coalesce(sum(requests), 0) as n from usage where key_id = ?`).get(gw.keyId) as { n: number }).n === n, 5_000, `all ${n} requests written once the lock was gone`);
+      await eventually(
+        () => (read.prepare(`select coalesce(sum(requests), 0) as n from usage where key_id = ?`).get(gw.keyId) as { n: number }).n === n,
+        5_000,
+        `all ${n} requests written once the lock was gone`,
+      );
     } finally {
       read.close();
     }

@@ -25,8 +25,16 @@ test('a body that does not decode in its declared coding is a 502, logged and co
     assert.equal(line?.status, 502);
     assert.equal(line?.error, 'undecodable');
     const rows = await store.rows({});
-    assert.equal(rows.reduce((n, x) => n + x.s2xx, 0), 0, 'no 2xx in the ledger');
-    assert.equal(rows.reduce((n, x) => n + x.other, 0), 1, 'counted as no upstream answer reaching the client');
+    assert.equal(
+      rows.reduce((n, x) => n + x.s2xx, 0),
+      0,
+      'no 2xx in the ledger',
+    );
+    assert.equal(
+      rows.reduce((n, x) => n + x.other, 0),
+      1,
+      'counted as no upstream answer reaching the client',
+    );
   } finally {
     await gw.close();
     await up.close();

@@ -12,7 +12,10 @@ test('protected headers are matched with `_` as `-`: credentials in any spelling
   const up = await startUpstream();
   const gw = await startGateway({ speech: up.url, seo: up.url });
   try {
-    const override = await raw(gw.port, `POST /seo/v3/x HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${gw.token}\r\nX_HTTP_Method_Override: DELETE\r\ncontent-length: 0\r\nconnection: close\r\n\r\n`);
+    const override = await raw(
+      gw.port,
+      `POST /seo/v3/x HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${gw.token}\r\nX_HTTP_Method_Override: DELETE\r\ncontent-length: 0\r\nconnection: close\r\n\r\n`,
+    );
     assert.match(override, /^HTTP\/1\.1 404 /);
     assert.match(override, /"error":"Method overrides are not allowed\."/);
     assert.equal(up.requests.length, 0);

@@ -15,7 +15,12 @@ import { parseProm } from '../support/prom.ts';
 import { startUpstream, type Handler } from '../support/upstream.ts';
 
 const b64 = (s: string): string => Buffer.from(s).toString('base64');
-const every = (gw: TestGateway): string[] => [gw.secrets.scraperToken, gw.secrets.seoPassword, b64(`${gw.secrets.seoLogin}:${gw.secrets.seoPassword}`), gw.secrets.speechKey];
+const every = (gw: TestGateway): string[] => [
+  gw.secrets.scraperToken,
+  gw.secrets.seoPassword,
+  b64(`${gw.secrets.seoLogin}:${gw.secrets.seoPassword}`),
+  gw.secrets.speechKey,
+];
 
 async function withUpstream(handler: Handler, run: (gw: TestGateway) => Promise<void>, env: Record<string, string> = {}): Promise<void> {
   const up = await startUpstream(handler);
@@ -47,7 +52,8 @@ const echoing =
 test("the speech user object's xi_api_key, and a credential echoed in a header or an error body, reach the client masked, same length", async () => {
   await withUpstream(
     echoing(
-      (req) => JSON.stringify({ subscription: { tier: 'pro' }, xi_api_key: req.headers['xi-api-key'] ?? null, auth: req.headers.authorization ?? null, note: 'ok' }),
+      (req) =>
+        JSON.stringify({ subscription: { tier: 'pro' }, xi_api_key: req.headers['xi-api-key'] ?? null, auth: req.headers.authorization ?? null, note: 'ok' }),
       (req) => ({ 'x-echo': String(req.headers['xi-api-key'] ?? req.headers.authorization ?? '') }),
     ),
     async (gw) => {
@@ -67,12 +73,19 @@ test("the speech user object's xi_api_key, and a credential echoed in a header o
         for (const secret of every(gw)) assert.equal(bytes.includes(secret), false);
       }
       // Logged at warn with the route, the path and which secret (route and form), never the value.
-      await eventually(() => gw.logs().filter((l) => l.msg === 'upstream secret found in a response and kept from the client').length === 2, 2_000, 'two warnings');
+      await eventually(
+        () => gw.logs().filter((l) => l.msg === 'upstream secret found in a response and kept from the client').length === 2,
+        2_000,
+        'two warnings',
+      );
       const warned = gw.logs().filter((l) => l.msg === 'upstream secret found in a response and kept from the client');
-      assert.deepEqual(warned.map((l) => [l.level, l.route, l.path, l.secrets]), [
-        [40, 'speech', '/speech/v1/user', ['speech key']],
-        [40, 'seo', '/seo/v3/x', ['seo basic']],
-      ]);
+      assert.deepEqual(
+        warned.map((l) => [l.level, l.route, l.path, l.secrets]),
+        [
+          [40, 'speech', '/speech/v1/user', ['speech key']],
+          [40, 'seo', '/seo/v3/x', ['seo basic']],
+        ],
+      );
       for (const secret of every(gw)) assert.equal(gw.logText().includes(secret), false);
       const m = parseProm(await gw.gateway.metrics.text());
       assert.equal(m.sum('keyward_egress_masked_total', { route: 'speech', secret: 'speech key' }), 1);
@@ -83,7 +96,12 @@ test("the speech user object's xi_api_key, and a credential echoed in a header o
 
 test('a secret split across many small writes (and the raw SEO password in an error body) is masked across every boundary', async () => {
   await withUpstream(
-    echoing((req) => `{"error":"bad password ${req.headers.authorization === undefined ? '' : Buffer.from(String(req.headers.authorization).slice(6), 'base64').toString().split(':')[1]}","also":"${String(req.headers['xi-api-key'] ?? '')}"}`, () => ({}), 1),
+    echoing(
+      (req) =>
+        `{"error":"bad password ${req.headers.authorization === undefined ? '' : Buffer.from(String(req.headers.authorization).slice(6), 'base64').toString().split(':')[1]}","also":"${String(req.headers['xi-api-key'] ?? '')}"}`,
+      () => ({}),
+      1,
+    ),
     async (gw) => {
       for (const path of ['/seo/v3/x', '/speech/v1/user']) {
         const r = await request(`${gw.url}${path}`, { headers: { authorization: `Bearer ${gw.token}` } });
@@ -153,14 +171,21 @@ for (const [coding, encode, decode] of [
         );
         assert.equal(decoded.includes(gw.secrets.speechKey), false);
         assert.equal(decoded.includes(gw.secrets.speechKey.slice(0, 4)), false, 'not even its start');
-        await eventually(() => gw.logs().some((l) => l.msg === 'upstream secret found in a response and kept from the client' && l.cut === true), 2_000, 'warned');
+        await eventually(
+          () => gw.logs().some((l) => l.msg === 'upstream secret found in a response and kept from the client' && l.cut === true),
+          2_000,
+          'warned',
+        );
       },
     );
   });
 }
 
 test('a content coding the filter cannot read is refused with 502, and KEYWARD_EGRESS_FILTER=off relays everything as it is', async () => {
-  const handler = echoing((req) => String(req.headers['xi-api-key']), () => ({ 'content-encoding': 'compress' }));
+  const handler = echoing(
+    (req) => String(req.headers['xi-api-key']),
+    () => ({ 'content-encoding': 'compress' }),
+  );
   await withUpstream(handler, async (gw) => {
     const r = await request(`${gw.url}/speech/v1/x`, { headers: { authorization: `Bearer ${gw.token}` } });
     assert.equal(r.status, 502);

@@ -10,7 +10,9 @@ const OK = 'HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok';
 
 test('the upstream reason phrase is never relayed: a control character or a secret in it reaches no client', async () => {
   let token = '';
-  const up = await startRawUpstream((_head, i) => (i % 2 === 0 ? 'HTTP/1.1 200 O\x01K\r\ncontent-length: 2\r\n\r\nok' : `HTTP/1.1 200 ${token}\r\ncontent-length: 2\r\n\r\nok`));
+  const up = await startRawUpstream((_head, i) =>
+    i % 2 === 0 ? 'HTTP/1.1 200 O\x01K\r\ncontent-length: 2\r\n\r\nok' : `HTTP/1.1 200 ${token}\r\ncontent-length: 2\r\n\r\nok`,
+  );
   const gw = await startGateway({ speech: up.url, scraper: up.url });
   token = gw.secrets.scraperToken;
   try {
@@ -18,7 +20,7 @@ test('the upstream reason phrase is never relayed: a control character or a secr
     for (let i = 0; i < 4; i++) {
       const out = await raw(gw.port, `GET /speech/v1/voices HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${gw.token}\r\nconnection: close\r\n\r\n`);
       assert.match(out, /^HTTP\/1\.1 200 OK\r\n/, 'the standard phrase');
-      assert.ok(!out.includes(token) && !out.includes('\x01'), 'nothing of the upstream\'s phrase');
+      assert.ok(!out.includes(token) && !out.includes('\x01'), "nothing of the upstream's phrase");
       assert.ok(out.endsWith('ok'));
     }
   } finally {

@@ -40,7 +40,10 @@ test("a final ledger write that meets another writer's lock waits for it, and ke
     await released;
     assert.ok(errors.length > 0, 'the first try met the lock');
     assert.deepEqual(kept, [], 'nothing kept on disk for the next start');
-    assert.deepEqual(readdirSync(dir).filter((f) => f.includes('unwritten')), []);
+    assert.deepEqual(
+      readdirSync(dir).filter((f) => f.includes('unwritten')),
+      [],
+    );
     const row = other.prepare('select sum(requests) as n, sum(cost) as cost from usage where key_id = ?').get('key_a') as { n: number; cost: number };
     assert.deepEqual({ ...row }, { n: 4, cost: 40 });
   } finally {

@@ -59,7 +59,8 @@ test('no split of a compressed body lets any byte of the key reach the client, r
   // zstd decides per input: a key of the real shape is drawn until both hold (nearly always the first).
   const words = 'the quick brown fox jumps over the lazy dog while voices speak softly in a studio near the river bank '.repeat(3);
   const shortOf = (k: string): Buffer => Buffer.from(`{"xi_api_key":"${k}","voices":[{"voice_id":"v1"},{"voice_id":"v2"},{"voice_id":"v3"}]}`);
-  const longOf = (k: string): Buffer => Buffer.from(`{"description":"${words}","xi_api_key":"${k}","subscription":{"tier":"creator","note":"${words.slice(0, 120)}"}}`);
+  const longOf = (k: string): Buffer =>
+    Buffer.from(`{"description":"${words}","xi_api_key":"${k}","subscription":{"tier":"creator","note":"${words.slice(0, 120)}"}}`);
   const level19 = { params: { [zlib.constants.ZSTD_c_compressionLevel]: 19 } };
   let key = '';
   for (let i = 0; i < 100 && key === ''; i++) {
@@ -85,7 +86,14 @@ test('no split of a compressed body lets any byte of the key reach the client, r
       for (let at = 1; at < body.length; at++) {
         coding = name;
         parts = [body.subarray(0, at), body.subarray(at)];
-        const reply = Buffer.from(await raw(gw.port, `GET /speech/v1/user HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${gw.token}\r\naccept-encoding: ${name}\r\nconnection: close\r\n\r\n`, { timeoutMs: 5_000 }), 'latin1');
+        const reply = Buffer.from(
+          await raw(
+            gw.port,
+            `GET /speech/v1/user HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${gw.token}\r\naccept-encoding: ${name}\r\nconnection: close\r\n\r\n`,
+            { timeoutMs: 5_000 },
+          ),
+          'latin1',
+        );
         const split = `${name} split at ${at} of ${body.length}`;
         assert.ok(!reply.includes(Buffer.from(key.slice(0, 8))), `${split}: raw key bytes at the client`);
         const headEnd = reply.indexOf('\r\n\r\n');

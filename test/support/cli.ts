@@ -22,7 +22,8 @@ export function childEnv(extra: Record<string, string>): Record<string, string> 
   // merges the V8 coverage of every process by file URL and byte offset, so
   // the same file must have the same compiled text everywhere (type
   // stripping and tsx differ, and the merge would scramble both).
-  const coverage: Record<string, string> = process.env.NODE_V8_COVERAGE === undefined ? {} : { NODE_OPTIONS: `--import ${import.meta.resolve('tsx')}`, TSX_TSCONFIG_PATH: TSCONFIG };
+  const coverage: Record<string, string> =
+    process.env.NODE_V8_COVERAGE === undefined ? {} : { NODE_OPTIONS: `--import ${import.meta.resolve('tsx')}`, TSX_TSCONFIG_PATH: TSCONFIG };
   // No admin listener unless a test asks for one: test files run in parallel, and the default port is fixed.
   return { ...env, KEYWARD_FROM_SOURCE: '1', KEYWARD_ADMIN_PORT: 'off', ...coverage, ...extra };
 }
@@ -44,7 +45,14 @@ export function collect(child: ChildProcess): Promise<Result> {
 }
 
 /** Start a long-running command and wait until its output contains `ready`. */
-export async function startCli(args: string[], env: Record<string, string>, ready: string, stream: 'stdout' | 'stderr' = 'stdout', cwd?: string, readyMs = 20_000) {
+export async function startCli(
+  args: string[],
+  env: Record<string, string>,
+  ready: string,
+  stream: 'stdout' | 'stderr' = 'stdout',
+  cwd?: string,
+  readyMs = 20_000,
+) {
   const child = spawn(BIN, args, { env: childEnv(env), cwd, stdio: ['ignore', 'pipe', 'pipe'] });
   const done = collect(child);
   let seen = '';

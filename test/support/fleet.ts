@@ -130,7 +130,12 @@ export async function manyKeys(f: Fleet, count: number, revocationMs: number): P
     from generate_series(1, ${count - 1}) as i`;
   const key = await f.key('needle');
   const gw = await f.gateway({ KEYWARD_ADMIN_PORT: 'off' }, 120_000);
-  const line = JSON.parse(gw.output().split('\n').find((l) => l.includes('keyward listening')) as string) as { keys: number; keysLoadMs: number };
+  const line = JSON.parse(
+    gw
+      .output()
+      .split('\n')
+      .find((l) => l.includes('keyward listening')) as string,
+  ) as { keys: number; keysLoadMs: number };
   if ((await statusOf(gw.base, key.token)) !== 200) throw new Error('the new key is not served');
   const rssMb = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${gw.pid}/status`, 'utf8'))?.[1]) / 1024;
   const cliStart = performance.now();
@@ -141,6 +146,14 @@ export async function manyKeys(f: Fleet, count: number, revocationMs: number): P
   await eventually(async () => (await statusOf(gw.base, key.token)) === 401, revocationMs, `revocation with ${count} keys`);
   const revokeMs = performance.now() - at;
   // Slow (a loaded machine): what the gateway said meanwhile, to tell a full reload from a slow increment.
-  const note = revokeMs > 2_000 ? gw.output().split('\n').filter((l) => /"level":(40|50)|reload|keystore/.test(l)).slice(-10).join('\n') : '';
+  const note =
+    revokeMs > 2_000
+      ? gw
+          .output()
+          .split('\n')
+          .filter((l) => /"level":(40|50)|reload|keystore/.test(l))
+          .slice(-10)
+          .join('\n')
+      : '';
   return { keys: line.keys, loadMs: line.keysLoadMs, rssMb, revokeMs, cliMs, note };
 }

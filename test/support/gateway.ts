@@ -91,7 +91,9 @@ export async function startGateway(options: GatewayOptions = {}): Promise<TestGa
     KEYWARD_LOG_LEVEL: 'info',
     ...Object.assign(
       {},
-      ...providers.map((p) => providerEnv(p, options.upstreams?.[p.name] ?? (options as Record<string, unknown>)[p.name]?.toString() ?? unreachable, byRoute[p.name] ?? [])),
+      ...providers.map((p) =>
+        providerEnv(p, options.upstreams?.[p.name] ?? (options as Record<string, unknown>)[p.name]?.toString() ?? unreachable, byRoute[p.name] ?? []),
+      ),
     ),
     ...options.env,
   };

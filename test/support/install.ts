@@ -18,7 +18,14 @@ export async function serveInstalled(mods: string, dir: string): Promise<void> {
   assert.equal(existsSync(join(mods, 'keyward', 'src')), false, 'the package ships the build, not the sources');
   assert.equal(existsSync(join(mods, 'keyward', 'dist', 'main.js')), true);
   const bin = join(mods, '.bin', 'keyward');
-  const env = { ...childEnv({}), NODE_OPTIONS: '', KEYWARD_FROM_SOURCE: '', KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: '0', KEYWARD_KEYS_FILE: join(dir, 'keys.json') };
+  const env = {
+    ...childEnv({}),
+    NODE_OPTIONS: '',
+    KEYWARD_FROM_SOURCE: '',
+    KEYWARD_PORT: '0',
+    KEYWARD_ADMIN_PORT: '0',
+    KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+  };
   const created = await exec(bin, ['keys', 'create', '--name', 'ops', '--json'], { env });
   const key = JSON.parse(created.stdout) as { token: string };
   const child = spawn(bin, ['serve'], { env, stdio: ['ignore', 'pipe', 'pipe'] });

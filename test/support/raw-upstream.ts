@@ -23,7 +23,9 @@ export const CLOSE = Symbol('close');
  * request, `onConnection` those before it on the same connection. A request's
  * body (by its Content-Length) is skipped.
  */
-export async function startRawUpstream(reply: (head: string, index: number, onConnection: number) => string | Buffer | null | typeof CLOSE): Promise<RawUpstream> {
+export async function startRawUpstream(
+  reply: (head: string, index: number, onConnection: number) => string | Buffer | null | typeof CLOSE,
+): Promise<RawUpstream> {
   const sockets = new Set<net.Socket>();
   const heads: string[] = [];
   let count = 0;

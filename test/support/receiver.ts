@@ -5,7 +5,14 @@ import type { AddressInfo } from 'node:net';
 export interface Received {
   readonly body: string;
   readonly signature: string | undefined;
-  readonly json: { event: string; key: { id: string; name: string }; limit: { kind: string; value: number; threshold: number; unit: string; period: string }; used: number; at: string; id: string };
+  readonly json: {
+    event: string;
+    key: { id: string; name: string };
+    limit: { kind: string; value: number; threshold: number; unit: string; period: string };
+    used: number;
+    at: string;
+    id: string;
+  };
 }
 
 /** A webhook receiver on 127.0.0.1 (on `port` when given): records every POST; `hang` leaves requests unanswered. */

@@ -57,10 +57,12 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
   const proxy = net.createServer((client) => {
     const pair: Pair = { client, server: null, up: [], down: [], repliesLost: false, armed: false };
     pairs.add(pair);
-    client.on('error', () => client.destroy()).on('close', () => {
-      pair.server?.destroy();
-      pairs.delete(pair);
-    });
+    client
+      .on('error', () => client.destroy())
+      .on('close', () => {
+        pair.server?.destroy();
+        pairs.delete(pair);
+      });
     client.on('data', (d: Buffer) => {
       if (frozen || pair.server === null) return void pair.up.push(d);
       pair.server.write(d);

@@ -18,5 +18,8 @@ test('waits double from the first, within the jitter, and never pass the cap, ji
     }),
   );
   // The webhook's, at the cap with the highest jitter: 5 minutes, not 6.25 (docs/limits.md).
-  assert.equal(backoff(12, RETRY, () => 0.999999), 5 * 60_000);
+  assert.equal(
+    backoff(12, RETRY, () => 0.999999),
+    5 * 60_000,
+  );
 });

@@ -24,7 +24,15 @@ function setup(): { lines: () => Array<Record<string, unknown>>; complete: Retur
   });
   const metrics = new Metrics({ defaults: false, routes: UPSTREAMS.map((u) => u.name) });
   const complete = createCompletion(createLogger('info', sink).logger, metrics, () => new Set(['token']));
-  return { lines: () => text.split('\n').filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>), complete, metrics };
+  return {
+    lines: () =>
+      text
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as Record<string, unknown>),
+    complete,
+    metrics,
+  };
 }
 
 function exchange(url: string, method = 'GET'): Exchange {
@@ -68,14 +76,20 @@ test('one line per request; an upstream failure is a warn line and an upstream-e
   noRoute.settle({ by: 'gateway', code: 'not_found' });
   complete(noRoute, 404, false);
   const done = lines().filter((l) => l.msg === 'request completed');
-  assert.deepEqual(done.map((l) => [l.level, l.status, l.error, l.route]), [
-    [40, 502, 'ECONNREFUSED', 'speech'],
-    [30, 200, null, 'speech'],
-    [30, 404, 'not_found', null],
-  ]);
+  assert.deepEqual(
+    done.map((l) => [l.level, l.status, l.error, l.route]),
+    [
+      [40, 502, 'ECONNREFUSED', 'speech'],
+      [30, 200, null, 'speech'],
+      [30, 404, 'not_found', null],
+    ],
+  );
   assert.equal(done[2]?.path, '/nowhere', 'credential parameters scrubbed from an unrouted path');
   const warned = lines().filter((l) => l.msg === 'upstream secret found in a response and kept from the client');
-  assert.deepEqual(warned.map((l) => [l.route, l.path, l.secrets]), [['speech', '/speech/v1/user', ['speech key']]]);
+  assert.deepEqual(
+    warned.map((l) => [l.route, l.path, l.secrets]),
+    [['speech', '/speech/v1/user', ['speech key']]],
+  );
   const m = parseProm(await metrics.text());
   assert.equal(m.sum('keyward_upstream_errors_total', { route: 'speech', reason: 'ECONNREFUSED' }), 1);
   assert.equal(m.sum('keyward_egress_masked_total', { route: 'speech', secret: 'speech key' }), 1);

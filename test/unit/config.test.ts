@@ -18,11 +18,14 @@ test('defaults: loopback:8080, ./keys.json, info, all routes present but disable
   assert.equal(c.upstreamTimeoutMs, 300_000);
   assert.equal(c.drainTimeoutMs, 30_000);
   assert.equal(c.maxBodyBytes, 2 * 1024 ** 3);
-  assert.deepEqual(c.routes.map((r) => [r.name, r.target.href, r.credential]), [
-    ['scraper', 'https://api.apify.com/', null],
-    ['seo', 'https://api.dataforseo.com/', null],
-    ['speech', 'https://api.elevenlabs.io/', null],
-  ]);
+  assert.deepEqual(
+    c.routes.map((r) => [r.name, r.target.href, r.credential]),
+    [
+      ['scraper', 'https://api.apify.com/', null],
+      ['seo', 'https://api.dataforseo.com/', null],
+      ['speech', 'https://api.elevenlabs.io/', null],
+    ],
+  );
   assert.deepEqual(c.enabledRoutes, []);
   assert.ok(Object.isFrozen(c) && Object.isFrozen(c.routes) && Object.isFrozen(c.routes[0]));
 });
@@ -108,7 +111,10 @@ test('every problem is reported at once, each with its option name, and no secre
 });
 
 test('an unreadable secret file is a problem; a missing systemd credential is not', () => {
-  assert.throws(() => loadConfig({ KEYWARD_SPEECH_KEY_FILE: '/missing' }, noFiles, '/', UPSTREAMS), /KEYWARD_SPEECH_KEY_FILE: cannot read \/missing \(ENOENT\)/);
+  assert.throws(
+    () => loadConfig({ KEYWARD_SPEECH_KEY_FILE: '/missing' }, noFiles, '/', UPSTREAMS),
+    /KEYWARD_SPEECH_KEY_FILE: cannot read \/missing \(ENOENT\)/,
+  );
   const eacces = (): string => {
     throw Object.assign(new Error('denied'), { code: 'EACCES' });
   };
@@ -158,15 +164,40 @@ test('options added for hardening and operations: defaults with units, every pro
   assert.equal(c.tls, null);
   assert.deepEqual(c.admin, { host: '127.0.0.1', port: 9097 });
   assert.ok(c.routes.every((r) => r.native === null));
-  const set = loadConfig({ KEYWARD_IDLE_TIMEOUT: '90s', KEYWARD_MAX_HEADER_SIZE: '32KiB', KEYWARD_MAX_CONNECTIONS: '500', KEYWARD_ADMIN_PORT: 'off', KEYWARD_NATIVE_AUTH: 'speech, seo' }, noFiles, '/', UPSTREAMS);
+  const set = loadConfig(
+    {
+      KEYWARD_IDLE_TIMEOUT: '90s',
+      KEYWARD_MAX_HEADER_SIZE: '32KiB',
+      KEYWARD_MAX_CONNECTIONS: '500',
+      KEYWARD_ADMIN_PORT: 'off',
+      KEYWARD_NATIVE_AUTH: 'speech, seo',
+    },
+    noFiles,
+    '/',
+    UPSTREAMS,
+  );
   assert.equal(set.idleTimeoutMs, 90_000);
   assert.equal(set.maxHeaderBytes, 32 * 1024);
   assert.equal(set.maxConnections, 500);
   assert.equal(set.admin, null);
-  assert.deepEqual(set.routes.filter((r) => r.native !== null).map((r) => [r.name, r.native?.kind]), [['seo', 'basic'], ['speech', 'header']]);
+  assert.deepEqual(
+    set.routes.filter((r) => r.native !== null).map((r) => [r.name, r.native?.kind]),
+    [
+      ['seo', 'basic'],
+      ['speech', 'header'],
+    ],
+  );
   try {
     loadConfig(
-      { KEYWARD_IDLE_TIMEOUT: '5', KEYWARD_MAX_HEADER_SIZE: '10B', KEYWARD_MAX_CONNECTIONS: 'many', KEYWARD_ADMIN_PORT: '70000', KEYWARD_NATIVE_AUTH: 'video', KEYWARD_UPSTREAM_CA_FILE: '/nope', KEYWARD_TLS_KEY_FILE: '/k' },
+      {
+        KEYWARD_IDLE_TIMEOUT: '5',
+        KEYWARD_MAX_HEADER_SIZE: '10B',
+        KEYWARD_MAX_CONNECTIONS: 'many',
+        KEYWARD_ADMIN_PORT: '70000',
+        KEYWARD_NATIVE_AUTH: 'video',
+        KEYWARD_UPSTREAM_CA_FILE: '/nope',
+        KEYWARD_TLS_KEY_FILE: '/k',
+      },
       noFiles,
       '/',
       UPSTREAMS,
@@ -175,7 +206,15 @@ test('options added for hardening and operations: defaults with units, every pro
   } catch (err) {
     assert.ok(err instanceof ConfigError);
     const text = err.problems.join('\n');
-    for (const name of ['KEYWARD_IDLE_TIMEOUT', 'KEYWARD_MAX_HEADER_SIZE', 'KEYWARD_MAX_CONNECTIONS', 'KEYWARD_ADMIN_PORT', 'KEYWARD_NATIVE_AUTH', 'KEYWARD_UPSTREAM_CA_FILE', 'KEYWARD_TLS_CERT_FILE']) {
+    for (const name of [
+      'KEYWARD_IDLE_TIMEOUT',
+      'KEYWARD_MAX_HEADER_SIZE',
+      'KEYWARD_MAX_CONNECTIONS',
+      'KEYWARD_ADMIN_PORT',
+      'KEYWARD_NATIVE_AUTH',
+      'KEYWARD_UPSTREAM_CA_FILE',
+      'KEYWARD_TLS_CERT_FILE',
+    ]) {
       assert.match(text, new RegExp(name), name);
     }
   }

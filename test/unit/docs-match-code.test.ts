@@ -39,11 +39,22 @@ test('the options a reload cannot apply are the ones docs/configuration.md says 
   const listed = new Set([...section.matchAll(/`(KEYWARD_[A-Z0-9_]+)`/g)].map((m) => m[1] as string));
   // TLS is listed as "turning TLS on or off", by its certificate option in the code.
   const code = new Set(RESTART_ONLY.map(([name]) => name).filter((n) => n !== 'KEYWARD_TLS_CERT_FILE'));
-  assert.deepEqual([...code].filter((n) => !listed.has(n)), [], 'restart-only in the code, not in the list');
-  assert.deepEqual([...listed].filter((n) => !code.has(n)), [], 'in the list, applied on reload by the code');
+  assert.deepEqual(
+    [...code].filter((n) => !listed.has(n)),
+    [],
+    'restart-only in the code, not in the list',
+  );
+  assert.deepEqual(
+    [...listed].filter((n) => !code.has(n)),
+    [],
+    'in the list, applied on reload by the code',
+  );
   // Each table row that says "Restart to change" is one of them.
   const marked = [...docs.matchAll(/^\| `(KEYWARD_[A-Z0-9_]+)` \|.*Restart to change/gm)].map((m) => m[1] as string);
-  assert.deepEqual(marked.filter((n) => !code.has(n)), []);
+  assert.deepEqual(
+    marked.filter((n) => !code.has(n)),
+    [],
+  );
 });
 
 test("the usage page's Content-Security-Policy is the one docs/limits.md gives", () => {
@@ -53,12 +64,19 @@ test("the usage page's Content-Security-Policy is the one docs/limits.md gives",
 test('every error code the gateway answers with is documented, and the documented ones exist', () => {
   const codes = new Set<string>(Object.values(ERRORS).map((e) => e.code));
   const docs = read('docs/responses.md') + read('docs/limits.md');
-  assert.deepEqual([...codes].filter((c) => !docs.includes(`\`${c}\``)), []);
+  assert.deepEqual(
+    [...codes].filter((c) => !docs.includes(`\`${c}\``)),
+    [],
+  );
   const table = [...read('docs/responses.md').matchAll(/^\| \d{3} \| `([a-z_]+)` \|/gm)].map((m) => m[1] as string);
   assert.ok(table.length > 5);
-  assert.deepEqual(table.filter((c) => !codes.has(c)), []);
+  assert.deepEqual(
+    table.filter((c) => !codes.has(c)),
+    [],
+  );
   // Each status with its code, as the catalogue pairs them.
-  for (const e of Object.values(ERRORS)) if (table.includes(e.code)) assert.match(read('docs/responses.md'), new RegExp(`^\\| ${e.status} \\| \`${e.code}\``, 'm'), e.code);
+  for (const e of Object.values(ERRORS))
+    if (table.includes(e.code)) assert.match(read('docs/responses.md'), new RegExp(`^\\| ${e.status} \\| \`${e.code}\``, 'm'), e.code);
 });
 
 test("every keyward_ metric is in docs/operations.md's list, and the list names no other", async () => {
@@ -71,14 +89,25 @@ test("every keyward_ metric is in docs/operations.md's list, and the list names 
   assert.ok(served.size > 5);
   const section = read('docs/operations.md').split('## Metrics')[1]?.split('\n## ')[0] ?? '';
   const listed = new Set([...section.matchAll(/`(keyward_[a-z_]+)/g)].map((m) => m[1] as string));
-  assert.deepEqual([...served].filter((m) => !listed.has(m)), [], 'served, not documented');
-  assert.deepEqual([...listed].filter((m) => !served.has(m)), [], 'documented, not served');
+  assert.deepEqual(
+    [...served].filter((m) => !listed.has(m)),
+    [],
+    'served, not documented',
+  );
+  assert.deepEqual(
+    [...listed].filter((m) => !served.has(m)),
+    [],
+    'documented, not served',
+  );
 });
 
 test('docs/fleet.md lists each migration, numbered as the schema applies them', () => {
   const section = read('docs/fleet.md').split('Versioned migrations')[1]?.split('\n## ')[0] ?? '';
   const numbers = [...section.matchAll(/^(\d+)\. /gm)].map((m) => Number(m[1]));
-  assert.deepEqual(numbers, MIGRATIONS.map((_, i) => i + 1));
+  assert.deepEqual(
+    numbers,
+    MIGRATIONS.map((_, i) => i + 1),
+  );
 });
 
 test("docs/cli.md names every flag the commands' help texts name, and no other", () => {
@@ -86,13 +115,23 @@ test("docs/cli.md names every flag the commands' help texts name, and no other",
   const help = flags(Object.values(helpTexts(UPSTREAMS)).join('\n'));
   const docs = flags(read('docs/cli.md'));
   assert.ok(help.has('alert-at') && help.size > 10);
-  assert.deepEqual([...help].filter((f) => !docs.has(f)), [], 'in a help text, not in docs/cli.md');
-  assert.deepEqual([...docs].filter((f) => !help.has(f)), [], 'in docs/cli.md, in no help text');
+  assert.deepEqual(
+    [...help].filter((f) => !docs.has(f)),
+    [],
+    'in a help text, not in docs/cli.md',
+  );
+  assert.deepEqual(
+    [...docs].filter((f) => !help.has(f)),
+    [],
+    'in docs/cli.md, in no help text',
+  );
 });
 
 test("ARCHITECTURE.md's module table names every module under src/, and no other", () => {
   const section = read('ARCHITECTURE.md').split('## Modules')[1]?.split('\n## ')[0] ?? '';
-  const listed = new Set([...section.matchAll(/^\| (`[^|]*) \|/gm)].flatMap((m) => [...(m[1] as string).matchAll(/`([a-z0-9/.-]+\.ts)`/g)].map((x) => x[1] as string)));
+  const listed = new Set(
+    [...section.matchAll(/^\| (`[^|]*) \|/gm)].flatMap((m) => [...(m[1] as string).matchAll(/`([a-z0-9/.-]+\.ts)`/g)].map((x) => x[1] as string)),
+  );
   const tree = new Set(
     (readdirSync(new URL('../../src', import.meta.url), { recursive: true }) as string[]).filter((f) => f.endsWith('.ts')).map((f) => f.split(sep).join('/')),
   );
@@ -104,7 +143,13 @@ test("ARCHITECTURE.md's module table names every module under src/, and no other
 });
 
 test('every table row in the docs and the README ends its row: no row runs into the next paragraph', () => {
-  const files = ['README.md', 'ARCHITECTURE.md', ...readdirSync(new URL('../../docs/', import.meta.url)).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)];
+  const files = [
+    'README.md',
+    'ARCHITECTURE.md',
+    ...readdirSync(new URL('../../docs/', import.meta.url))
+      .filter((f) => f.endsWith('.md'))
+      .map((f) => `docs/${f}`),
+  ];
   const bad: string[] = [];
   for (const f of files) {
     read(f)

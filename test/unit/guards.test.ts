@@ -12,7 +12,15 @@ import { UPSTREAMS } from '../../src/request/routes.ts';
 
 const config = loadConfig({ KEYWARD_SCRAPER_TOKEN: 'scraper-secret', KEYWARD_SEO_URL: 'http://127.0.0.1:1' }, () => '', '/', UPSTREAMS);
 const route = (name: string): Route => config.routes.find((r) => r.name === name) as Route;
-const key: KeyRecord = { id: 'key_1', name: 'k', digest: `sha256:${'0'.repeat(64)}`, created: '2026-01-01T00:00:00Z', expires: null, revoked: null, routes: ['scraper'] };
+const key: KeyRecord = {
+  id: 'key_1',
+  name: 'k',
+  digest: `sha256:${'0'.repeat(64)}`,
+  created: '2026-01-01T00:00:00Z',
+  expires: null,
+  revoked: null,
+  routes: ['scraper'],
+};
 
 function input(over: Partial<GuardInput> = {}): GuardInput {
   return { headers: {}, route: route('scraper'), principal: key, path: '/v2/acts/x/runs', query: null, forwardQuery: '', maxBodyBytes: 1000, ...over };
@@ -52,7 +60,13 @@ test('the first objection wins: token in URL, override, scope, configured, frami
     { path: '/v2/x' },
     { path: '/v2/x', query: null, headers: { 'transfer-encoding': 'gzip, chunked', 'content-length': '5000' } },
     { path: '/v2/x', query: null, headers: { 'transfer-encoding': 'gzip, chunked', 'content-length': '5000' }, principal: { ...key, routes: null } },
-    { path: '/v2/x', query: null, headers: { 'transfer-encoding': 'gzip, chunked', 'content-length': '5000' }, principal: { ...key, routes: null }, route: route('scraper') },
+    {
+      path: '/v2/x',
+      query: null,
+      headers: { 'transfer-encoding': 'gzip, chunked', 'content-length': '5000' },
+      principal: { ...key, routes: null },
+      route: route('scraper'),
+    },
     { path: '/v2/x', query: null, headers: { 'content-length': '5000' }, principal: { ...key, routes: null }, route: route('scraper') },
   ];
   steps.forEach((step, i) => assert.equal(runGuards(input({ ...everything, ...step })), expected[i], `step ${i}`));

@@ -44,7 +44,15 @@ test('bearerToken reads the scheme case-insensitively and nothing else', () => {
 });
 
 function record(token: string, over: Partial<KeyRecord> = {}): KeyRecord {
-  return { id: `key_${token.slice(3, 9)}`, name: 'n', digest: `sha256:${tokenDigest(token)}`, created: '2026-01-01T00:00:00.000Z', expires: null, revoked: null, ...over };
+  return {
+    id: `key_${token.slice(3, 9)}`,
+    name: 'n',
+    digest: `sha256:${tokenDigest(token)}`,
+    created: '2026-01-01T00:00:00.000Z',
+    expires: null,
+    revoked: null,
+    ...over,
+  };
 }
 
 test('KeySet finds active keys and refuses revoked, expired, unknown and malformed ones', () => {
@@ -100,7 +108,10 @@ test('a keys file with a repeated id loads, but is never written back', async ()
     writeFileSync(path, serialiseKeysFile([r, { ...r, name: 'twin' }]));
     const store = new FileKeyStore(path, costRoutes(UPSTREAMS));
     assert.equal((await store.load()).length, 2);
-    await assert.rejects(store.update((records) => ({ records, result: null })), /appears twice/);
+    await assert.rejects(
+      store.update((records) => ({ records, result: null })),
+      /appears twice/,
+    );
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -122,7 +133,14 @@ test('KeySet finds every one of thousands of keys and none of the others (probin
 test('KeySet.next: a revocation or scope change shares the digest index; rotation, creation and removal rebuild it; each answers as a fresh set would', () => {
   const now = Date.parse('2026-06-01T00:00:00Z');
   const tokens = Array.from({ length: 50 }, () => generateToken());
-  const rec = (t: string, i: number): KeyRecord => ({ id: `key_${i}`, name: `k${i}`, digest: `sha256:${tokenDigest(t)}`, created: '2026-01-01T00:00:00.000Z', expires: null, revoked: null });
+  const rec = (t: string, i: number): KeyRecord => ({
+    id: `key_${i}`,
+    name: `k${i}`,
+    digest: `sha256:${tokenDigest(t)}`,
+    created: '2026-01-01T00:00:00.000Z',
+    expires: null,
+    revoked: null,
+  });
   const records = tokens.map(rec);
   const first = new KeySet(records, now);
   // Revoke one, narrow another, expire a third: same digests, same places.
@@ -141,14 +159,18 @@ test('KeySet.next: a revocation or scope change shares the digest index; rotatio
   // Rotation with a grace period: the new token opens the key, the old one until its time.
   const rotatedToken = generateToken();
   const rotated = changed.slice();
-  rotated[6] = { ...(rotated[6] as KeyRecord), digest: `sha256:${tokenDigest(rotatedToken)}`, previous: [{ digest: (rotated[6] as KeyRecord).digest, until: '2026-06-02T00:00:00.000Z' }] };
+  rotated[6] = {
+    ...(rotated[6] as KeyRecord),
+    digest: `sha256:${tokenDigest(rotatedToken)}`,
+    previous: [{ digest: (rotated[6] as KeyRecord).digest, until: '2026-06-02T00:00:00.000Z' }],
+  };
   const third = second.next(rotated, now);
   assert.equal(third.lookup(rotatedToken, now)?.principal.id, 'key_6');
   assert.equal(third.lookup(tokens[6] as string, now)?.principal.id, 'key_6');
   assert.equal(third.lookup(tokens[6] as string, Date.parse('2026-06-03T00:00:00Z')), null);
   // The grace period's end changed (rotate again with another grace): not the same digests.
   const regraced = rotated.slice();
-  regraced[6] = { ...(rotated[6]), previous: [{ digest: (rotated[6]).digest.replace(/.$/, '0'), until: '2026-06-02T00:00:00.000Z' }] };
+  regraced[6] = { ...rotated[6], previous: [{ digest: rotated[6].digest.replace(/.$/, '0'), until: '2026-06-02T00:00:00.000Z' }] };
   assert.equal(third.next(regraced, now).lookup(tokens[6] as string, now), null);
   // A key added, a key removed.
   const extra = generateToken();

@@ -24,7 +24,14 @@ test('ten thousand uses of three keys become one write holding each key once, wi
   assert.equal(writes.length, 0, 'nothing is written on the request path');
   await lastUse.flush();
   assert.equal(writes.length, 1);
-  assert.deepEqual(writes[0], new Map([['key_0', 10_999], ['key_1', 10_997], ['key_2', 10_998]]));
+  assert.deepEqual(
+    writes[0],
+    new Map([
+      ['key_0', 10_999],
+      ['key_1', 10_997],
+      ['key_2', 10_998],
+    ]),
+  );
   await lastUse.flush();
   assert.equal(writes.length, 1, 'an empty batch writes nothing');
   lastUse.touch('key_9', 5);

@@ -32,7 +32,7 @@ const refused = (r: Admission | Refused | Promise<Admission | Refused>): Refused
   return r;
 };
 
-test('RateLimit fields are the key\'s own whole numbers when a fleet shares a burst; a budget gives no request count', () => {
+test("RateLimit fields are the key's own whole numbers when a fleet shares a burst; a budget gives no request count", () => {
   const limiter = new Limiter(new Totals());
   const p = policy({ rate: '10/h', burst: 10 });
   const now = Date.now();
@@ -40,7 +40,7 @@ test('RateLimit fields are the key\'s own whole numbers when a fleet shares a bu
   for (let i = 0; i < 5 && !('code' in r); i++) r = limiter.admit('k', p, 'seo', now, 3);
   const no = refused(r);
   assert.equal(no.code, 'rate_limited');
-  assert.equal(no.limit, 10, 'the key\'s rate, not this gateway\'s third of it');
+  assert.equal(no.limit, 10, "the key's rate, not this gateway's third of it");
   assert.equal(no.policy, '10;w=3600;burst=10');
   const quota = new Limiter(new Totals());
   const q = policy({ quota: '1/day', budgets: { seo: '0/day' } });
@@ -70,7 +70,7 @@ test('a quota counts what is in flight; a request that never reached the upstrea
   assert.equal(refused(limiter.admit('k', p, 'seo', now)).code, 'quota_exceeded');
 });
 
-test('a budget reserves the key\'s learnt cost per call, then the route\'s, then 0', () => {
+test("a budget reserves the key's learnt cost per call, then the route's, then 0", () => {
   const totals = new Totals();
   const limiter = new Limiter(totals);
   const p = policy({ budgets: { seo: '1/day' } });
@@ -80,7 +80,7 @@ test('a budget reserves the key\'s learnt cost per call, then the route\'s, then
   totals.count('k', 'seo', 0.3);
   first.done(true, 0.3);
   assert.equal(limiter.estimate('k', 'seo'), 0.3);
-  assert.equal(limiter.estimate('other', 'seo'), 0.3, 'another key starts from the route\'s');
+  assert.equal(limiter.estimate('other', 'seo'), 0.3, "another key starts from the route's");
   // 0.3 spent; admitted while spent + reserved < 1: at 0.3, 0.6 and 0.9 reserved-and-spent, then 1.2.
   const held = [admitted(limiter.admit('k', p, 'seo', now)), admitted(limiter.admit('k', p, 'seo', now)), admitted(limiter.admit('k', p, 'seo', now))];
   assert.equal(refused(limiter.admit('k', p, 'seo', now)).code, 'budget_exceeded');
@@ -115,7 +115,7 @@ test("a key's first budgeted call on a route holds up only that key's calls, and
   bobFirst.done(false, 0);
 });
 
-test('a first budgeted call that never ends holds its key\'s next calls for PROBE_MS at most', { timeout: 10_000 }, async () => {
+test("a first budgeted call that never ends holds its key's next calls for PROBE_MS at most", { timeout: 10_000 }, async () => {
   const { PROBE_MS } = await import('../../src/limits/limiter.ts');
   const limiter = new Limiter(new Totals());
   const p = policy({ budgets: { speech: '100/day' } });

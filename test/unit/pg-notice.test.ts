@@ -6,7 +6,7 @@ test('a change notice names the version and the ids, or only their number when t
   assert.deepEqual(JSON.parse(notice('42', ['key_a', 'key_b'])), { version: '42', ids: ['key_a', 'key_b'] });
   const many = Array.from({ length: 1000 }, (_, i) => `key_${String(i).padStart(12, '0')}`);
   const big = notice('43', many);
-  assert.ok(big.length < 8000, 'under PostgreSQL\'s payload limit');
+  assert.ok(big.length < 8000, "under PostgreSQL's payload limit");
   assert.deepEqual(JSON.parse(big), { version: '43', count: 1000 });
 });
 

@@ -13,7 +13,20 @@ import { reconnectDelayMs, TableWatch, type Mark, type Source } from '../../src/
 import type { Tombstone } from '../../src/keys/held.ts';
 
 const digest = (n: number): string => `sha256:${n.toString(16).padStart(64, '0')}`;
-const row = (id: string, version: number, extra: Partial<Row> = {}): Row => ({ id, name: id, digest: digest(version), created: 1_700_000_000, expires: null, revoked: null, routes: null, previous: [], limits: null, version: String(version), h: String(version * 7919), ...extra });
+const row = (id: string, version: number, extra: Partial<Row> = {}): Row => ({
+  id,
+  name: id,
+  digest: digest(version),
+  created: 1_700_000_000,
+  expires: null,
+  revoked: null,
+  routes: null,
+  previous: [],
+  limits: null,
+  version: String(version),
+  h: String(version * 7919),
+  ...extra,
+});
 
 /** A table in memory, with the calls the watch makes on it recorded. */
 class Table implements Source {
@@ -205,13 +218,19 @@ test('a set onChange refuses is not in force: the next check reads everything ag
   table.write('b');
   table.onNotice?.('{"version":"2"}');
   await watch.settled();
-  assert.deepEqual(watch.held.records.map((r) => r.id), ['a']);
+  assert.deepEqual(
+    watch.held.records.map((r) => r.id),
+    ['a'],
+  );
   assert.deepEqual(events, ['down', 'error refused']);
   refuse = false;
   watch.tick();
   await flush();
   await watch.settled();
-  assert.deepEqual(watch.held.records.map((r) => r.id), ['a', 'b']);
+  assert.deepEqual(
+    watch.held.records.map((r) => r.id),
+    ['a', 'b'],
+  );
   assert.equal(table.calls.filter((c) => c === 'all').length, 2);
   assert.equal(events.at(-1), 'up');
 });
@@ -245,9 +264,24 @@ test('heldAfter leaves what is held alone when nothing changed', () => {
 });
 
 test('reconnect delays double from 50 ms to a second, drawn from their upper half', () => {
-  assert.equal(reconnectDelayMs(0, () => 0), 25);
-  assert.equal(reconnectDelayMs(0, () => 1), 50);
-  assert.equal(reconnectDelayMs(3, () => 1), 400);
-  assert.equal(reconnectDelayMs(10, () => 0), 500);
-  assert.equal(reconnectDelayMs(10, () => 1), 1_000);
+  assert.equal(
+    reconnectDelayMs(0, () => 0),
+    25,
+  );
+  assert.equal(
+    reconnectDelayMs(0, () => 1),
+    50,
+  );
+  assert.equal(
+    reconnectDelayMs(3, () => 1),
+    400,
+  );
+  assert.equal(
+    reconnectDelayMs(10, () => 0),
+    500,
+  );
+  assert.equal(
+    reconnectDelayMs(10, () => 1),
+    1_000,
+  );
 });

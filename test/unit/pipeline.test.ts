@@ -11,11 +11,24 @@ import { ERRORS } from '../../src/request/errors.ts';
 import { authenticate, routeOf } from '../../src/request/pipeline.ts';
 import { UPSTREAMS } from '../../src/request/routes.ts';
 
-const config = loadConfig({ KEYWARD_SCRAPER_TOKEN: 'scraper-secret', KEYWARD_SPEECH_KEY: 'speech-secret', KEYWARD_SEO_URL: 'http://127.0.0.1:1' }, () => '', '/', UPSTREAMS);
+const config = loadConfig(
+  { KEYWARD_SCRAPER_TOKEN: 'scraper-secret', KEYWARD_SPEECH_KEY: 'speech-secret', KEYWARD_SEO_URL: 'http://127.0.0.1:1' },
+  () => '',
+  '/',
+  UPSTREAMS,
+);
 const rt = buildRuntime(config);
 const token = generateToken();
 const revokedToken = generateToken();
-const key: KeyRecord = { id: 'key_1', name: 'k', digest: `sha256:${tokenDigest(token)}`, created: '2026-01-01T00:00:00Z', expires: null, revoked: null, routes: ['scraper', 'seo'] };
+const key: KeyRecord = {
+  id: 'key_1',
+  name: 'k',
+  digest: `sha256:${tokenDigest(token)}`,
+  created: '2026-01-01T00:00:00Z',
+  expires: null,
+  revoked: null,
+  routes: ['scraper', 'seo'],
+};
 const keys = new KeySet([key, { ...key, id: 'key_2', digest: `sha256:${tokenDigest(revokedToken)}`, revoked: new Date(Date.now() - 1_000).toISOString() }]);
 
 test('authenticate: missing, malformed, unknown, refused with the key named, and found', () => {

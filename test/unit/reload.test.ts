@@ -16,7 +16,10 @@ test('a reload names every restart-only option that changed by its KEYWARD_ name
   assert.deepEqual(restartOnlyChanges(before, config({ KEYWARD_PORT: '9000' })), ['KEYWARD_PORT']);
   assert.deepEqual(restartOnlyChanges(before, config({ KEYWARD_DATABASE_URL: 'postgres://db/keyward' })), ['KEYWARD_DATABASE_URL']);
   assert.deepEqual(
-    restartOnlyChanges(before, config({ KEYWARD_HOST: '::1', KEYWARD_WORKERS: '2', KEYWARD_KEYS_FILE: '/x/keys.json', KEYWARD_MAX_HEADER_SIZE: '32KiB', KEYWARD_ADMIN_PORT: 'off' })),
+    restartOnlyChanges(
+      before,
+      config({ KEYWARD_HOST: '::1', KEYWARD_WORKERS: '2', KEYWARD_KEYS_FILE: '/x/keys.json', KEYWARD_MAX_HEADER_SIZE: '32KiB', KEYWARD_ADMIN_PORT: 'off' }),
+    ),
     ['KEYWARD_HOST', 'KEYWARD_WORKERS', 'KEYWARD_KEYS_FILE', 'KEYWARD_MAX_HEADER_SIZE', 'KEYWARD_ADMIN_HOST', 'KEYWARD_ADMIN_PORT'],
   );
   // What a reload does apply is not listed.

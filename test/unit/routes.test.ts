@@ -24,7 +24,7 @@ test('matchRoute answers 404 for anything outside the table', () => {
   for (const url of noRoute) assert.equal(matchRoute(table, 'GET', url).error, ERRORS.noRoute, url);
 });
 
-test('matchRoute enforces each route\'s method list', () => {
+test("matchRoute enforces each route's method list", () => {
   const allowed: Record<string, string[]> = {
     '/scraper/v2/x': ['POST'],
     '/seo/v3/x': ['GET', 'POST'],
@@ -41,7 +41,22 @@ test('matchRoute enforces each route\'s method list', () => {
 });
 
 test('dot-segments are refused in every spelling, look-alikes are not', () => {
-  const refused = ['/..', '/.', '/a/../b', '/a/./b', '/a/..', '/%2e%2E/x', '/%2E/x', '/a/.%2e/b', '/a\\..\\b', '/a%2f..%2fb', '/a%5C..%5Cb', '/..;/x', '/a/..%3bx', '/a/..#x'];
+  const refused = [
+    '/..',
+    '/.',
+    '/a/../b',
+    '/a/./b',
+    '/a/..',
+    '/%2e%2E/x',
+    '/%2E/x',
+    '/a/.%2e/b',
+    '/a\\..\\b',
+    '/a%2f..%2fb',
+    '/a%5C..%5Cb',
+    '/..;/x',
+    '/a/..%3bx',
+    '/a/..#x',
+  ];
   for (const p of refused) {
     assert.equal(hasDotSegment(p), true, p);
     assert.equal(matchRoute(table, 'GET', `/seo${p}`).error, ERRORS.dotSegment, p);

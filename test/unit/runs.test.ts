@@ -6,14 +6,26 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
 import { capParam, usd } from '../../src/request/query.ts';
-import { isSyncRun, leadingId, RunReader, runOf, runStartPrefix, Settler, type DueRun, type PendingRun, type RunAnswer, type RunStore } from '../../src/ledger/runs.ts';
+import {
+  isSyncRun,
+  leadingId,
+  RunReader,
+  runOf,
+  runStartPrefix,
+  Settler,
+  type DueRun,
+  type PendingRun,
+  type RunAnswer,
+  type RunStore,
+} from '../../src/ledger/runs.ts';
 
 test('run-starts and synchronous runs by path, under any prefix; nothing else', () => {
   assert.equal(runStartPrefix('POST', '/v2/acts/apify~web-scraper/runs'), '/v2');
   assert.equal(runStartPrefix('POST', '/acts/x/runs'), '');
   assert.equal(runStartPrefix('POST', '/v2/actor-tasks/t1/runs/'), '/v2');
   assert.equal(runStartPrefix('POST', '/api/v2/acts/x/runs'), '/api/v2');
-  for (const p of ['/v2/acts/x/runs/last', '/v2/acts/x/run-sync', '/v2/acts/runs', '/v2/actor-runs/abc', '/v2/acts/x/runs/abc/abort']) assert.equal(runStartPrefix('POST', p), null, p);
+  for (const p of ['/v2/acts/x/runs/last', '/v2/acts/x/run-sync', '/v2/acts/runs', '/v2/actor-runs/abc', '/v2/acts/x/runs/abc/abort'])
+    assert.equal(runStartPrefix('POST', p), null, p);
   assert.equal(runStartPrefix('GET', '/v2/acts/x/runs'), null);
   assert.equal(isSyncRun('POST', '/v2/acts/x/run-sync'), true);
   assert.equal(isSyncRun('POST', '/v2/actor-tasks/x/run-sync-get-dataset-items'), true);
@@ -35,12 +47,28 @@ test('a run object read whole at every chunk boundary; anything else is no run',
   // The platform's shape read from the bytes; blanks between tokens; any other order parsed whole.
   assert.equal(leadingId(Buffer.from('{"data":{"id":"abc","status":"READY"}}')), 'abc');
   assert.equal(leadingId(Buffer.from(' {\n "data" : {\t"id" :"a_b-C9"}}')), 'a_b-C9');
-  for (const b of ['{"data":{"status":"READY","id":"abc"}}', '{"data":{"id":""}}', '{"data":{"id":"a/b"}}', '{"datum":{"id":"abc"}}', '{"data":{"id":"abc', `{"data":{"id":"${'a'.repeat(70)}"}}`]) assert.equal(leadingId(Buffer.from(b)), null, b);
+  for (const b of [
+    '{"data":{"status":"READY","id":"abc"}}',
+    '{"data":{"id":""}}',
+    '{"data":{"id":"a/b"}}',
+    '{"datum":{"id":"abc"}}',
+    '{"data":{"id":"abc',
+    `{"data":{"id":"${'a'.repeat(70)}"}}`,
+  ])
+    assert.equal(leadingId(Buffer.from(b)), null, b);
   const reordered = new RunReader();
   reordered.push(Buffer.from('{"data":{"status":"READY","nested":{"id":"no"},"id":"yes1"}}'));
   reordered.end();
   assert.deepEqual(reordered.run, { id: 'yes1' });
-  for (const bad of [null, [], { data: null }, { data: { id: 5, status: 'READY' } }, { data: { id: '../x', status: 'READY' } }, { data: { id: 'a', status: 3 } }]) assert.equal(runOf(bad), null, JSON.stringify(bad));
+  for (const bad of [
+    null,
+    [],
+    { data: null },
+    { data: { id: 5, status: 'READY' } },
+    { data: { id: '../x', status: 'READY' } },
+    { data: { id: 'a', status: 3 } },
+  ])
+    assert.equal(runOf(bad), null, JSON.stringify(bad));
   assert.deepEqual(runOf({ data: { id: 'a', status: 'SUCCEEDED', usageTotalUsd: -1 } }), { id: 'a', status: 'SUCCEEDED', usd: null });
   const big = new RunReader();
   big.push(Buffer.alloc(300 * 1024, 0x20));
@@ -114,7 +142,15 @@ class Runs implements RunStore {
   }
 }
 
-const run = (id: string, at = Date.now()): PendingRun => ({ id, keyId: 'k', route: 'scraper', day: '2026-11-26', booked: 0.1, path: `/v2/actor-runs/${id}`, at });
+const run = (id: string, at = Date.now()): PendingRun => ({
+  id,
+  keyId: 'k',
+  route: 'scraper',
+  day: '2026-11-26',
+  booked: 0.1,
+  path: `/v2/actor-runs/${id}`,
+  at,
+});
 
 test('the settler: books a run that ended, defers one running or unanswered with a growing wait, gives up one too old, refuses an implausible cost', async () => {
   const store = new Runs();
@@ -144,7 +180,11 @@ test('the settler: books a run that ended, defers one running or unanswered with
   assert.deepEqual(store.booked, [{ id: 'done', cost: 0.42 }]);
   assert.deepEqual(seen.settled, ['done=0.42']);
   assert.deepEqual(seen.gaveUp, ['old']);
-  assert.deepEqual(seen.failed.sort(), ['down: the upstream answered 503', 'huge: the run reported an implausible cost', 'nocost: the run ended with no usageTotalUsd']);
+  assert.deepEqual(seen.failed.sort(), [
+    'down: the upstream answered 503',
+    'huge: the run reported an implausible cost',
+    'nocost: the run ended with no usageTotalUsd',
+  ]);
   assert.deepEqual(store.deferred.map((d) => `${d.id}:${d.attempts}:${d.waitMs}`).sort(), ['down:1:1000', 'huge:1:1000', 'nocost:1:1000', 'running:1:1000']);
   // Nothing due until the wait passed: a second round asks nobody.
   const asked = store.deferred.length;
@@ -153,7 +193,10 @@ test('the settler: books a run that ended, defers one running or unanswered with
   // Due again: the wait doubles, up to its bound.
   for (const r of store.pending.values()) store.pending.set(r.id, { ...r, nextAt: 0 });
   await s.round();
-  assert.deepEqual(store.deferred.slice(asked).map((d) => d.waitMs), [2_000, 2_000, 2_000, 2_000]);
+  assert.deepEqual(
+    store.deferred.slice(asked).map((d) => d.waitMs),
+    [2_000, 2_000, 2_000, 2_000],
+  );
   await s.stop();
   for (const r of store.pending.values()) store.pending.set(r.id, { ...r, nextAt: 0 });
   await s.round();
@@ -190,7 +233,21 @@ test('a spooled batch carries its runs; one whose run breaks the rules is set as
   const dir = mkdtempSync(join(tmpdir(), 'keyward-spool-runs-'));
   try {
     const prefix = join(dir, 'keys.json.usage-unwritten');
-    const row = { keyId: 'k', route: 'scraper', day: '2026-11-26', requests: 1, s2xx: 1, s3xx: 0, s4xx: 0, s5xx: 0, other: 0, limited: 0, bytesIn: 2, bytesOut: 900, cost: 0.1 };
+    const row = {
+      keyId: 'k',
+      route: 'scraper',
+      day: '2026-11-26',
+      requests: 1,
+      s2xx: 1,
+      s3xx: 0,
+      s4xx: 0,
+      s5xx: 0,
+      other: 0,
+      limited: 0,
+      bytesIn: 2,
+      bytesOut: 900,
+      cost: 0.1,
+    };
     const good = { ...run('good1'), at: 1_795_000_000_000 };
     const batches = [
       { gateway: 'g', seq: 1, rows: [row], runs: [good] },
@@ -200,10 +257,17 @@ test('a spooled batch carries its runs; one whose run breaks the rules is set as
     ];
     writeFileSync(`${prefix}.g.json`, JSON.stringify({ batches }));
     const kept = readSpool(prefix);
-    assert.deepEqual(kept.batches.map((b) => b.seq), [1]);
+    assert.deepEqual(
+      kept.batches.map((b) => b.seq),
+      [1],
+    );
     assert.deepEqual(kept.batches[0]?.runs, [good]);
     assert.equal(kept.setAside[0]?.batches, 3);
-    assert.deepEqual([...(kept.setAside[0]?.reasons ?? [])].sort(), ['a run without a run id', 'run neg: booked -5 is not a figure from 0 to 1000000000000', 'run nopath: no path to ask']);
+    assert.deepEqual([...(kept.setAside[0]?.reasons ?? [])].sort(), [
+      'a run without a run id',
+      'run neg: booked -5 is not a figure from 0 to 1000000000000',
+      'run nopath: no path to ask',
+    ]);
     assert.match(readFileSync(`${prefix}.g.json.set-aside`, 'utf8'), /etc/);
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -27,16 +27,31 @@ test('crossed: every threshold at or below the share used, in order, for the quo
   assert.ok(policy !== null);
   assert.deepEqual(policy.alerts, [50, 80, 100]);
   const now = Date.UTC(2026, 10, 24, 12);
-  assert.deepEqual(crossed(key, policy, use(4, { seo: 0.99 }), now, () => 'usd'), []);
+  assert.deepEqual(
+    crossed(key, policy, use(4, { seo: 0.99 }), now, () => 'usd'),
+    [],
+  );
   const a = crossed(key, policy, use(8, { seo: 2 }), now, () => 'usd');
-  assert.deepEqual(a.map((x) => [x.id, x.event]), [
-    ['key_1/quota/2026-11-24/50', 'threshold_crossed'],
-    ['key_1/quota/2026-11-24/80', 'threshold_crossed'],
-    ['key_1/budget:seo/2026-11/50', 'threshold_crossed'],
-    ['key_1/budget:seo/2026-11/80', 'threshold_crossed'],
-    ['key_1/budget:seo/2026-11/100', 'limit_reached'],
-  ]);
-  assert.deepEqual(a[2]?.limit, { kind: 'budget', route: 'seo', value: 2, unit: 'usd', period: 'month', periodKey: '2026-11', threshold: 50, resetsAt: '2026-12-01T00:00:00Z' });
+  assert.deepEqual(
+    a.map((x) => [x.id, x.event]),
+    [
+      ['key_1/quota/2026-11-24/50', 'threshold_crossed'],
+      ['key_1/quota/2026-11-24/80', 'threshold_crossed'],
+      ['key_1/budget:seo/2026-11/50', 'threshold_crossed'],
+      ['key_1/budget:seo/2026-11/80', 'threshold_crossed'],
+      ['key_1/budget:seo/2026-11/100', 'limit_reached'],
+    ],
+  );
+  assert.deepEqual(a[2]?.limit, {
+    kind: 'budget',
+    route: 'seo',
+    value: 2,
+    unit: 'usd',
+    period: 'month',
+    periodKey: '2026-11',
+    threshold: 50,
+    resetsAt: '2026-12-01T00:00:00Z',
+  });
   // No quota or budget: no thresholds, whatever the record says; `[]` turns them off.
   assert.deepEqual(policyOf({ rate: '1/s', alerts: [80] })?.alerts, []);
   assert.deepEqual(policyOf({ quota: '1/day', alerts: [] })?.alerts, []);
@@ -45,13 +60,15 @@ test('crossed: every threshold at or below the share used, in order, for the quo
 
 test('the stored alerts field: whole percentages 1 to 100, at most ten', () => {
   assert.equal(limitsProblem({ quota: '1/day', alerts: [80, 100] }, costRoutes(UPSTREAMS)), null);
-  for (const bad of [[0], [101], [50.5], ['80'], 'all', Array(11).fill(5)]) assert.match(limitsProblem({ alerts: bad }, costRoutes(UPSTREAMS)) ?? '', /\.limits\.alerts must be/, JSON.stringify(bad));
+  for (const bad of [[0], [101], [50.5], ['80'], 'all', Array(11).fill(5)])
+    assert.match(limitsProblem({ alerts: bad }, costRoutes(UPSTREAMS)) ?? '', /\.limits\.alerts must be/, JSON.stringify(bad));
 });
 
 test('--alert-at: percentages with or without %, none, and every bad value reported', () => {
   assert.deepEqual(limitChanges({ 'alert-at': '100%,80%, 80' }, costRoutes(UPSTREAMS), 'help', false), { alerts: [80, 100] });
   assert.deepEqual(limitChanges({ 'alert-at': 'none' }, costRoutes(UPSTREAMS), 'help', false), { alerts: [] });
-  for (const bad of ['0%', '101%', '80%,', 'half', '1,2,3,4,5,6,7,8,9,10,11']) assert.throws(() => limitChanges({ 'alert-at': bad }, costRoutes(UPSTREAMS), 'help', true), UsageError, bad);
+  for (const bad of ['0%', '101%', '80%,', 'half', '1,2,3,4,5,6,7,8,9,10,11'])
+    assert.throws(() => limitChanges({ 'alert-at': bad }, costRoutes(UPSTREAMS), 'help', true), UsageError, bad);
   const limits = applyLimits({ quota: '5/day' }, { alerts: [50] });
   assert.deepEqual(limits, { quota: '5/day', alerts: [50] });
   assert.equal(describeLimits(limits), 'quota 5/day, alerts at 50%');
@@ -63,7 +80,10 @@ test('a firing is recorded once per id; undelivered ones are handed to one sende
   const row = { id: 'a', keyId: 'k', body: '{}', at: Date.now() };
   assert.equal(await store.claimAlert(row), true);
   assert.equal(await store.claimAlert(row), false);
-  assert.deepEqual((await store.undeliveredAlerts('g1', 0, 60_000)).map((r) => r.id), ['a']);
+  assert.deepEqual(
+    (await store.undeliveredAlerts('g1', 0, 60_000)).map((r) => r.id),
+    ['a'],
+  );
   assert.deepEqual(await store.undeliveredAlerts('g2', 0, 60_000), [], 'being sent by g1');
   await store.alertDelivered('a');
   assert.deepEqual(await store.undeliveredAlerts('g3', 0, 0), []);
@@ -110,13 +130,33 @@ test('the webhook gives an alert up once its retry window is over, and signs wha
 test('the usage page from a store without its own aggregates: the same figures from its rows; names escaped', async () => {
   const store = new MemoryUsageStore();
   const day = new Date().toISOString().slice(0, 10);
-  const row = (keyId: string, route: string, requests: number, cost: number): UsageRow => ({ keyId, route, day, requests, s2xx: requests, s3xx: 0, s4xx: 0, s5xx: 0, other: 0, limited: 0, bytesIn: 0, bytesOut: 0, cost });
+  const row = (keyId: string, route: string, requests: number, cost: number): UsageRow => ({
+    keyId,
+    route,
+    day,
+    requests,
+    s2xx: requests,
+    s3xx: 0,
+    s4xx: 0,
+    s5xx: 0,
+    other: 0,
+    limited: 0,
+    bytesIn: 0,
+    bytesOut: 0,
+    cost,
+  });
   await store.add([row('key_a', 'seo', 7, 0.5), row('key_b', 'speech', 3, 95)], { gateway: 'g', seq: 1 });
   const records = [
     { id: 'key_a', name: '<b>a</b>', digest: '', created: '', expires: null, revoked: null },
     { id: 'key_b', name: 'b', digest: '', created: '', expires: null, revoked: null, limits: { budgets: { speech: '100/day' } } },
   ];
-  const page = usagePage(store, () => records, ['seo', 'speech'], (r) => (r === 'seo' ? 'usd' : 'characters'), renderPage);
+  const page = usagePage(
+    store,
+    () => records,
+    ['seo', 'speech'],
+    (r) => (r === 'seo' ? 'usd' : 'characters'),
+    renderPage,
+  );
   const html = await page(new URLSearchParams());
   assert.match(html, /data-day="[\d-]+" data-route="seo" data-requests="7"/);
   assert.match(html, /data-route="speech" data-cost="95"/);

@@ -23,7 +23,21 @@ import { costRoutes, UPSTREAMS } from '../../src/request/routes.ts';
 import type { BatchId, UsageRow } from '../../src/ledger/store.ts';
 
 const total = (rows: readonly UsageRow[]): number => rows.reduce((n, r) => n + r.requests, 0);
-const row = (keyId: string, requests: number): UsageRow => ({ keyId, route: 'seo', day: '2026-11-24', requests, s2xx: requests, s3xx: 0, s4xx: 0, s5xx: 0, other: 0, limited: 0, bytesIn: 0, bytesOut: 0, cost: 0 });
+const row = (keyId: string, requests: number): UsageRow => ({
+  keyId,
+  route: 'seo',
+  day: '2026-11-24',
+  requests,
+  s2xx: requests,
+  s3xx: 0,
+  s4xx: 0,
+  s5xx: 0,
+  other: 0,
+  limited: 0,
+  bytesIn: 0,
+  bytesOut: 0,
+  cost: 0,
+});
 
 /** A store whose writes reach it but whose first `lost` replies never come back as success. */
 class LostReplies extends MemoryUsageStore {
@@ -57,7 +71,11 @@ test('a drain whose store does not answer ends by its deadline and keeps the bat
   try {
     const prefix = spoolPrefix(join(dir, 'keys.json'));
     const kept: Array<{ file: string; requests: number }> = [];
-    const spool = (onRead: (files: readonly string[], batches: number) => void = () => undefined) => ({ prefix, onRead, onKept: (file: string, requests: number) => kept.push({ file, requests }) });
+    const spool = (onRead: (files: readonly string[], batches: number) => void = () => undefined) => ({
+      prefix,
+      onRead,
+      onKept: (file: string, requests: number) => kept.push({ file, requests }),
+    });
     // The first write is applied and its reply never comes; the store then hangs.
     const reached = new MemoryUsageStore();
     let calls = 0;
@@ -66,7 +84,12 @@ test('a drain whose store does not answer ends by its deadline and keeps the bat
       if (calls++ === 0) await reached.add(rows, batch);
       return new Promise<void>(() => undefined);
     };
-    const first = new Ledger(hanging, () => undefined, () => undefined, spool());
+    const first = new Ledger(
+      hanging,
+      () => undefined,
+      () => undefined,
+      spool(),
+    );
     await first.start(3_600_000);
     for (let i = 0; i < 4; i++) first.record('key_a', 'seo', 200, 0, 0, 0);
     void first.flush(); // reaches the store; no answer
@@ -82,7 +105,12 @@ test('a drain whose store does not answer ends by its deadline and keeps the bat
 
     // The next start, against the store the first write did reach.
     const read: number[] = [];
-    const second = new Ledger(reached, () => undefined, () => undefined, spool((_f, batches) => read.push(batches)));
+    const second = new Ledger(
+      reached,
+      () => undefined,
+      () => undefined,
+      spool((_f, batches) => read.push(batches)),
+    );
     await second.start(3_600_000);
     assert.deepEqual(read, [2]);
     assert.equal(total(await reached.rows({})), 10, 'applied once: the batch that had arrived is not counted again');
@@ -100,11 +128,24 @@ test('a damaged spool file is left where it is and named; a batch of the wrong s
     const prefix = spoolPrefix(join(dir, 'keys.json'));
     writeFileSync(`${prefix}.x.json`, '{"batches": [{"gateway": "x", "se');
     writeFileSync(`${prefix}.y.json`, JSON.stringify({ batches: [{ gateway: 'y', seq: 1, rows: [row('key_b', 3)] }] }));
-    writeFileSync(`${prefix}.z.json`, JSON.stringify({ batches: [{ gateway: 'z', seq: 'one', rows: [] }, { gateway: 'z', seq: 2, rows: [row('key_c', 4)] }] }));
+    writeFileSync(
+      `${prefix}.z.json`,
+      JSON.stringify({
+        batches: [
+          { gateway: 'z', seq: 'one', rows: [] },
+          { gateway: 'z', seq: 2, rows: [row('key_c', 4)] },
+        ],
+      }),
+    );
     const store = new MemoryUsageStore();
     const bad: string[] = [];
     const aside: string[] = [];
-    const ledger = new Ledger(store, () => undefined, () => undefined, { prefix, onRead: (_f, _n, b, s) => (bad.push(...b), aside.push(...s.flatMap((x) => x.reasons))), onKept: () => undefined });
+    const ledger = new Ledger(
+      store,
+      () => undefined,
+      () => undefined,
+      { prefix, onRead: (_f, _n, b, s) => (bad.push(...b), aside.push(...s.flatMap((x) => x.reasons))), onKept: () => undefined },
+    );
     await ledger.start(3_600_000);
     assert.deepEqual(bad, [`${prefix}.x.json`]);
     assert.deepEqual(aside, ['no gateway, number or rows']);
@@ -173,13 +214,29 @@ test('keyward usage --since: impossible days, year 0 and durations reaching befo
   assert.equal(sinceDay('2026-02-28', now, ''), '2026-02-28');
   assert.equal(sinceDay('1970-01-01', now, ''), '1970-01-01');
   for (const bad of ['99999999d', '0000-01-01', '1969-12-31', '2026-02-31', '2026-13-01', 'soon', '-3d']) {
-    assert.throws(() => sinceDay(bad, now, ''), (err: Error) => err instanceof UsageError && /--since/.test(err.message), bad);
+    assert.throws(
+      () => sinceDay(bad, now, ''),
+      (err: Error) => err instanceof UsageError && /--since/.test(err.message),
+      bad,
+    );
   }
 });
 
 test('PostgreSQL instants as a record: infinity never expires, -infinity and BC are long past, what JavaScript cannot place fails the check', () => {
   const s = (ms: number): number => ms / 1000; // read as seconds
-  const base: Row = { id: 'k', name: 'n', digest: `sha256:${'0'.repeat(64)}`, created: s(Date.parse('2026-01-01T00:00:00Z')), expires: null, revoked: null, routes: null, previous: [], limits: null, version: '1', h: '0' };
+  const base: Row = {
+    id: 'k',
+    name: 'n',
+    digest: `sha256:${'0'.repeat(64)}`,
+    created: s(Date.parse('2026-01-01T00:00:00Z')),
+    expires: null,
+    revoked: null,
+    routes: null,
+    previous: [],
+    limits: null,
+    version: '1',
+    h: '0',
+  };
   const at = (over: Partial<Row>): ReturnType<typeof toRecord> => toRecord({ ...base, ...over });
   assert.equal(at({ expires: Infinity }).expires, null);
   assert.equal(recordProblem(at({ expires: Infinity }), costRoutes(UPSTREAMS)), null);
