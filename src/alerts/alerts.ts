@@ -8,6 +8,7 @@ import type { PeriodUse } from '../limits/limiter.ts';
 import { periodOf, type Period, type Policy } from '../limits/policy.ts';
 import type { AlertStore } from '../ledger/store.ts';
 import { backoff } from '../lib/backoff.ts';
+import { micro, rfc3339 } from '../lib/format.ts';
 
 export interface Alert {
   readonly id: string;
@@ -44,14 +45,14 @@ export function crossed(key: { id: string; name: string }, policy: Policy, use: 
         period,
         periodKey: p.key,
         threshold,
-        resetsAt: new Date(p.ends).toISOString().replace('.000Z', 'Z'),
+        resetsAt: rfc3339(p.ends),
       };
       out.push({
         id: `${key.id}/${kind}${route === null ? '' : `:${route}`}/${p.key}/${threshold}`,
         event: threshold >= 100 ? 'limit_reached' : 'threshold_crossed',
         key: { id: key.id, name: key.name },
         limit,
-        used: Math.round(used * 1e6) / 1e6,
+        used: micro(used),
         at,
       });
     }

@@ -1,7 +1,9 @@
 // What is left of a key's quota and budgets this period (`keys list`,
 // docs/limits.md), from the ledger's stored rows.
 import type { KeyRecord } from '../keys/keyset.ts';
-import { periodOf, policyFor } from '../limits/policy.ts';
+import { policyFor } from '../limits/policy.ts';
+import { periodUse, usageFrom } from '../ledger/ledger.ts';
+import { micro } from '../lib/format.ts';
 import type { UsageRow } from '../ledger/store.ts';
 
 export interface Left {
@@ -13,17 +15,14 @@ export interface Left {
 export function leftFor(key: KeyRecord, rows: readonly UsageRow[], now = Date.now()): Left | null {
   const policy = policyFor(key);
   if (policy === null || (policy.quota === null && policy.budgets.size === 0)) return null;
-  const day = periodOf('day', now).key;
-  const month = periodOf('month', now).key;
-  const inPeriod = (r: UsageRow, period: 'day' | 'month'): boolean => r.keyId === key.id && (period === 'day' ? r.day === day : r.day.startsWith(month));
+  const use = periodUse(
+    usageFrom(
+      rows.filter((r) => r.keyId === key.id),
+      now,
+    ),
+  );
   const out: { quota?: number; budgets?: Record<string, number> } = {};
-  if (policy.quota !== null) {
-    const q = policy.quota;
-    out.quota = Math.max(0, q.count - rows.filter((r) => inPeriod(r, q.period)).reduce((a, r) => a + r.requests, 0));
-  }
-  for (const [route, b] of policy.budgets) {
-    const spent = rows.filter((r) => r.route === route && inPeriod(r, b.period)).reduce((a, r) => a + r.cost, 0);
-    (out.budgets ??= {})[route] = Math.max(0, Math.round((b.amount - spent) * 1e6) / 1e6);
-  }
+  if (policy.quota !== null) out.quota = Math.max(0, policy.quota.count - use.requests(key.id, policy.quota.period, now));
+  for (const [route, b] of policy.budgets) (out.budgets ??= {})[route] = Math.max(0, micro(b.amount - use.cost(key.id, route, b.period, now)));
   return out;
 }

@@ -8,7 +8,7 @@ import { clusterMetrics, createMetrics, newRegistry, type Registry } from '../ob
 import { createGateway, type Gateway, type Readiness } from '../process/server.ts';
 import { Ledger } from '../ledger/ledger.ts';
 import { Limiter } from '../limits/limiter.ts';
-import { periodUse } from '../views/key-status.ts';
+import { periodUse } from '../ledger/ledger.ts';
 import { createSpend } from '../alerts/spend.ts';
 import { costUnits } from '../process/runtime.ts';
 import { pageSource, pageThread, type PageThread } from '../views/page-thread.ts';
@@ -96,7 +96,7 @@ async function startServing(
     const gateway = await createGateway(config, store, log.logger, {
       listenFd,
       metrics,
-      ...(w === null ? {} : { admit: w.primaryAdmit(), limitStatus: w.primaryStatus() }),
+      ...(w === null ? {} : { worker: { admit: w.primaryAdmit(), limitStatus: w.primaryStatus() } }),
     });
     await gateway.listen();
     if (w !== null) {

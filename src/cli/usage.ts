@@ -9,6 +9,7 @@ import { usagePath } from '../ledger/sqlite-store.ts';
 import { csv, table } from './table.ts';
 import { EXIT_OK, helpTexts, line, parse, readText, UsageError, type Io } from './args.ts';
 import type { UsageRow } from '../ledger/store.ts';
+import { micro } from '../lib/format.ts';
 
 const DAY_MS = 86_400_000;
 
@@ -157,14 +158,7 @@ function totals(rows: readonly UsageRow[], units: Units): string[][] {
     const sum = (c: (typeof COUNTS)[number]): string => String(of.reduce((n, r) => n + r[c], 0));
     const cost = rows.filter((r) => (units[r.route] ?? '') === unit).reduce((n, r) => n + r.cost, 0);
     // The counts once, on the first line; each unit's cost on its own.
-    return [
-      'TOTAL',
-      '',
-      '',
-      ...(i === 0 ? COUNTS.filter((c) => c !== 'cost').map(sum) : Array<string>(9).fill('')),
-      String(Math.round(cost * 1e6) / 1e6),
-      unit,
-    ];
+    return ['TOTAL', '', '', ...(i === 0 ? COUNTS.filter((c) => c !== 'cost').map(sum) : Array<string>(9).fill('')), String(micro(cost)), unit];
   });
 }
 

@@ -77,6 +77,19 @@ export function usageFrom(rows: readonly Pick<UsageRow, 'route' | 'day' | 'reque
   return { day, month, routes };
 }
 
+/** Period totals as a limiter reads them, from a key's usage by route. */
+export function periodUse(u: RouteUsage): PeriodUse {
+  const of = (period: 'day' | 'month'): 'today' | 'month' => (period === 'day' ? 'today' : 'month');
+  return {
+    requests: (_key, period) => {
+      let n = 0;
+      for (const r of u.routes.values()) n += r[of(period)].requests;
+      return n;
+    },
+    cost: (_key, route, period) => u.routes.get(route)?.[of(period)].cost ?? 0,
+  };
+}
+
 /** `t` rolled over to `day` and `month` (a count of a period that has passed starts again from 0). */
 function rolled(t: Tally, day: string, month: string): Tally {
   if (t.month !== month) {

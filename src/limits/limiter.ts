@@ -11,6 +11,7 @@
 // ledger counts in the same tick).
 import type { Leases } from './leases.ts';
 import { periodOf, type Period, type Policy } from './policy.ts';
+import { micro, rfc3339 } from '../lib/format.ts';
 
 export type LimitCode = 'rate_limited' | 'concurrency_limited' | 'quota_exceeded' | 'budget_exceeded';
 
@@ -410,7 +411,7 @@ export class Limiter {
       if (bucket.tokens < 1) {
         const wait = seconds((1 - bucket.tokens) / perMs);
         // The key's rate per its window, its burst as the draft's `burst` parameter (not this gateway's share).
-        const detail: LimitDetail = { kind: 'rate', route: null, value: count, used: count, period: null, window: per, resetsAt: rfc3339(now + wait * 1000) };
+        const detail: LimitDetail = { kind: 'rate', route: null, value: count, used: count, period: null, window: per, resetsAt: resetAt(now + wait * 1000) };
         return {
           code: 'rate_limited',
           detail,
@@ -449,7 +450,7 @@ export class Limiter {
         remaining: Math.max(0, q.count - used),
         period: q.period,
         window: null,
-        resetsAt: rfc3339(periodOf(q.period, now).ends),
+        resetsAt: resetAt(periodOf(q.period, now).ends),
       });
     }
     for (const [route, b] of policy.budgets) {
@@ -457,16 +458,16 @@ export class Limiter {
         use.cost(keyId, route, b.period, now) +
         (this.#reserved.get(`${keyId}\u0000${route}`) ?? 0) +
         (this.#leases?.reserved(keyId, `budget:${route}`, this.#leases.periodKey(b.period)) ?? 0);
-      const used = Math.round(spent * 1e6) / 1e6;
+      const used = micro(spent);
       out.push({
         kind: 'budget',
         route,
         value: b.amount,
         used,
-        remaining: Math.max(0, Math.round((b.amount - spent) * 1e6) / 1e6),
+        remaining: Math.max(0, micro(b.amount - spent)),
         period: b.period,
         window: null,
-        resetsAt: rfc3339(periodOf(b.period, now).ends),
+        resetsAt: resetAt(periodOf(b.period, now).ends),
       });
     }
     if (policy.rate !== null) {
@@ -485,7 +486,7 @@ export class Limiter {
         remaining,
         period: null,
         window: per,
-        resetsAt: rfc3339(now + (burst - tokens) / perMs),
+        resetsAt: resetAt(now + (burst - tokens) / perMs),
       });
     }
     if (policy.concurrency !== null) {
@@ -517,7 +518,8 @@ export function withDone(a: Admission, done: Admission['done']): Admission {
 }
 
 /** An instant as RFC 3339 in UTC, to the second. */
-const rfc3339 = (ms: number): string => new Date(Math.ceil(ms / 1000) * 1000).toISOString().replace('.000Z', 'Z');
+/** When a period ends, to the second after it (a reset time a client can wait for). */
+const resetAt = (ms: number): string => rfc3339(Math.ceil(ms / 1000) * 1000);
 
 function periodOver(code: LimitCode, limit: number, period: Period, now: number, used: number, route: string | null): Refused {
   const { starts, ends } = periodOf(period, now);
@@ -529,7 +531,7 @@ function periodOver(code: LimitCode, limit: number, period: Period, now: number,
     used,
     period,
     window: null,
-    resetsAt: rfc3339(ends),
+    resetsAt: resetAt(ends),
   };
   // A quota counts requests over the period (its window in seconds); a budget counts money or characters.
   if (code === 'budget_exceeded') return { code, detail, retryAfter: wait, limit: null, remaining: null, reset: wait, policy: null };

@@ -25,8 +25,18 @@ import type { UsageStore } from '../ledger/store.ts';
 export interface UsageOptions {
   /** Where the usage ledger is kept (default: the SQLite file beside the keys file). */
   readonly usageStore?: UsageStore;
-  /** A worker's admission, decided by its primary (limits/admissions.ts); default: in this process. */
-  readonly admit?: Admit;
+  /**
+   * Set in a worker of `KEYWARD_WORKERS` > 1: its primary decides limits
+   * (limits/admissions.ts) and says where a key's limits stand, and the
+   * worker only writes its counts. Absent: this process decides (one
+   * gateway, or a fleet member), so it holds the leases, fires the alerts
+   * and settles scraper runs.
+   */
+  readonly worker?: {
+    readonly admit: Admit;
+    /** Where a key's limits stand, asked of the primary (GET /keyward/key). */
+    readonly limitStatus: (principal: Principal) => Promise<readonly LimitState[] | null>;
+  };
   /** The clock a fleet corrects by the database's. */
   readonly clock?: Clock;
   /** Every key id in the loaded set (spooled usage of another key is set aside); null: not known. */
@@ -37,8 +47,6 @@ export interface UsageOptions {
   readonly settle?: Pick<SettlerOptions, 'everyMs' | 'backoff' | 'giveUpMs'>;
   /** A key's record by id (a settled run's alerts); null when not in the set. */
   readonly keyOf?: (keyId: string) => { readonly id: string; readonly name: string; readonly limits?: Limits } | null;
-  /** A worker's view of where a key's limits stand, asked of its primary (GET /keyward/key). */
-  readonly limitStatus?: (principal: Principal) => Promise<readonly LimitState[] | null>;
 }
 
 export interface UsagePart {
@@ -56,11 +64,12 @@ export interface UsagePart {
 /** The ledger started (what a drain kept written first), the leases claimed, the limiter and seeing spend ready. */
 export async function startUsage(config: Config, store: KeyStore, logger: Logger, metrics: Metrics, options: UsageOptions): Promise<UsagePart> {
   const usageStore = options.usageStore ?? openUsageStore(config, store, logger);
+  const worker = options.worker ?? null;
   /** The key ids, read once and only when kept usage is checked. */
   let ids: ReadonlySet<string> | null = null;
   const ledger = new Ledger(
     // A worker writes its counts; the primary decides limits and speaks for the machine in the fleet.
-    options.admit === undefined ? usageStore : writeOnly(usageStore),
+    worker === null ? usageStore : writeOnly(usageStore),
     (err, first) => {
       metrics.usageFlushFailed();
       // Said once per outage, not every flush.
@@ -87,28 +96,26 @@ export async function startUsage(config: Config, store: KeyStore, logger: Logger
   );
   ledger.timed = (seconds) => metrics.task('ledger_write', seconds);
   await ledger.start(config.usageFlushMs);
-  const leases = options.admit === undefined ? await fleetLeases(usageStore, ledger, config, options.clock, logger) : null;
+  const leases = worker === null ? await fleetLeases(usageStore, ledger, config, options.clock, logger) : null;
   const limiter = new Limiter(ledger, leases, settledRoutes(config));
   const units = costUnits(config);
   // The process that decides limits answers where a key stands and fires its alerts; a worker asks its primary.
   const spend: Spend | null =
-    options.admit === undefined
-      ? createSpend({ config, store: usageStore, ledger, limiter, logger, registry: metrics.registry, unitOf: (r) => units(r) ?? 'usd' })
-      : null;
+    worker === null ? createSpend({ config, store: usageStore, ledger, limiter, logger, registry: metrics.registry, unitOf: (r) => units(r) ?? 'usd' }) : null;
   await spend?.start();
   const admit: Admit =
-    options.admit ?? (spend === null ? (p, policy, route, now) => limiter.admit(p.id, policy, route, now, ledger.gateways) : alerting(limiter, ledger, spend));
+    worker?.admit ?? (spend === null ? (p, policy, route, now) => limiter.admit(p.id, policy, route, now, ledger.gateways) : alerting(limiter, ledger, spend));
   const statusSources: StatusSources =
     spend?.status ??
     (() => {
       // A worker: the others' counts are in the store (read at most once per flush), its own not yet written are added.
       const view = new StoreView(usageStore, ledger, config.usageFlushMs);
-      const remote = options.limitStatus ?? (() => Promise.resolve(null));
+      const remote = worker?.limitStatus ?? (() => Promise.resolve(null));
       return { usage: (keyId, now) => view.usage(keyId, now), limits: (principal) => remote(principal) };
     })();
   const { runTarget, keyOf } = options;
   const settler =
-    options.admit === undefined && runTarget !== undefined
+    worker === null && runTarget !== undefined
       ? runSettler({
           config,
           store: usageStore,

@@ -3,6 +3,7 @@
 // Bodies are serialised once at load time, so replying costs one write.
 import { STATUS_CODES } from 'node:http';
 import type { LimitDetail } from '../limits/limiter.ts';
+import { micro } from '../lib/format.ts';
 
 export type ErrorCode =
   | 'bad_request'
@@ -81,7 +82,7 @@ export const ERRORS: { readonly [K in ErrorName]: GatewayError } = Object.freeze
 );
 
 /** A number as a person reads it: no float dust (0.1 + 0.2), no exponent. */
-const plain = (n: number): string => String(Math.round(n * 1e6) / 1e6);
+const plain = (n: number): string => String(micro(n));
 
 /**
  * A 429 from a key's limits that explains itself (docs/limits.md,

@@ -5,10 +5,11 @@
 // never a secret: the record's id, name, scope and expiry, nothing else of it.
 import type { Principal } from '../keys/keyset.ts';
 import type { LimitState, PeriodUse } from '../limits/limiter.ts';
-import { usageFrom, type Ledger, type RouteUsage } from '../ledger/ledger.ts';
+import { periodUse, usageFrom, type Ledger, type RouteUsage } from '../ledger/ledger.ts';
 import { policyFor } from '../limits/policy.ts';
 import { within } from '../lib/deadline.ts';
 import type { UsageRow, UsageStore } from '../ledger/store.ts';
+import { micro } from '../lib/format.ts';
 
 /** Where a key's figures come from: this process's limiter and ledger, or the primary and the store (workers, a fleet). */
 export interface StatusSources {
@@ -21,26 +22,11 @@ export interface StatusSources {
 /** The unit of each route's cost (`usd`, `characters`), or null for a route that reports none. */
 export type CostUnits = (route: string) => string | null;
 
-/** Period totals as a limiter reads them, from a key's usage by route. */
-export function periodUse(u: RouteUsage): PeriodUse {
-  const of = (period: 'day' | 'month'): 'today' | 'month' => (period === 'day' ? 'today' : 'month');
-  return {
-    requests: (_key, period) => {
-      let n = 0;
-      for (const r of u.routes.values()) n += r[of(period)].requests;
-      return n;
-    },
-    cost: (_key, route, period) => u.routes.get(route)?.[of(period)].cost ?? 0,
-  };
-}
-
-const round = (n: number): number => Math.round(n * 1e6) / 1e6;
-
 /** The answer's body. */
 function statusBody(principal: Principal, limits: readonly LimitState[] | null, usage: RouteUsage, units: CostUnits, now: number): unknown {
   const policy = policyFor(principal);
   const byRoute = (which: 'today' | 'month'): Record<string, { requests: number; cost: number; unit: string | null }> =>
-    Object.fromEntries([...usage.routes].map(([route, u]) => [route, { requests: u[which].requests, cost: round(u[which].cost), unit: units(route) }]));
+    Object.fromEntries([...usage.routes].map(([route, u]) => [route, { requests: u[which].requests, cost: micro(u[which].cost), unit: units(route) }]));
   return {
     key: { id: principal.id, name: principal.name, routes: principal.routes ?? null, expires: principal.expires },
     limits:
