@@ -39,13 +39,13 @@ export async function run(argv: string[], io: Io, providers: readonly UpstreamSp
       case 'usage':
         return await usageCommand(rest, io, providers);
       case 'demo':
-        parse(rest, {}, HELP.demo as string);
+        parse(rest, {}, HELP.demo);
         return await runDemo(io, providers);
       case 'dev-db': {
-        const { values } = parse(rest, { dir: { type: 'string' }, port: { type: 'string' } }, HELP['dev-db'] as string);
+        const { values } = parse(rest, { dir: { type: 'string' }, port: { type: 'string' } }, HELP['dev-db']);
         const port = values.port === undefined ? null : Number(values.port);
         if (port !== null && !(Number.isInteger(port) && port > 0 && port < 65536))
-          throw new UsageError('--port must be a whole number from 1 to 65535', HELP['dev-db'] as string);
+          throw new UsageError('--port must be a whole number from 1 to 65535', HELP['dev-db']);
         return await runDevDb(typeof values.dir === 'string' ? values.dir : 'keyward-dev-db', port, io);
       }
       case 'help':
@@ -59,9 +59,9 @@ export async function run(argv: string[], io: Io, providers: readonly UpstreamSp
         line(io.stdout, `keyward ${version()}`);
         return EXIT_OK;
       default: {
-        if (command === undefined) throw new UsageError('a command is required', HELP[''] as string);
+        if (command === undefined) throw new UsageError('a command is required', HELP['']);
         const meant = nearest(command, COMMANDS);
-        throw new UsageError(`unknown command ${command}${meant === null ? '' : `; did you mean ${meant}?`}`, HELP[''] as string);
+        throw new UsageError(`unknown command ${command}${meant === null ? '' : `; did you mean ${meant}?`}`, HELP['']);
       }
     }
   } catch (err) {

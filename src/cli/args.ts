@@ -6,6 +6,7 @@ import type { Writable } from 'node:stream';
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
 import type { UpstreamSpec } from '../request/routes.ts';
 import { parseDuration } from '../config/units.ts';
+import { asError } from '../lib/error.ts';
 
 export { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, type Io } from '../lib/io.ts';
 
@@ -24,7 +25,7 @@ const limitsHelp = (providers: readonly UpstreamSpec[]): string => `limits (each
 `;
 
 /** The help texts that name no provider. */
-const FIXED_HELP: Readonly<Record<string, string>> = {
+const FIXED_HELP = {
   '': `usage: keyward <command>
 
   serve          run the gateway (configuration from the environment)
@@ -111,10 +112,13 @@ Revokes a key: the gateway refuses it within a second. Revoking a revoked key is
 Gives the key a new token (same id, name and scope) and prints it once. The
 old token keeps working for --grace (default 0s: it stops at once).
 `,
-};
+} as const;
+
+/** Each command's help text by topic: the known topics are strings, any other may be missing. */
+export type HelpTexts = { readonly [K in keyof typeof FIXED_HELP | 'keys create' | 'keys update']: string } & { readonly [topic: string]: string | undefined };
 
 /** Each command's help text; the route lists come from the provider table in use. */
-export function helpTexts(providers: readonly UpstreamSpec[]): Readonly<Record<string, string>> {
+export function helpTexts(providers: readonly UpstreamSpec[]): HelpTexts {
   return {
     ...FIXED_HELP,
     'keys create': `usage: keyward keys create --name NAME [--routes R,…] [--expires-in DURATION] [limits] [--json] [--force]
@@ -159,7 +163,7 @@ export function parse(args: string[], options: ParseArgsOptionsConfig, help: str
   try {
     parsed = parseArgs({ args, options, allowPositionals: positionals > 0, strict: true, tokens: true });
   } catch (err) {
-    throw new UsageError((err as Error).message, help);
+    throw new UsageError(asError(err).message, help);
   }
   const seen = new Set<string>();
   for (const t of parsed.tokens ?? []) {

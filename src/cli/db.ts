@@ -7,11 +7,11 @@ import { EXIT_OK, helpTexts, HelpRequested, line, parse, readText, UsageError, t
 export async function dbCommand(args: string[], io: Io, providers: readonly UpstreamSpec[]): Promise<number> {
   const HELP = helpTexts(providers);
   const [sub, ...rest] = args;
-  if (sub === '--help' || sub === '-h') throw new HelpRequested(HELP.db as string);
-  if (sub !== 'migrate') throw new UsageError(sub === undefined ? 'db needs migrate' : `unknown db command ${sub}`, HELP.db as string);
-  parse(rest, {}, HELP.db as string);
+  if (sub === '--help' || sub === '-h') throw new HelpRequested(HELP.db);
+  if (sub !== 'migrate') throw new UsageError(sub === undefined ? 'db needs migrate' : `unknown db command ${sub}`, HELP.db);
+  parse(rest, {}, HELP.db);
   const { databaseUrl: url, costRoutes } = storeConfig(effectiveEnv(io.env, readText), io.cwd, readText, providers);
-  if (url === null) throw new UsageError('db migrate needs KEYWARD_DATABASE_URL', HELP.db as string);
+  if (url === null) throw new UsageError('db migrate needs KEYWARD_DATABASE_URL', HELP.db);
   const store = new PgKeyStore(url, costRoutes);
   try {
     line(io.stderr, `keyward: ${store.title}`);

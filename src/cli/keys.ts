@@ -39,16 +39,16 @@ export async function keysCommand(args: string[], io: Io, providers: readonly Up
   const HELP = helpTexts(providers);
   const [sub, ...rest] = args;
   if (sub === undefined || sub === '--help' || sub === '-h' || sub === 'help') {
-    if (sub === undefined) throw new UsageError('keys needs a command: create, list, revoke, rotate, update, import or export', HELP.keys as string);
+    if (sub === undefined) throw new UsageError('keys needs a command: create, list, revoke, rotate, update, import or export', HELP.keys);
     // `keys help create` is `keys create --help`.
     const about = sub === 'help' ? rest[0] : undefined;
-    throw new HelpRequested((about === undefined ? undefined : HELP[`keys ${about}`]) ?? (HELP.keys as string));
+    throw new HelpRequested((about === undefined ? undefined : HELP[`keys ${about}`]) ?? HELP.keys);
   }
   const command = `keys ${sub}`;
   const help = HELP[command];
   if (help === undefined) {
     const meant = nearest(sub, KEYS_COMMANDS);
-    throw new UsageError(`unknown keys command ${sub}${meant === null ? '' : `; did you mean ${meant}?`}`, HELP.keys as string);
+    throw new UsageError(`unknown keys command ${sub}${meant === null ? '' : `; did you mean ${meant}?`}`, HELP.keys);
   }
   const action = keysAction(sub, rest, command, help, providers);
   const store = openKeyStore(storeConfig(effectiveEnv(io.env, readText), io.cwd, readText, providers));

@@ -69,13 +69,14 @@ export function limitChanges(values: Record<string, unknown>, costly: readonly s
   const budgets = values.budget;
   if (Array.isArray(budgets)) {
     const byRoute: Record<string, string | null> = {};
-    for (const b of budgets as string[]) {
+    for (const b of budgets) {
+      if (typeof b !== 'string') continue;
       const m = /^([a-z0-9-]+)=(.+)$/.exec(b);
       if (m === null) {
         fail('--budget must be ROUTE=AMOUNT/day or ROUTE=AMOUNT/month (e.g. seo=5/day)');
         continue;
       }
-      const [, route, amount] = m as unknown as [string, string, string];
+      const [, route = '', amount = ''] = m;
       if (!costly.includes(route)) {
         fail(`--budget: ${route} is no route that reports a cost; budgets apply to ${costly.join(', ')}`);
         continue;

@@ -58,7 +58,7 @@ export async function serveCommand(args: string[], io: Io, providers: readonly U
 /** `serve` takes no options: `serve --port 41001` is told which variable it meant. */
 function checkServeArgs(args: string[], providers: readonly UpstreamSpec[]): void {
   try {
-    parse(args, {}, helpTexts(providers).serve as string);
+    parse(args, {}, helpTexts(providers).serve);
   } catch (err) {
     const flag = args
       .find((a) => a.startsWith('--') && a !== '--help')

@@ -77,7 +77,7 @@ function pendingOf(runs: ReadonlyArray<{ keyId: string; route: string; day: stri
 }
 
 export async function usageCommand(args: string[], io: Io, providers: readonly UpstreamSpec[]): Promise<number> {
-  const help = helpTexts(providers).usage as string;
+  const help = helpTexts(providers).usage;
   const units: Units = Object.fromEntries(providers.map((u) => [u.name, u.cost?.unit ?? null]));
   const { values } = parse(
     args,

@@ -5,6 +5,7 @@
 import { join } from 'node:path';
 import { createSecureContext } from 'node:tls';
 import type { Options, ReadFile } from './options.ts';
+import { asError } from '../lib/error.ts';
 
 /**
  * A secret from NAME, NAME_FILE, or systemd's LoadCredential=
@@ -56,7 +57,7 @@ function checkTls(o: Options, options: { ca?: string; cert?: string; key?: strin
     createSecureContext(options);
     return true;
   } catch (err) {
-    o.problem(`${what}: ${(err as Error).message.split('\n')[0]}`);
+    o.problem(`${what}: ${asError(err).message.split('\n')[0]}`);
     return false;
   }
 }

@@ -10,6 +10,7 @@ import type { Io } from '../lib/io.ts';
 import { freePort } from '../process/listen.ts';
 import { createDatabase, initialise, NoBinaries, pgBinaries, startServer, unreachableAncestor, type PgBinaries } from './postgres.ts';
 import { detach, neverRejects } from '../lib/detach.ts';
+import { asError } from '../lib/error.ts';
 
 interface DevDbState {
   readonly port: number;
@@ -68,7 +69,7 @@ export async function runDevDb(dirOption: string, portOption: number | null, io:
       );
       return 1;
     }
-    io.stderr.write(`keyward: dev-db: ${(err as Error).message}\n`);
+    io.stderr.write(`keyward: dev-db: ${asError(err).message}\n`);
     return 1;
   }
   const dir = resolve(io.cwd, dirOption);
@@ -78,7 +79,7 @@ export async function runDevDb(dirOption: string, portOption: number | null, io:
     ({ state: s, fresh } = await state(dir, portOption));
     if (fresh) await initialise({ binaries, dataDir: s.data, password: s.password, privateDir: join(s.data, '..', '.initdb') });
   } catch (err) {
-    io.stderr.write(`keyward: dev-db: could not set up ${dir}: ${(err as Error).message}\n`);
+    io.stderr.write(`keyward: dev-db: could not set up ${dir}: ${asError(err).message}\n`);
     return 1;
   }
   let server;
@@ -86,7 +87,7 @@ export async function runDevDb(dirOption: string, portOption: number | null, io:
     server = await startServer({ binaries, dataDir: s.data, port: s.port });
   } catch (err) {
     io.stderr.write(
-      `keyward: dev-db: PostgreSQL did not start on 127.0.0.1:${s.port} (${(err as Error).message}); is another dev-db using ${dir}, or the port taken? --port picks another\n`,
+      `keyward: dev-db: PostgreSQL did not start on 127.0.0.1:${s.port} (${asError(err).message}); is another dev-db using ${dir}, or the port taken? --port picks another\n`,
     );
     return 1;
   }
@@ -94,7 +95,7 @@ export async function runDevDb(dirOption: string, portOption: number | null, io:
     if (fresh) await createDatabase(s.port, s.password, DATABASE);
   } catch (err) {
     await server.stop();
-    io.stderr.write(`keyward: dev-db: could not create the database ${DATABASE}: ${(err as Error).message}\n`);
+    io.stderr.write(`keyward: dev-db: could not create the database ${DATABASE}: ${asError(err).message}\n`);
     return 1;
   }
   const url = `postgres://postgres:${s.password}@127.0.0.1:${s.port}/${DATABASE}`;

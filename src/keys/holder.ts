@@ -8,6 +8,7 @@ import type { Logger } from '../observe/log.ts';
 import type { Metrics } from '../observe/metrics.ts';
 import { KeySet, type KeyRecord } from './keyset.ts';
 import type { KeyStore } from './store.ts';
+import { asError } from '../lib/error.ts';
 
 export class KeyHolder {
   readonly #store: KeyStore;
@@ -43,7 +44,7 @@ export class KeyHolder {
       // A shared store may be down while a gateway starts: it answers 503
       // keystore_unavailable until the watch delivers a set.
       if (this.#store.shared !== true) throw err;
-      this.#down(err as Error);
+      this.#down(asError(err));
       this.#logger.error({ err, keyStore: this.#store.location }, 'key store unreachable; no key set yet');
     }
     this.loadMs = Math.round(performance.now() - started);
@@ -83,7 +84,7 @@ export class KeyHolder {
     try {
       this.#apply(await this.#store.load());
     } catch (err) {
-      this.#failed(err as Error);
+      this.#failed(asError(err));
     }
   }
 

@@ -3,6 +3,7 @@
 // batches, so the request path never waits on a disk or a database.
 import type { KeyStore } from './store.ts';
 import { detach } from '../lib/detach.ts';
+import { asError } from '../lib/error.ts';
 
 export class LastUse {
   readonly #pending = new Map<string, number>();
@@ -17,7 +18,7 @@ export class LastUse {
     this.#store = store;
     this.#onError = onError;
     this.#timed = timed;
-    this.#timer = setInterval(() => detach(this.flush(), (err) => this.#onError(err as Error)), intervalMs);
+    this.#timer = setInterval(() => detach(this.flush(), (err) => this.#onError(asError(err))), intervalMs);
     this.#timer.unref();
   }
 

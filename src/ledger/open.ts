@@ -12,6 +12,7 @@ import { MemoryUsageStore } from './memory-store.ts';
 import { PgUsageStore } from './pg-usage.ts';
 import { SqliteUsageStore, usagePath } from './sqlite-store.ts';
 import type { UsageStore } from './store.ts';
+import { asError } from '../lib/error.ts';
 
 /** The ledger file exists but cannot be read; the message says how to recover. */
 export class LedgerDamaged extends Error {
@@ -64,7 +65,7 @@ export function damage(path: string): string | null {
       db.close();
     }
   } catch (err) {
-    return (err as Error).message;
+    return asError(err).message;
   }
   return null;
 }

@@ -9,7 +9,7 @@
 // so that gateways read periods from one clock.
 import type postgres from 'postgres';
 import type { Database } from '../keys/store.ts';
-import type { LeaseStore, LeaseUse } from '../limits/leases.ts';
+import type { Allowance, Claimed, LeaseStore, LeaseUse, Want } from '../limits/leases.ts';
 
 export class PgLeaseStore implements LeaseStore {
   /** The key store's database: its pool with deadlines, and its migrations. */
@@ -19,13 +19,7 @@ export class PgLeaseStore implements LeaseStore {
     this.#pool = pool;
   }
 
-  async claim(
-    gateway: string,
-    u: { keyId: string; kind: string; period: string },
-    want: { least: number; share: number; whole: boolean },
-    limit: number,
-    ttlS: number,
-  ): Promise<{ got: number; now: number }> {
+  async claim(gateway: string, u: Allowance, want: Want, limit: number, ttlS: number): Promise<Claimed> {
     await this.#pool.migrate();
     return this.#pool.within((sql) =>
       sql.begin(async (tx) => {

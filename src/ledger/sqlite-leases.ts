@@ -7,7 +7,8 @@
 // from the limit): a kill -9 can waste the unused part of a chunk and never
 // grant a unit again. With workers, the primary holds the leases for all.
 import type { DatabaseSync } from 'node:sqlite';
-import type { LeaseStore, LeaseUse } from '../limits/leases.ts';
+import type { Allowance, Claimed, LeaseStore, LeaseUse, Want } from '../limits/leases.ts';
+import { asError } from '../lib/error.ts';
 
 export const LEASE_SCHEMA = `
   create table if not exists allowances (
@@ -23,7 +24,7 @@ export const LEASE_SCHEMA = `
 /** How long a claim retries while another process (a worker writing its counts) holds the file's write lock. */
 const BUSY_MS = 250;
 
-const busy = (err: unknown): boolean => /locked|busy/i.test((err as Error).message);
+const busy = (err: unknown): boolean => /locked|busy/i.test(asError(err).message);
 
 /** `work` in one immediate transaction; a file locked by another process is tried again for a moment (never a busy wait on the event loop). */
 export async function immediate<T>(db: DatabaseSync, work: () => T): Promise<T> {
@@ -60,13 +61,7 @@ export class SqliteLeaseStore implements LeaseStore {
     return immediate(this.#db, work);
   }
 
-  claim(
-    gateway: string,
-    u: { keyId: string; kind: string; period: string },
-    want: { least: number; share: number; whole: boolean },
-    limit: number,
-    ttlS: number,
-  ): Promise<{ got: number; now: number }> {
+  claim(gateway: string, u: Allowance, want: Want, limit: number, ttlS: number): Promise<Claimed> {
     return this.#tx(() => {
       const now = this.#now();
       this.#db.prepare('insert into allowances (key_id, kind, period) values (?, ?, ?) on conflict do nothing').run(u.keyId, u.kind, u.period);

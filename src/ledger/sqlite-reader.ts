@@ -5,6 +5,7 @@
 // Messages: {id, sql, params} in, {id, rows} or {id, error} out.
 import { DatabaseSync } from 'node:sqlite';
 import { parentPort, workerData } from 'node:worker_threads';
+import { asError } from '../lib/error.ts';
 
 const db = new DatabaseSync(workerData as string, { readOnly: true });
 const statements = new Map<string, ReturnType<DatabaseSync['prepare']>>();
@@ -15,6 +16,6 @@ parentPort?.on('message', (m: { id: number; sql: string; params: Array<string | 
     if (st === undefined) statements.set(m.sql, (st = db.prepare(m.sql)));
     parentPort?.postMessage({ id: m.id, rows: st.all(...m.params) });
   } catch (err) {
-    parentPort?.postMessage({ id: m.id, error: (err as Error).message });
+    parentPort?.postMessage({ id: m.id, error: asError(err).message });
   }
 });

@@ -29,15 +29,29 @@ export interface LeaseUse {
   readonly over: number;
 }
 
+/** One key's allowance of one kind (`quota`, `budget:ROUTE`) in one period. */
+export interface Allowance {
+  readonly keyId: string;
+  readonly kind: string;
+  readonly period: string;
+}
+
+/** What a claim asks for: `share` of what is left (whole units when `whole`), at least `least`. */
+export interface Want {
+  readonly least: number;
+  readonly share: number;
+  readonly whole: boolean;
+}
+
+/** What a claim got, and the store's clock when it did. */
+export interface Claimed {
+  readonly got: number;
+  readonly now: number;
+}
+
 export interface LeaseStore {
   /** Claim up to what is left of `limit`: `share` of it (whole units when `whole`), at least `least`. The amount got, and the store's clock. */
-  claim(
-    gateway: string,
-    lease: { keyId: string; kind: string; period: string },
-    want: { least: number; share: number; whole: boolean },
-    limit: number,
-    ttlS: number,
-  ): Promise<{ got: number; now: number }>;
+  claim(gateway: string, lease: Allowance, want: Want, limit: number, ttlS: number): Promise<Claimed>;
   /**
    * Report what each lease used and extend it, writing back a lease that was
    * swept meanwhile (its units are still granted); leases past their expiry

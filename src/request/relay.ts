@@ -310,7 +310,8 @@ export class CompressedRelay {
   readonly #frames: ZstdFrames | null;
   #stages: Transform[] = [];
   /** Bytes given to each stage: what it must have consumed by its end. */
-  #fed: number[] = [];
+  /** Bytes fed to the outermost decoder: the body's raw bytes so far. */
+  #rawFed = 0;
   /** Compressed bytes not yet released, from offset `released` of the body. */
   #queue: Buffer[] = [];
   #released = 0;
@@ -382,7 +383,7 @@ export class CompressedRelay {
   #toPlain(): void {
     this.#plain = true;
     for (const s of this.#stages) s.destroy();
-    this.#releaseTo((this.#fed[0] as number) - this.#raw.holding);
+    this.#releaseTo(this.#rawFed - this.#raw.holding);
     this.#queue = [];
     if (this.#ended) this.#finishPlain();
     else if (!this.#p.res.writableNeedDrain) this.#p.up.resume();
@@ -403,18 +404,20 @@ export class CompressedRelay {
   /** The decoders, outermost first, piped into one another; the last one's output goes to the scan. */
   #open(): void {
     const stages = (this.#stages = this.#p.decoders.list.map((d) => d()));
-    const fed = (this.#fed = stages.map(() => 0));
-    for (let i = 1; i < stages.length; i++) {
-      (stages[i - 1] as Transform).pipe(stages[i] as Transform);
-      (stages[i - 1] as Transform).on('data', (d: Buffer) => (fed[i] = (fed[i] as number) + d.length));
-    }
     for (const [i, s] of stages.entries()) {
+      // Bytes fed to this stage: the raw body for the first, the output of the one before for the rest.
+      let fed = 0;
+      const before = i === 0 ? undefined : stages[i - 1];
+      if (before !== undefined) {
+        before.pipe(s);
+        before.on('data', (d: Buffer) => (fed += d.length));
+      }
       s.on('error', () => this.#refuse('undecodable'));
       // A decoder ends at the end of its compressed data and drops whatever
       // follows (`deflate(…) + "apify_api_…"`): bytes that were never decoded
       // were never scanned, so the response is cut before any of them goes.
       s.on('end', () => {
-        if ((s as unknown as zlib.Zlib).bytesWritten < (fed[i] as number)) this.#refuse('trailing_bytes');
+        if ((s as unknown as zlib.Zlib).bytesWritten < (i === 0 ? this.#rawFed : fed)) this.#refuse('trailing_bytes');
       });
     }
     (stages.at(-1) as Transform).on('data', (decoded: Buffer) => this.#onDecoded(decoded));
@@ -425,7 +428,7 @@ export class CompressedRelay {
     const { limits, cost } = this.#p;
     this.#decoded += decoded.length;
     // A bomb (6 KB of brotli that inflates to 4 GiB): what one response may make the gateway decode is bounded.
-    if (this.#decoded > limits.maxDecodedBytes || (this.#decoded > RATIO_FROM && this.#decoded > limits.maxRatio * (this.#fed[0] as number)))
+    if (this.#decoded > limits.maxDecodedBytes || (this.#decoded > RATIO_FROM && this.#decoded > limits.maxRatio * this.#rawFed))
       return this.#refuse('decoded_limit');
     cost?.push(decoded);
     // Scanned for what it holds and where a possible secret starts; the decoded bytes themselves are not sent.
@@ -475,10 +478,10 @@ export class CompressedRelay {
    * chunk ending in a secret's first byte, goes out as it comes).
    */
   #releaseClean(): void {
-    const offset = this.#frames === null ? (this.#fed[0] as number) : this.#frames.safe;
+    const offset = this.#frames === null ? this.#rawFed : this.#frames.safe;
     const to = cleanUpTo(this.#marks, offset, this.#decoded, this.#decoded - this.#scan.holding);
-    if (to >= 0) this.#releaseTo(Math.min(to, (this.#fed[0] as number) - this.#raw.holding));
-    if ((this.#fed[0] as number) - this.#released > MAX_HELD) this.#refuse('held');
+    if (to >= 0) this.#releaseTo(Math.min(to, this.#rawFed - this.#raw.holding));
+    if (this.#rawFed - this.#released > MAX_HELD) this.#refuse('held');
   }
 
   readonly #onData = (chunk: Buffer): void => {
@@ -500,7 +503,7 @@ export class CompressedRelay {
     this.#queue.push(...outs);
     this.#frames?.push(chunk);
     up.pause();
-    this.#fed[0] = (this.#fed[0] as number) + chunk.length;
+    this.#rawFed += chunk.length;
     (this.#stages[0] as Transform).write(chunk);
     this.#settle(() => {
       this.#releaseClean();
@@ -531,7 +534,7 @@ export class CompressedRelay {
     if (this.#raw.found !== null) onSecret(ex, this.#raw.found, false);
     if (cost !== null) costRead(ex, cost);
     // The body ended: a tail held as a possible start of a secret is none.
-    this.#releaseTo(this.#fed[0] as number);
+    this.#releaseTo(this.#rawFed);
     if (!this.#cut && this.#headOnce() && !res.writableEnded) res.end();
   }
 }
