@@ -21,6 +21,16 @@ interface DevDbState {
 
 const DATABASE = 'keyward';
 
+/** DIR/dev-db.json as an earlier run wrote it; a file that is not that is said plainly rather than half used. */
+function devDbState(text: string, file: string): DevDbState {
+  const v: unknown = JSON.parse(text);
+  if (typeof v === 'object' && v !== null && 'port' in v && 'password' in v && typeof v.port === 'number' && typeof v.password === 'string') {
+    const data = 'data' in v && typeof v.data === 'string' ? v.data : undefined;
+    return { port: v.port, password: v.password, ...(data === undefined ? {} : { data }) };
+  }
+  throw new Error(`${file} is not a dev-db state file (port, password); remove it or use another --dir`);
+}
+
 /**
  * Where a new folder's data go: inside it, unless (as root) the server's
  * user `postgres` could not enter it, as in a checkout under a private home.
@@ -41,7 +51,7 @@ function dataHome(dir: string): string {
 async function state(dir: string, wantedPort: number | null): Promise<{ state: Required<DevDbState>; fresh: boolean }> {
   const file = join(dir, 'dev-db.json');
   if (existsSync(file)) {
-    const kept = JSON.parse(readFileSync(file, 'utf8')) as DevDbState;
+    const kept = devDbState(readFileSync(file, 'utf8'), file);
     return {
       state: { port: wantedPort ?? kept.port, password: kept.password, data: kept.data ?? join(dir, 'data') },
       fresh: !existsSync(join(kept.data ?? join(dir, 'data'), 'PG_VERSION')),
