@@ -1,6 +1,17 @@
 // The process boundary: the only place that reads process.env or calls process.exit.
 import { run } from './cli.ts';
 import { UPSTREAMS } from './request/routes.ts';
+import { asError } from './lib/error.ts';
+import { EXIT_FAILURE } from './lib/io.ts';
+
+// A rejection nobody handled is a flaw (the lint holds src/ to handling
+// every promise): the process ends as Node's default would, but says which
+// command it was, so that a line among several processes' output (a fleet
+// walkthrough, a journal) can be traced to one.
+process.on('unhandledRejection', (err) => {
+  process.stderr.write(`keyward ${process.argv[2] ?? ''} (pid ${process.pid}): unexpected failure, please report it: ${asError(err).stack ?? String(err)}\n`);
+  process.exit(EXIT_FAILURE);
+});
 
 const code = await run(
   process.argv.slice(2),
