@@ -3,12 +3,21 @@ import { run } from './cli.ts';
 import { UPSTREAMS } from './request/routes.ts';
 import { asError } from './lib/error.ts';
 import { EXIT_FAILURE } from './lib/io.ts';
+import { isDriverConnectionLoss } from './lib/driver-loss.ts';
 
 // A rejection nobody handled is a flaw (the lint holds src/ to handling
 // every promise): the process ends as Node's default would, but says which
 // command it was, so that a line among several processes' output (a fleet
-// walkthrough, a journal) can be traced to one.
+// walkthrough, a journal) can be traced to one. The one known exception is
+// the PostgreSQL driver's own, on a connection lost while it set itself up
+// (lib/driver-loss.ts): said, and the process goes on.
 process.on('unhandledRejection', (err) => {
+  if (isDriverConnectionLoss(err)) {
+    process.stderr.write(
+      `keyward ${process.argv[2] ?? ''} (pid ${process.pid}): a database connection was lost while the driver set it up (${asError(err).message}); it is replaced\n`,
+    );
+    return;
+  }
   process.stderr.write(`keyward ${process.argv[2] ?? ''} (pid ${process.pid}): unexpected failure, please report it: ${asError(err).stack ?? String(err)}\n`);
   process.exit(EXIT_FAILURE);
 });

@@ -112,6 +112,10 @@ async function fleetUnderFault(
     await sleep(500);
     const [row] = await db.admin<Array<{ granted: number }>>`select granted from keyward_allowances where key_id = ${key.id} and kind = 'quota'`;
     return { forwarded: up.requests.length, granted: row?.granted ?? 0 };
+  } catch (e) {
+    // What each gateway said (it never logs a secret), to read why.
+    for (const [i, g] of gateways.entries()) console.log(`gateway ${i}'s output:\n${g.output()}\nand stderr:\n${g.errors()}`);
+    throw e;
   } finally {
     for (const g of gateways) await g.stop().catch(() => g.kill());
     for (const p of proxies) await p.close();

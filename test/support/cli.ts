@@ -56,6 +56,8 @@ export async function startCli(
   const child = spawn(BIN, args, { env: childEnv(env), cwd, stdio: ['ignore', 'pipe', 'pipe'] });
   const done = collect(child);
   let seen = '';
+  let errors = '';
+  child.stderr?.on('data', (d: Buffer | string) => (errors += d.toString()));
   await deadline(
     new Promise<void>((resolve, reject) => {
       child[stream]?.on('data', (d: Buffer | string) => {
@@ -67,5 +69,5 @@ export async function startCli(
     readyMs,
     `keyward ${args.join(' ')} ready`,
   );
-  return { child, done, output: () => seen };
+  return { child, done, output: () => seen, errors: () => errors };
 }

@@ -16,6 +16,8 @@ export interface FleetGateway {
   /** The admin listener, when the environment did not turn it off. */
   readonly admin: string | null;
   output(): string;
+  /** What it wrote on stderr (a crash's last words). */
+  errors(): string;
   /** SIGTERM; resolves with the exit code and how long the exit took, ms. */
   stop(timeoutMs?: number): Promise<{ code: number | null; ms: number }>;
   kill(): void;
@@ -40,6 +42,7 @@ export async function startFleetGateway(env: Record<string, string>, readyMs = 2
     pid: gw.child.pid as number,
     admin: adminPort === null ? null : `http://127.0.0.1:${adminPort}`,
     output: gw.output,
+    errors: gw.errors,
     stop: (timeoutMs = 15_000) => {
       stopped ??= (async () => {
         const at = performance.now();
