@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { runCli, startCli } from '../support/cli.ts';
 import { deadline, eventually } from '../support/deadline.ts';
+import { usageRow } from '../support/rows.ts';
 
 test('a misspelled KEYWARD_* variable is warned about with the closest known name; KEYWARD_STRICT_ENV=1 refuses to start', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'keyward-second-'));
@@ -121,21 +122,7 @@ test('keyward usage --until, --by month and the TOTAL rows (cost added up per un
     const { id } = JSON.parse((await runCli(['keys', 'create', '--name', 'finance', '--json'], env)).stdout) as { id: string };
     const { SqliteUsageStore, usagePath } = await import('../../src/ledger/sqlite-store.ts');
     const store = new SqliteUsageStore(usagePath(env.KEYWARD_KEYS_FILE));
-    const row = (route: string, day: string, requests: number, cost: number) => ({
-      keyId: id,
-      route,
-      day,
-      requests,
-      s2xx: requests,
-      s3xx: 0,
-      s4xx: 0,
-      s5xx: 0,
-      other: 0,
-      limited: 0,
-      bytesIn: 0,
-      bytesOut: 10 * requests,
-      cost,
-    });
+    const row = (route: string, day: string, requests: number, cost: number) => usageRow({ keyId: id, route, day, requests, bytesOut: 10 * requests, cost });
     await store.add(
       [row('seo', '2026-10-30', 2, 0.5), row('seo', '2026-10-31', 3, 0.25), row('seo', '2026-11-01', 4, 1), row('speech', '2026-11-02', 5, 300)],
       { gateway: 'seed', seq: 1 },

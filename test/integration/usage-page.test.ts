@@ -16,25 +16,12 @@ import { createKey } from '../../src/keys/manage.ts';
 import { createLogger } from '../../src/observe/log.ts';
 import { SqliteUsageStore, usagePath } from '../../src/ledger/sqlite-store.ts';
 import type { UsageRow } from '../../src/ledger/store.ts';
+import { usageRow } from '../support/rows.ts';
 
 const CHROMIUM = process.env.KEYWARD_TEST_CHROMIUM ?? '/usr/bin/chromium';
 const ARTIFACTS = join(import.meta.dirname, '..', '..', 'test-artifacts');
 
-const row = (keyId: string, route: string, day: string, requests: number, cost: number): UsageRow => ({
-  keyId,
-  route,
-  day,
-  requests,
-  s2xx: requests,
-  s3xx: 0,
-  s4xx: 0,
-  s5xx: 0,
-  other: 0,
-  limited: 0,
-  bytesIn: 0,
-  bytesOut: 0,
-  cost,
-});
+const row = (keyId: string, route: string, day: string, requests: number, cost: number): UsageRow => usageRow({ keyId, route, day, requests, cost });
 const dayAgo = (n: number): string => new Date(Date.now() - n * 86_400_000).toISOString().slice(0, 10);
 
 test(

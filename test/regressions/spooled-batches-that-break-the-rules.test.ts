@@ -15,6 +15,7 @@ import { runCli } from '../support/cli.ts';
 import { eventually } from '../support/deadline.ts';
 import { startFleetGateway, statusOf } from '../support/fleet.ts';
 import { startUpstream } from '../support/upstream.ts';
+import { usageRow } from '../support/rows.ts';
 
 test("spooled batches that break the ledger's rules are set aside with why; the others and every later count are written", { timeout: 90_000 }, async () => {
   const dir = mkdtempSync(join(tmpdir(), 'keyward-spool-rules-'));
@@ -24,22 +25,7 @@ test("spooled batches that break the ledger's rules are set aside with why; the 
   try {
     const key = JSON.parse((await runCli(['keys', 'create', '--name', 'kept', '--json'], env)).stdout) as { id: string; token: string };
     const today = new Date().toISOString().slice(0, 10);
-    const row = (over: Record<string, unknown>): Record<string, unknown> => ({
-      keyId: key.id,
-      route: 'seo',
-      day: today,
-      requests: 1,
-      s2xx: 1,
-      s3xx: 0,
-      s4xx: 0,
-      s5xx: 0,
-      other: 0,
-      limited: 0,
-      bytesIn: 0,
-      bytesOut: 0,
-      cost: 0,
-      ...over,
-    });
+    const row = (over: Record<string, unknown>): Record<string, unknown> => ({ ...usageRow({ keyId: key.id, day: today }), ...over });
     const batches = [
       { gateway: 'old', seq: 1, rows: [row({ day: '9999-99-99' })] },
       { gateway: 'old', seq: 2, rows: [row({ requests: 1e300 })] },

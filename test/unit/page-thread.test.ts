@@ -11,6 +11,7 @@ import { FileKeyStore } from '../../src/keys/file-store.ts';
 import { createKey } from '../../src/keys/manage.ts';
 import { PAGE_QUEUE, PageBusy, pageThread } from '../../src/views/page-thread.ts';
 import { SqliteUsageStore, usagePath } from '../../src/ledger/sqlite-store.ts';
+import { usageRow } from '../support/rows.ts';
 
 test(
   'the page thread renders from the stores it opens; the same view shares a render; more different views than the queue holds are turned away',
@@ -31,26 +32,7 @@ test(
       const ada = await createKey(store, 'ada-lovelace');
       const ledger = new SqliteUsageStore(usagePath(keysFile));
       const today = new Date().toISOString().slice(0, 10);
-      await ledger.add(
-        [
-          {
-            keyId: ada.record.id,
-            route: 'seo',
-            day: today,
-            requests: 37,
-            s2xx: 37,
-            s3xx: 0,
-            s4xx: 0,
-            s5xx: 0,
-            other: 0,
-            limited: 0,
-            bytesIn: 0,
-            bytesOut: 0,
-            cost: 0.5,
-          },
-        ],
-        { gateway: 'test', seq: 1 },
-      );
+      await ledger.add([usageRow({ keyId: ada.record.id, day: today, requests: 37, cost: 0.5 })], { gateway: 'test', seq: 1 });
       await ledger.close();
 
       const views = ['key=ada-lovelace', 'route=seo', 'route=speech', 'key=nobody', 'route=scraper', 'key=someone'].map((q) => new URLSearchParams(q));

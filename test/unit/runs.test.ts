@@ -18,6 +18,7 @@ import {
   type RunAnswer,
   type RunStore,
 } from '../../src/ledger/runs.ts';
+import { usageRow } from '../support/rows.ts';
 
 test('run-starts and synchronous runs by path, under any prefix; nothing else', () => {
   assert.equal(runStartPrefix('POST', '/v2/acts/apify~web-scraper/runs'), '/v2');
@@ -233,21 +234,7 @@ test('a spooled batch carries its runs; one whose run breaks the rules is set as
   const dir = mkdtempSync(join(tmpdir(), 'keyward-spool-runs-'));
   try {
     const prefix = join(dir, 'keys.json.usage-unwritten');
-    const row = {
-      keyId: 'k',
-      route: 'scraper',
-      day: '2026-11-26',
-      requests: 1,
-      s2xx: 1,
-      s3xx: 0,
-      s4xx: 0,
-      s5xx: 0,
-      other: 0,
-      limited: 0,
-      bytesIn: 2,
-      bytesOut: 900,
-      cost: 0.1,
-    };
+    const row = usageRow({ keyId: 'k', route: 'scraper', day: '2026-11-26', bytesIn: 2, bytesOut: 900, cost: 0.1 });
     const good = { ...run('good1'), at: 1_795_000_000_000 };
     const batches = [
       { gateway: 'g', seq: 1, rows: [row], runs: [good] },

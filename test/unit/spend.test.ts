@@ -18,6 +18,7 @@ import { signature, Webhook } from '../../src/alerts/webhook.ts';
 import { eventually } from '../support/deadline.ts';
 import { costRoutes, UPSTREAMS } from '../../src/request/routes.ts';
 import type { UsageRow } from '../../src/ledger/store.ts';
+import { usageRow } from '../support/rows.ts';
 
 const use = (requests: number, cost: Record<string, number>) => ({ requests: () => requests, cost: (_k: string, route: string) => cost[route] ?? 0 });
 const key = { id: 'key_1', name: 'k' };
@@ -130,21 +131,7 @@ test('the webhook gives an alert up once its retry window is over, and signs wha
 test('the usage page from a store without its own aggregates: the same figures from its rows; names escaped', async () => {
   const store = new MemoryUsageStore();
   const day = new Date().toISOString().slice(0, 10);
-  const row = (keyId: string, route: string, requests: number, cost: number): UsageRow => ({
-    keyId,
-    route,
-    day,
-    requests,
-    s2xx: requests,
-    s3xx: 0,
-    s4xx: 0,
-    s5xx: 0,
-    other: 0,
-    limited: 0,
-    bytesIn: 0,
-    bytesOut: 0,
-    cost,
-  });
+  const row = (keyId: string, route: string, requests: number, cost: number): UsageRow => usageRow({ keyId, route, day, requests, cost });
   await store.add([row('key_a', 'seo', 7, 0.5), row('key_b', 'speech', 3, 95)], { gateway: 'g', seq: 1 });
   const records = [
     { id: 'key_a', name: '<b>a</b>', digest: '', created: '', expires: null, revoked: null },

@@ -6,23 +6,10 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { UsageRow } from '../../src/ledger/store.ts';
 import { StoreView } from '../../src/views/key-status.ts';
+import { usageRow } from '../support/rows.ts';
 
 const day = new Date().toISOString().slice(0, 10);
-const row = (cost: number): UsageRow => ({
-  keyId: 'k',
-  route: 'scraper',
-  day,
-  requests: 1,
-  s2xx: 1,
-  s3xx: 0,
-  s4xx: 0,
-  s5xx: 0,
-  other: 0,
-  limited: 0,
-  bytesIn: 0,
-  bytesOut: 0,
-  cost,
-});
+const row = (cost: number): UsageRow => usageRow({ keyId: 'k', route: 'scraper', day, cost });
 
 test('refresh waits for a read that starts with it, not for one under way; cached answers from the newer read', async () => {
   // The store's answers, held until the test releases them: the first read sees 0.4, later ones 0.6.

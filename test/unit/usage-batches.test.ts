@@ -21,23 +21,10 @@ import { SqliteUsageStore } from '../../src/ledger/sqlite-store.ts';
 import { startDatabase } from '../support/postgres.ts';
 import { costRoutes, UPSTREAMS } from '../../src/request/routes.ts';
 import type { BatchId, UsageRow } from '../../src/ledger/store.ts';
+import { usageRow } from '../support/rows.ts';
 
 const total = (rows: readonly UsageRow[]): number => rows.reduce((n, r) => n + r.requests, 0);
-const row = (keyId: string, requests: number): UsageRow => ({
-  keyId,
-  route: 'seo',
-  day: '2026-11-24',
-  requests,
-  s2xx: requests,
-  s3xx: 0,
-  s4xx: 0,
-  s5xx: 0,
-  other: 0,
-  limited: 0,
-  bytesIn: 0,
-  bytesOut: 0,
-  cost: 0,
-});
+const row = (keyId: string, requests: number): UsageRow => usageRow({ keyId, day: '2026-11-24', requests });
 
 /** A store whose writes reach it but whose first `lost` replies never come back as success. */
 class LostReplies extends MemoryUsageStore {
