@@ -9,6 +9,7 @@ import { deadline, eventually } from '../support/deadline.ts';
 import { runCli, startCli } from '../support/cli.ts';
 import { startDatabase, type TestDatabase } from '../support/postgres.ts';
 import { startUpstream } from '../support/upstream.ts';
+import { seoFleetEnv } from '../support/fleet.ts';
 
 const tokenDigest = (token: string): string => `sha256:${hexDigest(token)}`;
 
@@ -39,14 +40,7 @@ async function withGateway(
 ): Promise<void> {
   const db = await startDatabase();
   const up = await startUpstream();
-  const env = {
-    KEYWARD_DATABASE_URL: db.url,
-    KEYWARD_PORT: '0',
-    KEYWARD_ADMIN_PORT: '0',
-    KEYWARD_SEO_URL: up.url,
-    KEYWARD_SEO_LOGIN: 'l',
-    KEYWARD_SEO_PASSWORD: 'p',
-  };
+  const env = seoFleetEnv(db.url, up.url);
   assert.equal((await runCli(['db', 'migrate'], env)).code, 0);
   const gw = await startCli(['serve'], env, '"msg":"admin listening"');
   try {

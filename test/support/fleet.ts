@@ -160,3 +160,15 @@ export async function manyKeys(f: Fleet, count: number, revocationMs: number): P
       : '';
   return { keys: line.keys, loadMs: line.keysLoadMs, rssMb, revokeMs, cliMs, note };
 }
+
+/** The environment of a fleet gateway on `databaseUrl` with the seo route to `upstreamUrl` (test secrets), on free ports. */
+export function seoFleetEnv(databaseUrl: string, upstreamUrl: string): Record<string, string> {
+  return {
+    KEYWARD_DATABASE_URL: databaseUrl,
+    KEYWARD_PORT: '0',
+    KEYWARD_ADMIN_PORT: '0',
+    KEYWARD_SEO_URL: upstreamUrl,
+    KEYWARD_SEO_LOGIN: 'l',
+    KEYWARD_SEO_PASSWORD: 'p',
+  };
+}
