@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { BodyScan, maskHeaders, secretForm, Secrets, type SecretForm } from '../../src/request/egress.ts';
+import { BodyScan, maskHeaders, SCAN_BLOCK, secretForm, Secrets, type SecretForm } from '../../src/request/egress.ts';
 import { base64Middles, everySpellingOf, searchRun, spellingsOf } from '../../src/request/spellings.ts';
 
 const form = (text: string, name: string): SecretForm => secretForm('r', name, text);
@@ -246,5 +246,44 @@ test('the sampled scan and the full decoder find the same occurrences, on bytes 
       },
     ),
     { numRuns: 400 },
+  );
+});
+
+// The scan reads its sampled windows a block at a time and handles the
+// candidates after each block (egress.ts, SCAN_BLOCK). A secret planted in
+// any spelling (as it is, most often: then it holds a single sampled window)
+// at every offset around the first two block ends of a body of bytes no
+// spelling holds is found exactly there, on every side of every boundary.
+test('a secret is found at every offset around the scan’s block boundaries', () => {
+  fc.assert(
+    fc.property(
+      fc.string({ unit: SECRET_CHARS, minLength: 8, maxLength: 30 }),
+      fc.option(fc.tuple(fc.array(fc.nat(), { minLength: 1, maxLength: 8 }), fc.constantFrom<0 | 1 | 2>(0, 1, 2)), { freq: 2 }),
+      fc.uint8Array({ minLength: 64, maxLength: 64 }),
+      (secret, spelling, seed) => {
+        const forms = [form(secret, 'f')];
+        const secrets = new Secrets(forms);
+        const spelled = Buffer.from(spelling === null ? secret : planted(secret, spelling[0], spelling[1]), 'latin1');
+        const block = SCAN_BLOCK * secrets.stride;
+        // Bytes from 0x80 up: in no spelling of an ASCII secret, so nothing around it can lengthen the occurrence.
+        const background = Buffer.alloc(2 * block + 2 * spelled.length);
+        for (let i = 0; i < background.length; i++) background[i] = 0x80 | (seed[i % 64] as number) | (i >> 6);
+        const body = Buffer.alloc(background.length);
+        for (const boundary of [block, 2 * block]) {
+          // From wholly before the block's last sampled window to past the next block's first.
+          for (let at = boundary - 2 * secrets.stride - spelled.length; at <= boundary + 1; at++) {
+            background.copy(body);
+            spelled.copy(body, at);
+            const found = new BodyScan(secrets).matches(body) ?? [];
+            // Found whole (a UTF-16 spelling's outermost NUL may fall outside it), and nothing outside it.
+            const whole =
+              found.some(([from, to]) => from <= at + 1 && to >= at + spelled.length - 1) &&
+              found.every(([from, to]) => from >= at && to <= at + spelled.length);
+            assert.ok(whole, `planted at ${at}, a block ends at ${boundary}: found ${found.map((m) => `${m[0]}-${m[1]}`).join(', ') || 'nothing'}`);
+          }
+        }
+      },
+    ),
+    { numRuns: 60 },
   );
 });
