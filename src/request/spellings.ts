@@ -345,10 +345,10 @@ const foldText = (t: string): string => String.fromCharCode(...[...t].map((ch) =
 
 /** log2 of the window table's size in bits: 1 Mbit (128 KiB), a few per cent full for the real secrets' windows. */
 export const WINDOW_BITS = 20;
-/** A folded 4-byte window (little-endian) to its place in the window table. */
 /** Fibonacci hashing: the golden ratio's multiplier, the top WINDOW_BITS bits. */
 export const WINDOW_MUL = 0x9e3779b1;
 export const WINDOW_SHIFT = 32 - WINDOW_BITS;
+/** A folded 4-byte window (little-endian) to its place in the window table. */
 export const windowSlot = (w: number): number => Math.imul(w, WINDOW_MUL) >>> WINDOW_SHIFT;
 
 /**
