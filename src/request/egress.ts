@@ -169,7 +169,7 @@ function candidate(view: DataView, p: number, windows: Uint32Array): boolean {
   const raw = view.getInt32(p, true);
   // Some byte is zero (the classic test: a borrow into the top bit of a byte that was 0).
   if (((raw - 0x01010101) & ~raw & 0x80808080) !== 0) return !twoNuls(raw);
-  const slot = windowSlot(raw | 0x20202020);
+  const slot = Math.imul(raw | 0x20202020, WINDOW_MUL) >>> WINDOW_SHIFT;
   return ((windows[slot >>> 5] as number) & (1 << (slot & 31))) !== 0;
 }
 
@@ -240,15 +240,24 @@ export class BodyScan {
    * behind the held bytes. Whole, a 64 KiB chunk was copied (and a new 64
    * KiB of memory outside the heap allocated, which brings collections
    * forward) for every chunk that followed a held tail: one in five of a
-   * JSON body's.
+   * JSON body's. The split falls after the first byte past that length that
+   * no spelling holds (a space, a quote), when there is one soon: then the
+   * first part ends in no possible start of a secret, so nothing is held
+   * again and the rest, most of the chunk, goes out as it came. Split at a
+   * letter, a third of those first parts held a tail again, and the rest
+   * was copied whole behind it.
    */
   pushTo(chunk: Buffer, write: (out: Buffer) => void): void {
     let rest = chunk;
     const seam = this.#secrets.longest * MAX_UNIT;
     if (this.#held !== null && rest.length > 2 * seam) {
-      const first = this.push(rest.subarray(0, seam));
+      const A = this.#secrets.alphabet;
+      let at = seam;
+      while (at < 2 * seam && A[rest[at - 1] as number] === 1) at++;
+      if (at === 2 * seam) at = seam;
+      const first = this.push(rest.subarray(0, at));
       if (first.length > 0) write(first);
-      rest = rest.subarray(seam);
+      rest = rest.subarray(at);
     }
     const out = this.push(rest);
     if (out.length > 0) write(out);
@@ -310,11 +319,6 @@ export class BodyScan {
     const A = s.alphabet;
     const W = s.windows;
     const stride = s.stride;
-    // The hash of windowSlot, spelled out with its constants in locals: as a
-    // call to the imported function, or with the module's constants read
-    // in the loop, the loop ran 1.5 times as long.
-    const mul = WINDOW_MUL;
-    const shift = WINDOW_SHIFT;
     this.#ranges = null;
     this.#searched = 0;
     // The loop of the whole filter, kept to the few operations every sampled
@@ -333,7 +337,8 @@ export class BodyScan {
       let n = 0;
       for (let p = from; p <= to; p += stride) {
         const raw = view.getInt32(p, true);
-        const slot = Math.imul(raw | 0x20202020, mul) >>> shift;
+        // windowSlot spelled out: called here, even as a function declaration, it made the loop run twice as long.
+        const slot = Math.imul(raw | 0x20202020, WINDOW_MUL) >>> WINDOW_SHIFT;
         if (((W[slot >>> 5] as number) & (1 << (slot & 31))) === 0 && ((raw - 0x01010101) & ~raw & 0x80808080) === 0) continue;
         // Two NULs side by side are no part of a spelling (silence in audio
         // comes this way, every window); nor is a byte no spelling holds.
