@@ -244,7 +244,7 @@ export class BodyScan {
    * no spelling holds (a space, a quote), when there is one soon: then the
    * first part ends in no possible start of a secret, so nothing is held
    * again and the rest, most of the chunk, goes out as it came. Split at a
-   * letter, a third of those first parts held a tail again, and the rest
+   * letter, one in five of those first parts held a tail again, and the rest
    * was copied whole behind it.
    */
   pushTo(chunk: Buffer, write: (out: Buffer) => void): void {
