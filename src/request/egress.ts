@@ -5,7 +5,7 @@
 // is replaced by as many `*` as it has bytes, so Content-Length and framing
 // stay right. Pure: no I/O here; relay.ts drives it as the body streams.
 import type { Route } from './routes.ts';
-import { base64Middles, MAX_UNIT, prefixTail, searchRun, spellingsOf, spellingTables, WINDOW_MUL, WINDOW_SHIFT, windowSlot } from './spellings.ts';
+import { base64Middles, MAX_UNIT, prefixTail, searchRun, spellingsOf, spellingTables, WINDOW_MUL, WINDOW_SHIFT } from './spellings.ts';
 
 /** Shorter values are not filtered (they would mask ordinary text); the start-up log names them. */
 const MIN_SECRET_LENGTH = 8;
@@ -147,30 +147,35 @@ function textSuspect(secrets: Secrets, text: string): boolean {
   const last = text.length - 4;
   if (text.length < secrets.shortest || last < 0) return false;
   const { windows: W, stride, run, alphabet: A } = secrets;
-  const word = (p: number): number =>
-    (text.charCodeAt(p) & 0xff) | ((text.charCodeAt(p + 1) & 0xff) << 8) | ((text.charCodeAt(p + 2) & 0xff) << 16) | ((text.charCodeAt(p + 3) & 0xff) << 24);
-  const hit = (raw: number): boolean => {
-    if (((raw - 0x01010101) & ~raw & 0x80808080) !== 0) return !twoNuls(raw);
-    const slot = windowSlot(raw | 0x20202020);
-    return ((W[slot >>> 5] as number) & (1 << (slot & 31))) !== 0;
-  };
+  // Plain functions, not closures: this runs on every header of every response.
   for (let p = 0; p <= last; p += stride) {
-    if (((A[text.charCodeAt(p) & 0xff] as number) & (A[text.charCodeAt(p + 3) & 0xff] as number)) === 0 || !hit(word(p))) continue;
+    if (((A[text.charCodeAt(p) & 0xff] as number) & (A[text.charCodeAt(p + 3) & 0xff] as number)) === 0 || !windowHit(W, textWord(text, p))) continue;
     let n = 1;
-    for (let q = p - 4; q >= 0 && n < run && hit(word(q)); q -= 4) n++;
-    for (let q = p + 4; q <= last && n < run && hit(word(q)); q += 4) n++;
+    for (let q = p - 4; q >= 0 && n < run && windowHit(W, textWord(text, q)); q -= 4) n++;
+    for (let q = p + 4; q <= last && n < run && windowHit(W, textWord(text, q)); q += 4) n++;
     if (n >= run) return true;
   }
   return false;
 }
 
-/** The 4-byte window at `p`, folded: in the table, or holding a NUL (a NUL may sit anywhere in a UTF-16 spelling). */
-function candidate(view: DataView, p: number, windows: Uint32Array): boolean {
-  const raw = view.getInt32(p, true);
+/** The 4-byte window of `text` at `p`, read as Latin-1 bytes, little-endian. */
+function textWord(text: string, p: number): number {
+  return (
+    (text.charCodeAt(p) & 0xff) | ((text.charCodeAt(p + 1) & 0xff) << 8) | ((text.charCodeAt(p + 2) & 0xff) << 16) | ((text.charCodeAt(p + 3) & 0xff) << 24)
+  );
+}
+
+/** A 4-byte window, folded: in the table, or holding a NUL (a NUL may sit anywhere in a UTF-16 spelling). */
+function windowHit(windows: Uint32Array, raw: number): boolean {
   // Some byte is zero (the classic test: a borrow into the top bit of a byte that was 0).
   if (((raw - 0x01010101) & ~raw & 0x80808080) !== 0) return !twoNuls(raw);
   const slot = Math.imul(raw | 0x20202020, WINDOW_MUL) >>> WINDOW_SHIFT;
   return ((windows[slot >>> 5] as number) & (1 << (slot & 31))) !== 0;
+}
+
+/** The window at `p` of a body (windowHit). */
+function candidate(view: DataView, p: number, windows: Uint32Array): boolean {
+  return windowHit(windows, view.getInt32(p, true));
 }
 
 /**
