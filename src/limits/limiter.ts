@@ -270,6 +270,26 @@ export class Limiter {
    * Otherwise what is left of the route's budget by the fleet's figures
    * (null without a budget).
    */
+  /** The fleet's quota is all granted: the key's figure is what the fleet counted (as last read), at least the quota. */
+  #quotaRefused(leases: Leases, keyId: string, quota: { readonly count: number; readonly period: Period }, q: string, at: number): Refused {
+    const used = Math.max(quota.count, this.#fleetRequests(keyId, quota.period, at) + leases.reserved(keyId, 'quota', q));
+    return periodOver('quota_exceeded', quota.count, quota.period, at, used, null);
+  }
+
+  /** The fleet's budget on `route` is all granted: what the fleet spent (as last read), at least the budget. */
+  #budgetRefused(
+    leases: Leases,
+    keyId: string,
+    route: string,
+    kind: string,
+    budget: { readonly amount: number; readonly period: Period },
+    b: string,
+    at: number,
+  ): Refused {
+    const spent = Math.max(budget.amount, this.#fleetCost(keyId, route, budget.period, at) + leases.reserved(keyId, kind, b));
+    return periodOver('budget_exceeded', budget.amount, budget.period, at, spent, route);
+  }
+
   #beforeLease(leases: Leases, keyId: string, policy: Policy, route: string, at: number): Refused | number | null {
     const quota = policy.quota;
     const budget = policy.budgets.get(route);
@@ -323,35 +343,16 @@ export class Limiter {
     // nothing a refusal reads unless it admits.
     if (quota !== null) {
       const took = leases.take(keyId, 'quota', q, quota.count, 1);
-      // The fleet's allowance is all granted: the key's figure is what the fleet counted (as last read), at least the quota.
-      const refused = (): Refused =>
-        periodOver(
-          'quota_exceeded',
-          quota.count,
-          quota.period,
-          at,
-          Math.max(quota.count, this.#fleetRequests(keyId, quota.period, at) + leases.reserved(keyId, 'quota', q)),
-          null,
-        );
-      if (took instanceof Promise) return later(took, refused());
-      if (!took) return refused();
+      if (took instanceof Promise) return later(took, this.#quotaRefused(leases, keyId, quota, q, at));
+      if (!took) return this.#quotaRefused(leases, keyId, quota, q, at);
     }
     const untake = (): void => {
       if (quota !== null) leases.settle(keyId, 'quota', q, 1, 0);
     };
     if (budget !== undefined) {
       const took = leases.take(keyId, kind, b, budget.amount, estimate);
-      const refused = (): Refused =>
-        periodOver(
-          'budget_exceeded',
-          budget.amount,
-          budget.period,
-          at,
-          Math.max(budget.amount, this.#fleetCost(keyId, route, budget.period, at) + leases.reserved(keyId, kind, b)),
-          route,
-        );
       if (took !== true) {
-        const refusal = refused();
+        const refusal = this.#budgetRefused(leases, keyId, route, kind, budget, b, at);
         untake();
         return took instanceof Promise ? later(took, refusal) : refusal;
       }
