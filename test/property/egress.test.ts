@@ -253,7 +253,8 @@ test('the sampled scan and the full decoder find the same occurrences, on bytes 
 // candidates after each block (egress.ts, SCAN_BLOCK). A secret planted in
 // any spelling (as it is, most often: then it holds a single sampled window)
 // at every offset around the first two block ends of a body of bytes no
-// spelling holds is found exactly there, on every side of every boundary.
+// spelling holds is found there whole, and nothing outside it, on every
+// side of every boundary.
 test('a secret is found at every offset around the scan’s block boundaries', () => {
   fc.assert(
     fc.property(
