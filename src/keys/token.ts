@@ -58,6 +58,46 @@ export function tokenDigestBytes(token: string): Buffer {
 }
 
 /**
+ * Equal strings, compared in a time that depends on their length only,
+ * never on where they first differ: a connection's memo (below) must not
+ * tell a caller how much of a guess matched what it holds.
+ */
+export function sameText(a: string, b: string): boolean {
+  if (a.length !== b.length) return false;
+  let diff = 0;
+  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
+  return diff === 0;
+}
+
+/**
+ * The last well-formed token one client connection presented, and its
+ * digest (docs/authentication.md, "One connection, one digest"). A
+ * keep-alive client sends the same token on every request: its shape,
+ * checksum and SHA-256 are worked out once per connection instead of once
+ * per request. Only what is a pure function of the token is kept, never
+ * whether it opens a key: every request still looks its digest up in the
+ * key set in force, so a revocation takes effect on the next request of an
+ * open connection as on any other. A different token (a client behind a
+ * proxy that pools connections) is checked and hashed as usual, and
+ * replaces the memo.
+ */
+export class TokenMemo {
+  #token: string | null = null;
+  #digest: Buffer | null = null;
+
+  /** The digest of `token` when it is the token remembered here; null otherwise (check its shape and hash it). */
+  digestOf(token: string): Buffer | null {
+    return this.#token !== null && sameText(this.#token, token) ? this.#digest : null;
+  }
+
+  /** `token` is well-formed and `digest` is its tokenDigestBytes. */
+  remember(token: string, digest: Buffer): void {
+    this.#token = token;
+    this.#digest = digest;
+  }
+}
+
+/**
  * Anything shaped like a client token as it may travel in a URL or a header:
  * any case (a lower-cased token is still a leak) and any character
  * percent-encoded (`%6Bw_…`, `kw%5F…`), since the upstream's parser decodes

@@ -15,7 +15,7 @@ import { runGuards } from './guards.ts';
 import { upstreamRequestHeaders } from './headers.ts';
 import type { LastUse } from '../keys/last-use.ts';
 import type { KeySet, Lookup, Principal } from '../keys/keyset.ts';
-import { isWellFormed, redactTokens } from '../keys/token.ts';
+import { isWellFormed, redactTokens, tokenDigestBytes, TokenMemo } from '../keys/token.ts';
 import { neverConnected } from './outcome.ts';
 import type { AuthFailure, Metrics } from '../observe/metrics.ts';
 import { capParam, dropParams } from './query.ts';
@@ -94,12 +94,37 @@ function hasBody(req: GatewayRequest): boolean {
   return req.headers['transfer-encoding'] !== undefined || (cl !== undefined && cl !== '0');
 }
 
-/** Authenticate: the key's lookup (refused or not), or why there is none. Pure but for the key set's own bookkeeping. */
-export function authenticate(headers: IncomingHttpHeaders, url: string, table: RouteTable, keys: KeySet, now: number): Lookup | AuthFailure {
+/**
+ * Authenticate: the key's lookup (refused or not), or why there is none.
+ * Pure but for the key set's own bookkeeping and `memo`, the connection's
+ * last token and its digest (keys/token.ts, TokenMemo): the same token
+ * again is neither checked nor hashed again, but still looked up.
+ */
+export function authenticate(
+  headers: IncomingHttpHeaders,
+  url: string,
+  table: RouteTable,
+  keys: KeySet,
+  now: number,
+  memo: TokenMemo | null = null,
+): Lookup | AuthFailure {
   const token = presentedToken(headers, url, table);
   if (token === null) return 'missing';
-  if (!isWellFormed(token)) return 'malformed';
-  return keys.lookup(token, now) ?? 'unknown';
+  let digest = memo === null ? null : memo.digestOf(token);
+  if (digest === null) {
+    if (!isWellFormed(token)) return 'malformed';
+    digest = tokenDigestBytes(token);
+    memo?.remember(token, digest);
+  }
+  return keys.lookupDigest(digest, now) ?? 'unknown';
+}
+
+/** Each client connection's TokenMemo, made with its first authenticated request. */
+const MEMO = Symbol('keyward.tokenMemo');
+type Remembering = Socket & { [MEMO]?: TokenMemo };
+
+function memoOf(socket: Socket): TokenMemo {
+  return ((socket as Remembering)[MEMO] ??= new TokenMemo());
 }
 
 /** An authenticated request routed: its route, where it goes, the path below the prefix and the query to forward. */
@@ -160,7 +185,8 @@ class RequestPipeline implements Pipeline {
     const ex = new Exchange(this.#id(), req, url);
     ex.res = res;
     req.exchange = ex;
-    res.once('close', this.#onResponseClose);
+    // `on`, not `once`: a response closes once, and `once` wraps the listener anew for every request.
+    res.on('close', this.#onResponseClose);
     // Pipelined behind a response that closes this connection: the client
     // will never see an answer, so nothing of it may reach (and bill) an upstream.
     if (isClosing(req.socket)) return ex.settle({ by: 'client', reason: 'connection_closing' });
@@ -200,7 +226,7 @@ class RequestPipeline implements Pipeline {
   /** The key, or null with the failure counted and recorded (the key is recorded when it is known, refused or not). */
   #principal(ex: Exchange, table: RouteTable, keys: KeySet | null): Principal | null {
     const now = Date.now();
-    const found = keys === null ? 'unknown' : authenticate(ex.req.headers, ex.url, table, keys, now);
+    const found = keys === null ? 'unknown' : authenticate(ex.req.headers, ex.url, table, keys, now, memoOf(ex.req.socket));
     if (typeof found === 'string') return this.#unauthenticated(ex, found);
     ex.principal = found.principal;
     if (found.refusal !== null) return this.#unauthenticated(ex, found.refusal);

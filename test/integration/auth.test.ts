@@ -2,8 +2,9 @@
 import assert from 'node:assert/strict';
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { test } from 'node:test';
-import { request } from '../support/client.ts';
-import { eventually } from '../support/deadline.ts';
+import net from 'node:net';
+import { raw, request, statusLines } from '../support/client.ts';
+import { deadline, eventually } from '../support/deadline.ts';
 import { startGateway, type TestGateway } from '../support/gateway.ts';
 import { startUpstream, type MockUpstream } from '../support/upstream.ts';
 import { createKey, revokeKey } from '../../src/keys/manage.ts';
@@ -77,6 +78,85 @@ test('a revoked key is refused within one second, a new key accepted within one 
     const fresh = await createKey(gw.store, 'newcomer');
     await eventually(async () => (await request(url, { headers: { authorization: `Bearer ${fresh.token}` } })).status === 200, 1_000, 'new key accepted');
     assert.ok(gw.logs().some((l) => l.msg === 'keys reloaded'));
+  });
+});
+
+/** One connection kept open: `send` writes a request and resolves with the bytes of its response (one with a Content-Length). */
+function connection(port: number): { send(bytes: string): Promise<string>; close(): void } {
+  const socket = net.connect(port, '127.0.0.1');
+  socket.setEncoding('latin1');
+  let received = '';
+  let waiting: (() => void) | null = null;
+  socket.on('data', (d: string) => {
+    received += d;
+    waiting?.();
+  });
+  const complete = (): string | null => {
+    const end = received.indexOf('\r\n\r\n');
+    if (end < 0) return null;
+    const length = Number(/\r\ncontent-length: (\d+)/i.exec(received.slice(0, end))?.[1] ?? 0);
+    if (received.length < end + 4 + length) return null;
+    const one = received.slice(0, end + 4 + length);
+    received = received.slice(end + 4 + length);
+    return one;
+  };
+  return {
+    send: (bytes) =>
+      deadline(
+        new Promise<string>((resolve) => {
+          waiting = () => {
+            const one = complete();
+            if (one !== null) {
+              waiting = null;
+              resolve(one);
+            }
+          };
+          socket.write(bytes);
+        }),
+        5_000,
+        'an answer on the open connection',
+      ),
+    close: () => socket.destroy(),
+  };
+}
+
+test('one connection, several tokens: each request is its own key, a malformed one is refused between them, and a revocation stops the very next request of an open connection', async () => {
+  await withGateway(async (gw) => {
+    const second = await createKey(gw.store, 'second-holder');
+    const ask = (token: string): string => `GET /keyward/key HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${token}\r\n\r\n`;
+    await eventually(
+      async () => (await request(`${gw.url}/keyward/key`, { headers: { authorization: `Bearer ${second.token}` } })).status === 200,
+      5_000,
+      'second key loaded',
+    );
+    // Pipelined on one connection: the key of each answer is the key of its own token.
+    const order = [gw.token, second.token, gw.token, `${gw.token.slice(0, -1)}!`, gw.token, second.token];
+    const got = await raw(gw.port, order.map(ask).join(''), { until: (r) => statusLines(r).length === order.length });
+    assert.deepEqual(
+      statusLines(got).map((l) => l.slice(9, 12)),
+      ['200', '200', '200', '401', '200', '200'],
+    );
+    assert.deepEqual(
+      [...got.matchAll(/"name":"([^"]+)"/g)].map((m) => m[1]),
+      ['tester', 'second-holder', 'tester', 'tester', 'second-holder'],
+    );
+
+    // Open across a revocation: the connection's next request is refused.
+    const open = connection(gw.port);
+    try {
+      assert.match(await open.send(ask(gw.token)), /^HTTP\/1\.1 200/);
+      await revokeKey(gw.store, gw.keyId);
+      await eventually(
+        async () => (await request(`${gw.url}/keyward/key`, { headers: { authorization: `Bearer ${gw.token}` } })).status === 401,
+        5_000,
+        'revocation in force',
+      );
+      assert.match(await open.send(ask(gw.token)), /^HTTP\/1\.1 401/);
+      assert.match(await open.send(ask(second.token)), /^HTTP\/1\.1 200/);
+      assert.match(await open.send(ask(gw.token)), /^HTTP\/1\.1 401/);
+    } finally {
+      open.close();
+    }
   });
 });
 

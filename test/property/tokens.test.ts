@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
 import { basicPassword, bearerToken } from '../../src/request/auth.ts';
-import { containsTokenLike, generateToken, isWellFormed, redactTokens } from '../../src/keys/token.ts';
+import { containsTokenLike, generateToken, isWellFormed, redactTokens, sameText, tokenDigestBytes, TokenMemo } from '../../src/keys/token.ts';
 
 const ALPHABET = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
 const tokens = fc.constant(null).map(() => generateToken());
@@ -17,6 +17,30 @@ test('every generated token is well formed; any one changed character breaks its
       assert.equal(isWellFormed(token.slice(0, i) + ch + token.slice(i + 1)), false);
     }),
     { numRuns: 1_000 },
+  );
+});
+
+test('sameText is string equality, for any strings and for tokens one character apart', () => {
+  fc.assert(fc.property(fc.string(), fc.string(), (a, b) => assert.equal(sameText(a, b), a === b)));
+  fc.assert(
+    fc.property(tokens, fc.nat(), fc.constantFrom(...ALPHABET.split('')), (token, at, ch) => {
+      const i = at % token.length;
+      const other = token.slice(0, i) + ch + token.slice(i + 1);
+      assert.equal(sameText(token, other), token === other);
+      assert.equal(sameText(token, token.slice(0, i)), i === token.length);
+    }),
+  );
+});
+
+test("a connection's memo gives a digest for the token it remembers, and for no other", () => {
+  fc.assert(
+    fc.property(tokens, fc.string({ maxLength: 60 }), (token, other) => {
+      const memo = new TokenMemo();
+      assert.equal(memo.digestOf(token), null);
+      memo.remember(token, tokenDigestBytes(token));
+      assert.deepEqual(memo.digestOf(token), tokenDigestBytes(token));
+      assert.equal(memo.digestOf(other), other === token ? memo.digestOf(token) : null);
+    }),
   );
 });
 

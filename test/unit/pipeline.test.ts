@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { loadConfig } from '../../src/config/load.ts';
 import { KeySet, type KeyRecord } from '../../src/keys/keyset.ts';
-import { generateToken, tokenDigest } from '../../src/keys/token.ts';
+import { generateToken, tokenDigest, tokenDigestBytes, TokenMemo } from '../../src/keys/token.ts';
 import { buildRuntime } from '../../src/process/runtime.ts';
 import { ERRORS } from '../../src/request/errors.ts';
 import { authenticate, routeOf } from '../../src/request/pipeline.ts';
@@ -44,6 +44,34 @@ test('authenticate: missing, malformed, unknown, refused with the key named, and
   assert.ok(typeof found !== 'string');
   assert.equal(found.refusal, null);
   assert.equal(found.principal.id, 'key_1');
+});
+
+test("authenticate with a connection's memo: the same token's digest is taken from it, and still looked up in the key set in force", () => {
+  const now = Date.now();
+  const memo = new TokenMemo();
+  const first = authenticate({ authorization: `Bearer ${token}` }, '/scraper/v2/x', rt.table, keys, now, memo);
+  assert.ok(typeof first !== 'string');
+  assert.equal(first.principal.id, 'key_1');
+  assert.deepEqual(memo.digestOf(token), tokenDigestBytes(token));
+  // Proof that a remembered digest is used as it is, not worked out again:
+  // a memo holding another key's digest for this token names that key.
+  const planted = new TokenMemo();
+  planted.remember(token, tokenDigestBytes(revokedToken));
+  const fromMemo = authenticate({ authorization: `Bearer ${token}` }, '/scraper/v2/x', rt.table, keys, now, planted);
+  assert.ok(typeof fromMemo !== 'string');
+  assert.deepEqual([fromMemo.principal.id, fromMemo.refusal], ['key_2', 'revoked']);
+  // The key set in force decides: the same memo against a set where the key is revoked.
+  const revokedSet = new KeySet([{ ...key, revoked: new Date(now - 1_000).toISOString() }]);
+  const later = authenticate({ authorization: `Bearer ${token}` }, '/scraper/v2/x', rt.table, revokedSet, now, memo);
+  assert.ok(typeof later !== 'string');
+  assert.equal(later.refusal, 'revoked');
+  // A malformed token is refused and leaves the memo as it was; another token replaces it.
+  assert.equal(authenticate({ authorization: `Bearer ${token.slice(0, -1)}!` }, '/scraper/v2/x', rt.table, keys, now, memo), 'malformed');
+  assert.deepEqual(memo.digestOf(token), tokenDigestBytes(token));
+  const other = generateToken();
+  assert.equal(authenticate({ authorization: `Bearer ${other}` }, '/scraper/v2/x', rt.table, keys, now, memo), 'unknown');
+  assert.equal(memo.digestOf(token), null);
+  assert.deepEqual(memo.digestOf(other), tokenDigestBytes(other));
 });
 
 test('routeOf: a route, the query without the client credential, and the target with the master credential', () => {
