@@ -171,22 +171,7 @@ export interface RequestFields {
 export type RequestLevel = 'info' | 'warn' | 'error';
 
 const LEVEL_VALUES: Readonly<Record<RequestLevel, number>> = { info: 30, warn: 40, error: 50 };
-/** Printable ASCII without a quote or a backslash: JSON.stringify would return it quoted as it is. */
-function plain(s: string): boolean {
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    if (c < 0x20 || c > 0x7e || c === 0x22 || c === 0x5c) return false;
-  }
-  return true;
-}
-
-/**
- * A field as JSON. The fields of a line are mostly ids, names and paths in
- * plain ASCII: quoted as they are, 70–90 ns a field against 170–190 through
- * JSON.stringify, nine string fields a line (bench/README.md). Anything else
- * goes through JSON.stringify, so the line stays pino's byte for byte.
- */
-const str = (s: string | null): string => (s === null ? 'null' : plain(s) ? `"${s}"` : JSON.stringify(s));
+const str = (s: string | null): string => (s === null ? 'null' : JSON.stringify(s));
 
 /**
  * The request line, serialised by a fixed template and written straight to
