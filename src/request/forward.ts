@@ -83,41 +83,19 @@ export function expire(ex: Exchange, what: Expiry): void {
   }
 }
 
-/**
- * The exchange an upstream request or response belongs to, set on it just
- * before a listener that reads it is added: the listeners below are shared
- * functions that find it on `this`, not closures made for every request.
- */
-const EXCHANGE = Symbol('keyward.exchange');
-type Linked = { [EXCHANGE]?: Exchange };
-
-function link(emitter: http.ClientRequest | http.IncomingMessage, ex: Exchange): void {
-  (emitter as Linked)[EXCHANGE] = ex;
-}
-
-function linkedExchange(emitter: http.ClientRequest | http.IncomingMessage): Exchange {
-  const ex = (emitter as Linked)[EXCHANGE];
-  if (ex === undefined) throw new Error('an upstream listener ran without its exchange');
-  return ex;
-}
-
-function onProxyReq(proxyReq: http.ClientRequest, req: http.IncomingMessage): void {
+function onProxyReq(proxyReq: http.ClientRequest, req: http.IncomingMessage, res: ServerResponse): void {
   const ex = exchangeOf(req);
   ex.proxyReq = proxyReq;
   if (ex.settled || ex.closed) {
     proxyReq.destroy();
     return;
   }
-  link(proxyReq, ex);
   // Only a listener stops Node from destroying the socket silently (and the
   // client waiting for an answer that never comes).
-  proxyReq.on('upgrade', onUpgrade);
-}
-
-function onUpgrade(this: http.ClientRequest, _proxyRes: http.IncomingMessage, socket: Duplex): void {
-  socket.destroy();
-  const ex = linkedExchange(this);
-  unexpectedSwitch(ex, ex.response);
+  proxyReq.on('upgrade', (_proxyRes: http.IncomingMessage, socket: Duplex) => {
+    socket.destroy();
+    unexpectedSwitch(ex, res);
+  });
 }
 
 function unexpectedSwitch(ex: Exchange, res: ServerResponse): void {
@@ -158,22 +136,21 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
   }
   ex.bodiless = bodiless(proxyRes.statusCode as number, req.method);
   ex.upstreamResponse = proxyRes;
-  link(proxyRes, ex);
-  closeOnAbort(proxyRes);
+  closeOnAbort(ex, proxyRes, res);
   const headers = downstreamResponseHeaders(proxyRes.rawHeaders);
   const inHeaders = maskHeaders(secrets, headers);
   if (inHeaders !== null) ex.masked = inHeaders;
+  const head = (): boolean => writeHead(ex, res, proxyRes, headers);
   const cost = costReader(ex, proxyRes, secrets, decoders.list.length > 0);
   if (decoders.list.length === 0) {
     // After the rest of this parse: stray bytes behind a complete response
     // fail the upstream request in the same tick (onError), and the client
     // must then be told the connection closes after this response.
     queueMicrotask(() => {
-      if (!ex.settled && !ex.closed && writeHead(ex, res, proxyRes, headers)) relayPlain({ up: proxyRes, res, ex, secrets, limits, onSecret, cost });
+      if (!ex.settled && !ex.closed && head()) relayPlain({ up: proxyRes, res, ex, secrets, limits, onSecret, cost });
     });
     return;
   }
-  const head = (): boolean => writeHead(ex, res, proxyRes, headers);
   // A compressed body's head waits for its first clean decoded bytes: one
   // that does not decode gets a 502, not a 200 and a cut.
   relayCompressed({
@@ -201,25 +178,15 @@ function unscannableTransfer(proxyRes: http.IncomingMessage, secrets: Secrets): 
   return !secrets.empty && te !== undefined && te.trim().toLowerCase() !== 'chunked';
 }
 
-/**
- * An upstream that dies mid-body: the status is already out, so the only
- * honest signal left is to close the client's connection at once. The
- * response is linked to its exchange (onProxyRes).
- */
-function closeOnAbort(proxyRes: http.IncomingMessage): void {
-  proxyRes.on('error', ignore);
-  // `on`, not `once`: a response closes once.
-  proxyRes.on('close', onUpstreamClose);
-}
-
-function ignore(): void {}
-
-function onUpstreamClose(this: http.IncomingMessage): void {
-  const ex = linkedExchange(this);
-  if (!this.complete && !ex.closed && !ex.bodiless) {
-    ex.fail(upstream('aborted'));
-    ex.response.destroy();
-  }
+/** An upstream that dies mid-body: the status is already out, so the only honest signal left is to close the client's connection at once. */
+function closeOnAbort(ex: Exchange, proxyRes: http.IncomingMessage, res: ServerResponse): void {
+  proxyRes.on('error', () => undefined);
+  proxyRes.once('close', () => {
+    if (!proxyRes.complete && !ex.closed && !ex.bodiless) {
+      ex.fail(upstream('aborted'));
+      res.destroy();
+    }
+  });
 }
 
 /** The response head to the client; false (and a 502) for a header Node refuses to write. */
