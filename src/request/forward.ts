@@ -140,17 +140,17 @@ function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, r
   const headers = downstreamResponseHeaders(proxyRes.rawHeaders);
   const inHeaders = maskHeaders(secrets, headers);
   if (inHeaders !== null) ex.masked = inHeaders;
-  const head = (): boolean => writeHead(ex, res, proxyRes, headers);
   const cost = costReader(ex, proxyRes, secrets, decoders.list.length > 0);
   if (decoders.list.length === 0) {
     // After the rest of this parse: stray bytes behind a complete response
     // fail the upstream request in the same tick (onError), and the client
     // must then be told the connection closes after this response.
     queueMicrotask(() => {
-      if (!ex.settled && !ex.closed && head()) relayPlain({ up: proxyRes, res, ex, secrets, limits, onSecret, cost });
+      if (!ex.settled && !ex.closed && writeHead(ex, res, proxyRes, headers)) relayPlain({ up: proxyRes, res, ex, secrets, limits, onSecret, cost });
     });
     return;
   }
+  const head = (): boolean => writeHead(ex, res, proxyRes, headers);
   // A compressed body's head waits for its first clean decoded bytes: one
   // that does not decode gets a 502, not a 200 and a cut.
   relayCompressed({
@@ -178,10 +178,13 @@ function unscannableTransfer(proxyRes: http.IncomingMessage, secrets: Secrets): 
   return !secrets.empty && te !== undefined && te.trim().toLowerCase() !== 'chunked';
 }
 
+function ignore(): void {}
+
 /** An upstream that dies mid-body: the status is already out, so the only honest signal left is to close the client's connection at once. */
 function closeOnAbort(ex: Exchange, proxyRes: http.IncomingMessage, res: ServerResponse): void {
-  proxyRes.on('error', () => undefined);
-  proxyRes.once('close', () => {
+  proxyRes.on('error', ignore);
+  // `on`, not `once`: a response closes once, and `once` wraps the listener anew.
+  proxyRes.on('close', () => {
     if (!proxyRes.complete && !ex.closed && !ex.bodiless) {
       ex.fail(upstream('aborted'));
       res.destroy();
