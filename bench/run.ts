@@ -54,6 +54,8 @@ const dir = mkdtempSync(join(tmpdir(), 'keyward-bench-'));
 const secrets: Secrets = benchSecrets(randomBytes(8).toString('hex'), generateToken());
 
 /** A keys file with the bench key and `count - 1` others; `limits` on the bench key (none by default). */
+/** Files made so far: each gateway gets a keys file, and so a usage ledger and a last-use file, of its own. */
+let keysFileSeq = 0;
 function keysFile(count: number, limits?: KeyRecord['limits']): string {
   const now = new Date().toISOString();
   const records: KeyRecord[] = [
@@ -77,7 +79,7 @@ function keysFile(count: number, limits?: KeyRecord['limits']): string {
       revoked: null,
     });
   }
-  const path = join(dir, `keys-${count}${limits === undefined ? '' : '-limited'}.json`);
+  const path = join(dir, `keys-${count}${limits === undefined ? '' : '-limited'}-${(keysFileSeq += 1)}.json`);
   writeFileSync(path, serialiseKeysFile(records));
   return path;
 }
