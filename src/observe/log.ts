@@ -1,11 +1,19 @@
 // pino setup and the fixed log lines (docs/logs.md). The request line is the
 // only per-request output; it carries ids and sizes, never a header value.
 import pino, { type DestinationStream, type Logger } from 'pino';
+import { lineBound, writeLine, type RequestFields } from './line-bytes.ts';
+
+export type { RequestFields };
 
 export type { Logger };
 
-/** The destination's entry for request lines, which may wait to be written with others. */
+/** The destination's entry for request lines, which are written into its batch buffer as bytes. */
 const BATCHED = Symbol('keyward.batched');
+
+interface Batched {
+  /** `time`: pino's time piece, or null for the epoch time in ms. */
+  request(level: number, time: string | null, bindings: string, f: RequestFields): void;
+}
 
 export interface LogHandle {
   readonly logger: Logger;
@@ -38,7 +46,7 @@ export function createLogger(level: string, destination?: DestinationStream, fd:
       batcher.drain();
       return true;
     },
-    [BATCHED]: (line: string): void => batcher.append(line),
+    [BATCHED]: batcher satisfies Batched,
   };
   const timer = setInterval(() => batcher.tick(), 1000);
   timer.unref();
@@ -99,6 +107,17 @@ class LineBatcher {
     if (this.#used >= FULL) this.drain();
   }
 
+  /** The request line, written as bytes where it goes (line-bytes.ts); a line too long for the buffer goes as a string. */
+  request(level: number, time: string | null, bindings: string, f: RequestFields): void {
+    const bound = lineBound(time, bindings, f);
+    if (this.#used + bound > SIZE) {
+      this.drain();
+      if (bound > SIZE) return this.append(templateLine(level, time ?? `,"time":${Date.now()}`, bindings, f));
+    }
+    this.#used = writeLine(this.#buf, this.#used, level, time, bindings, f);
+    if (this.#used >= FULL) this.drain();
+  }
+
   drain(): void {
     if (this.#used === 0) return;
     let out: Buffer;
@@ -148,26 +167,6 @@ class LineBatcher {
   }
 }
 
-/** The fields of the per-request line (docs/logs.md), in the order they are written. */
-export interface RequestFields {
-  readonly reqId: string;
-  readonly client: string | null;
-  readonly keyId: string | null;
-  readonly keyName: string | null;
-  readonly route: string | null;
-  readonly method: string;
-  readonly path: string;
-  readonly status: number | null;
-  readonly bytesIn: number | null;
-  readonly bytesOut: number;
-  readonly durationMs: number;
-  readonly ttfbMs: number | null;
-  readonly error: string | null;
-  /** Why a token was refused (401): missing, malformed, unknown, revoked or expired; null otherwise. */
-  readonly authFailure: string | null;
-  readonly aborted: boolean;
-}
-
 export type RequestLevel = 'info' | 'warn' | 'error';
 
 const LEVEL_VALUES: Readonly<Record<RequestLevel, number>> = { info: 30, warn: 40, error: 50 };
@@ -188,14 +187,22 @@ export function requestLogger(logger: Logger): (level: RequestLevel, f: RequestF
     return (level, f) => logger[level](f, 'request completed');
   }
   const internals = logger as unknown as Record<symbol, unknown>;
-  const batch = stream[BATCHED] as ((line: string) => void) | undefined;
-  const write = batch === undefined ? (line: string): unknown => stream.write(line) : batch;
+  const batched = stream[BATCHED] as Batched | undefined;
+  if (batched !== undefined) {
+    return (level, f) => {
+      if (LEVEL_VALUES[level] < logger.levelVal) return;
+      const time = internals[pino.symbols.timeSym] as () => string;
+      batched.request(LEVEL_VALUES[level], time === pino.stdTimeFunctions.epochTime ? null : time(), internals[pino.symbols.chindingsSym] as string, f);
+    };
+  }
   return (level, f) => {
     if (LEVEL_VALUES[level] < logger.levelVal) return;
     const time = (internals[pino.symbols.timeSym] as () => string)();
-    const bindings = internals[pino.symbols.chindingsSym] as string;
-    write(
-      `{"level":${LEVEL_VALUES[level]}${time}${bindings},"reqId":${str(f.reqId)},"client":${str(f.client)},"keyId":${str(f.keyId)},"keyName":${str(f.keyName)},"route":${str(f.route)},"method":${str(f.method)},"path":${str(f.path)},"status":${f.status},"bytesIn":${f.bytesIn},"bytesOut":${f.bytesOut},"durationMs":${f.durationMs},"ttfbMs":${f.ttfbMs},"error":${str(f.error)},"authFailure":${str(f.authFailure)},"aborted":${f.aborted},"msg":"request completed"}\n`,
-    );
+    stream.write(templateLine(LEVEL_VALUES[level], time, internals[pino.symbols.chindingsSym] as string, f));
   };
+}
+
+/** The request line as pino would write it: level, time, the logger's bindings, the fields, msg. */
+export function templateLine(level: number, time: string, bindings: string, f: RequestFields): string {
+  return `{"level":${level}${time}${bindings},"reqId":${str(f.reqId)},"client":${str(f.client)},"keyId":${str(f.keyId)},"keyName":${str(f.keyName)},"route":${str(f.route)},"method":${str(f.method)},"path":${str(f.path)},"status":${f.status},"bytesIn":${f.bytesIn},"bytesOut":${f.bytesOut},"durationMs":${f.durationMs},"ttfbMs":${f.ttfbMs},"error":${str(f.error)},"authFailure":${str(f.authFailure)},"aborted":${f.aborted},"msg":"request completed"}\n`;
 }
