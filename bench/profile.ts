@@ -1,4 +1,5 @@
-// Where the CPU goes: `npm run bench:profile -- small 8`, or `-- stream 8 --peer`.
+// Where the CPU goes: `npm run bench:profile -- small 8`, or `-- stream 8 --peer`,
+// or `-- small 8 --limited` (the bench key with every limit).
 // Starts the bench upstream and keyward (and with --peer the naive
 // http-proxy-3 peer) with --cpu-prof, drives the same load at each in turn,
 // stops them cleanly (which writes the profiles) and prints, per request:
@@ -21,7 +22,7 @@ import { serialiseKeysFile } from '../src/keys/file-store.ts';
 import { generateToken, tokenDigest } from '../src/keys/token.ts';
 import { providerEnv, UPSTREAMS } from '../src/request/routes.ts';
 import { KEYWARD_NODE_FLAGS } from './flags.ts';
-import { benchSecrets, freePort, NODE_ARGS, startUpstreamProcess, waitReady, type Secrets } from './systems.ts';
+import { benchSecrets, EVERY_LIMIT, freePort, NODE_ARGS, startUpstreamProcess, waitReady, type Secrets } from './systems.ts';
 
 interface Node {
   id: number;
@@ -34,7 +35,7 @@ interface Profile {
   timeDeltas: number[];
 }
 
-const { values: args, positionals } = parseArgs({ allowPositionals: true, options: { peer: { type: 'boolean' } } });
+const { values: args, positionals } = parseArgs({ allowPositionals: true, options: { peer: { type: 'boolean' }, limited: { type: 'boolean' } } });
 const scenario = positionals[0] ?? 'small';
 const seconds = Number(positionals[1] ?? 8);
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -44,7 +45,16 @@ const keys = join(dir, 'keys.json');
 writeFileSync(
   keys,
   serialiseKeysFile([
-    { id: 'key_p', name: 'p', digest: `sha256:${tokenDigest(s.clientToken)}`, created: new Date().toISOString(), expires: null, revoked: null },
+    {
+      id: 'key_p',
+      name: 'p',
+      digest: `sha256:${tokenDigest(s.clientToken)}`,
+      created: new Date().toISOString(),
+      expires: null,
+      revoked: null,
+      // --limited: the bench's key with every limit (none reached), to read what admission and accounting cost.
+      ...(args.limited === true ? { limits: EVERY_LIMIT } : {}),
+    },
   ]),
 );
 const extraEnv = Object.fromEntries(

@@ -21,7 +21,20 @@ import { generateToken, tokenDigest } from '../src/keys/token.ts';
 import { machine, rssBytes } from './proc.ts';
 import { SCENARIOS, type Measurement, type Options } from './scenarios.ts';
 import { between, scrape, type Cause, type Scrape } from './tail.ts';
-import { benchSecrets, direct, keyward, naive, nginx, nginxBinary, NODE_ARGS, ROOT, startUpstreamProcess, type Secrets, type System } from './systems.ts';
+import {
+  benchSecrets,
+  direct,
+  EVERY_LIMIT,
+  keyward,
+  naive,
+  nginx,
+  nginxBinary,
+  NODE_ARGS,
+  ROOT,
+  startUpstreamProcess,
+  type Secrets,
+  type System,
+} from './systems.ts';
 
 const { values: args } = parseArgs({
   options: {
@@ -114,19 +127,6 @@ const worktrees: string[] = [];
 const NO_LOG = 'keyward, no log line';
 const NO_FILTER = 'keyward, egress filter off';
 const LIMITED = 'keyward, key with every limit';
-/**
- * Every limit set, none ever reached: what admission and accounting cost a
- * request. The small request is a scraper run-start, so with the scraper's
- * budget it is also the row "a scraper request with and without a budget":
- * its run capped (`maxTotalChargeUsd` appended) and settled after the fact.
- */
-const EVERY_LIMIT = {
-  rate: '100000000/s',
-  burst: 100_000_000,
-  concurrency: 1_000_000,
-  quota: '1000000000/month',
-  budgets: { scraper: '1000000000/month', seo: '1000000000/month', speech: '100000000000/month' },
-};
 /** Systems measured in some scenarios only (the rest would add minutes and say nothing new). */
 const ONLY: ReadonlyMap<string, readonly string[]> = new Map([
   [QUIET, ['small']],

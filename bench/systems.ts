@@ -84,6 +84,20 @@ function stopper(child: ChildProcess): () => Promise<void> {
     });
 }
 
+/**
+ * Every limit set, none ever reached: what admission and accounting cost a
+ * request. The small request is a scraper run-start, so with the scraper's
+ * budget it is also the row "a scraper request with and without a budget":
+ * its run capped (`maxTotalChargeUsd` appended) and settled after the fact.
+ */
+export const EVERY_LIMIT = {
+  rate: '100000000/s',
+  burst: 100_000_000,
+  concurrency: 1_000_000,
+  quota: '1000000000/month',
+  budgets: { scraper: '1000000000/month', seo: '1000000000/month', speech: '100000000000/month' },
+};
+
 /** keyward exactly as users run it: bin/keyward serve (the wrapper execs Node, so the pid is Node's). */
 function startKeyward(env: Record<string, string>, logFile = '/dev/null', root = ROOT): ChildProcess {
   const out = openSync(logFile, 'w');
