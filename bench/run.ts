@@ -535,8 +535,7 @@ function report(
   if (limitsCost !== null) budget('limits: CPU per small request, every limit vs none', limitsCost, 3, '<=', ' µs');
   const slowRuns = results.slow?.keyward ?? [];
   if (slowRuns.length > 0) {
-    // With 8 MiB semi-spaces (bin/keyward) keyward held 166-178 MB here; the naive peer, at V8's default, 211-219.
-    budget('slow streams: keyward peak RSS', get('slow', 'keyward')?.peakRssMb ?? null, 190, '<=', ' MB');
+    budget('slow streams: keyward peak RSS', get('slow', 'keyward')?.peakRssMb ?? null, 150, '<=', ' MB');
     budget(
       'slow streams: keyward errors',
       slowRuns.reduce((n, r) => n + r.errors, 0),
