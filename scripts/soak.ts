@@ -344,11 +344,31 @@ async function main(): Promise<number> {
   let rotating = false;
   // Warm-up: the first fifth of the run, at least 10 s.
   const warm = Math.max(10, SECONDS / 5);
-  while (Date.now() < end && gatewayExit === undefined) {
-    // Measured under the same traffic both times, so requests in flight weigh alike.
-    if (retainedAt.warm === undefined && Date.now() >= started + warm * 1000) retainedAt.warm = retained();
-    if (retainedAt.end === undefined && Date.now() >= end - 2_000) retainedAt.end = retained();
-    const due = Math.floor(((Date.now() - started) / 1000) * RATE);
+  // Time spent paused for a measurement, left out of the firing schedule so
+  // no burst follows a pause.
+  let pausedMs = 0;
+  // Measured with nothing in flight, both times: a request in flight holds
+  // its buffers (a 256 KiB upload is external memory), and how many are in
+  // flight at one instant depends on the host's load; CI once failed on
+  // +1.4 MB measured under traffic, where runs on a quiet host move by 0.3.
+  const quiescent = async (): Promise<number> => {
+    const from = Date.now();
+    const until = from + 10_000;
+    while (inFlight > 0 && Date.now() < until) await sleep(10);
+    const mb = retained();
+    await mb.catch(() => undefined);
+    pausedMs += Date.now() - from;
+    return mb;
+  };
+  const measure = async (at: 'warm' | 'end'): Promise<void> => {
+    const p = quiescent();
+    retainedAt[at] = p;
+    await p.catch(() => undefined);
+  };
+  while (Date.now() < end + pausedMs && gatewayExit === undefined) {
+    if (retainedAt.warm === undefined && Date.now() >= started + pausedMs + warm * 1000) await measure('warm');
+    if (retainedAt.end === undefined && Date.now() >= end + pausedMs - 2_000) await measure('end');
+    const due = Math.floor(((Date.now() - started - pausedMs) / 1000) * RATE);
     while (fired < due) {
       fire();
       fired++;
