@@ -249,7 +249,20 @@ test(
       writeFileSync(join(dir, 'install.sh'), script);
       const r = await exec('bash', ['-e', join(dir, 'install.sh')], {
         cwd: checkout,
-        env: { ...childEnv({}), NODE_OPTIONS: '', KEYWARD_FROM_SOURCE: '', npm_config_prefer_offline: 'true' },
+        // npm install resolves the package's dependencies by their registry
+        // documents, which the checkout's `npm ci` (lockfile, tarballs only)
+        // never cached, so it goes to the registry. A fetch that stalls waits
+        // npm's default 5 minutes before its retry (a CI run once spent the
+        // whole deadline in one install, printing nothing); 30 s and more
+        // retries ride out a stalled connection.
+        env: {
+          ...childEnv({}),
+          NODE_OPTIONS: '',
+          KEYWARD_FROM_SOURCE: '',
+          npm_config_prefer_offline: 'true',
+          npm_config_fetch_timeout: '30000',
+          npm_config_fetch_retries: '5',
+        },
         timeout: 570_000,
         maxBuffer: 64 * 1024 * 1024,
       });
