@@ -13,6 +13,18 @@ import type { Leases } from './leases.ts';
 import { periodOf, type Period, type Policy } from './policy.ts';
 import { micro, rfc3339 } from '../lib/format.ts';
 
+/**
+ * A budget is spent when what is left of it rounds to nothing at the
+ * micro-unit (costs are in US dollars to the micro-dollar, or whole units).
+ * Spend is a sum of decimal costs in binary floating point, and its order
+ * moves the last bit: runs of 0.3, 0.3, 0.3 and 0.1 add up to
+ * 0.9999999999999999 in one order and 1 in another, and "spent < amount"
+ * admitted one more run (capped at nothing) against a 1 USD budget
+ * already spent, as the gateway that settled each run happened to order
+ * them.
+ */
+export const budgetSpent = (amount: number, spent: number): boolean => micro(amount - spent) <= 0;
+
 export type LimitCode = 'rate_limited' | 'concurrency_limited' | 'quota_exceeded' | 'budget_exceeded';
 
 /**
@@ -250,7 +262,7 @@ export class Limiter {
     const slot = `${keyId}\u0000${route}`;
     const held = budget === undefined ? 0 : (this.#reserved.get(slot) ?? 0);
     const spent = budget === undefined ? 0 : this.#use.cost(keyId, route, budget.period, now) + held;
-    if (budget !== undefined && spent >= budget.amount) return periodOver('budget_exceeded', budget.amount, budget.period, now, spent, route);
+    if (budget !== undefined && budgetSpent(budget.amount, spent)) return periodOver('budget_exceeded', budget.amount, budget.period, now, spent, route);
     const limit = this.#local(keyId, policy, now, share);
     if (typeof limit !== 'number') return limit;
     if (limit === 0 && quota === null && budget === undefined) return NOTHING;
@@ -300,7 +312,7 @@ export class Limiter {
     if (budget === undefined) return null;
     const reserved = leases.reserved(keyId, `budget:${route}`, leases.periodKey(budget.period, at));
     const spent = this.#use.cost(keyId, route, budget.period, at) + reserved;
-    if (spent >= budget.amount) return periodOver('budget_exceeded', budget.amount, budget.period, at, spent, route);
+    if (budgetSpent(budget.amount, spent)) return periodOver('budget_exceeded', budget.amount, budget.period, at, spent, route);
     // The fleet's figure as last read, when larger than what this gateway counted itself.
     const fleetSpent = Math.max(spent, this.#fleetCost(keyId, route, budget.period, at) + reserved);
     // A settled route's figures were read for this admission: spent by
@@ -308,7 +320,8 @@ export class Limiter {
     // run settled below its reservation gives units back to the
     // allowance, and a lease claimed before may hold them; a run capped
     // at nothing would still start, and some runs cost without a cap).
-    if (budget.amount - fleetSpent <= 0 && this.#settled.has(route)) return periodOver('budget_exceeded', budget.amount, budget.period, at, fleetSpent, route);
+    if (budgetSpent(budget.amount, fleetSpent) && this.#settled.has(route))
+      return periodOver('budget_exceeded', budget.amount, budget.period, at, fleetSpent, route);
     return budget.amount - fleetSpent;
   }
 
@@ -537,7 +550,8 @@ function periodOver(code: LimitCode, limit: number, period: Period, now: number,
     kind: code === 'budget_exceeded' ? 'budget' : 'quota',
     route,
     value: limit,
-    used,
+    // To the micro-unit, as GET /keyward/key gives it: a sum of decimal costs is off in its last bits.
+    used: micro(used),
     period,
     window: null,
     resetsAt: resetAt(ends),

@@ -102,9 +102,9 @@ test('a scraper budget across three gateways (one with workers): each run capped
     );
     // Each run booked once at what the platform charged.
     assert.equal((await booked(f)).cost, Math.round(spent * 1e6) / 1e6);
-    for (const g of gws) {
+    for (const [i, g] of gws.entries()) {
       const refused = await start(g, key.token, 'quick-0.30');
-      assert.equal(refused.status, 429);
+      assert.equal(refused.status, 429, `gateway ${i + 1} of 3 started a fifth run: ${JSON.stringify(refused.json())} (${p.runs.size} runs at the platform)`);
       assert.equal((refused.json() as { code: string }).code, 'budget_exceeded');
     }
     assert.equal(p.runs.size, 4, 'no refused run reached the platform');

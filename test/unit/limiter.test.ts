@@ -172,3 +172,56 @@ test("a settled route's run in a fleet is refused once the fleet's figures read 
   assert.equal(second.detail?.used, 1);
   assert.equal(reads, 2, 'the figures were read for each run');
 });
+
+test('a budget spent to the micro-dollar is spent, in whatever order its costs were added (one machine and a fleet)', async () => {
+  const fc = (await import('fast-check')).default;
+  const { Leases, Clock } = await import('../../src/limits/leases.ts');
+  // Costs in whole micro-dollars that add up to the budget, or to one micro-dollar short of it,
+  // summed as the ledger sums them: in binary floating point, in the order given.
+  const spends = fc
+    .tuple(fc.integer({ min: 1, max: 5_000_000 }), fc.array(fc.integer({ min: 1, max: 100 }), { minLength: 1, maxLength: 12 }), fc.boolean())
+    .map(([budget, weights, short]) => {
+      const total = weights.reduce((a, b) => a + b, 0);
+      const parts = weights.map((w) => Math.floor((budget * w) / total));
+      parts[0] = (parts[0] as number) + budget - parts.reduce((a, b) => a + b, 0) - (short ? 1 : 0);
+      return { budget, parts, short };
+    })
+    .filter(({ parts }) => parts.every((p) => p >= 0));
+  await fc.assert(
+    fc.asyncProperty(spends, async ({ budget, parts, short }) => {
+      const amount = budget / 1e6;
+      const spent = parts.reduce((a, p) => a + p / 1e6, 0);
+      const p = policy({ budgets: { scraper: `${amount}/day` } });
+      // One machine: the ledger's totals.
+      const totals = new Totals();
+      for (const part of parts) totals.count('k', 'scraper', part / 1e6);
+      const alone = new Limiter(totals).admit('k', p, 'scraper', Date.now());
+      // A fleet: the figures read for a settled route's run; a lease that would grant it.
+      const store = {
+        claim: async (_g: string, _l: unknown, want: { least: number }) => ({ got: Math.max(want.least, amount), now: Date.now() }),
+        renew: async () => ({ now: Date.now(), lost: 0 }),
+        release: async () => undefined,
+      };
+      const fleet = new Limiter(new Totals(), new Leases(store, 'g1', new Clock(), () => 3, 30), new Map([['scraper', 0]]));
+      fleet.figures = () => ({ requests: () => 0, cost: () => spent });
+      fleet.freshFigures = async () => undefined;
+      const inFleet = await fleet.admit('k', p, 'scraper', Date.now(), 3);
+      for (const [where, r] of [
+        ['one machine', alone],
+        ['a fleet', inFleet],
+      ] as const) {
+        assert.ok(!(r instanceof Promise));
+        if (short) {
+          assert.ok(!('code' in r), `${where}: a micro-dollar left (${spent} of ${amount}) is admitted`);
+          r.done(false, 0);
+        } else assert.ok('code' in r && r.code === 'budget_exceeded', `${where}: ${spent} of ${amount} is spent`);
+      }
+    }),
+    { numRuns: 300 },
+  );
+  // The order that admitted a fifth run against a spent 1 USD budget.
+  const totals = new Totals();
+  for (const c of [0.3, 0.3, 0.3, 0.1]) totals.count('k', 'scraper', c);
+  assert.equal(totals.cost('k', 'scraper') < 1, true, 'the sum is a bit under 1 in this order');
+  assert.equal(refused(new Limiter(totals).admit('k', policy({ budgets: { scraper: '1/day' } }), 'scraper', Date.now())).code, 'budget_exceeded');
+});
