@@ -351,19 +351,14 @@ async function main(): Promise<number> {
   // its buffers (a 256 KiB upload is external memory), and how many are in
   // flight at one instant depends on the host's load; CI once failed on
   // +1.4 MB measured under traffic, where runs on a quiet host move by 0.3.
-  const quiescent = async (): Promise<number> => {
+  const measure = async (at: 'warm' | 'end'): Promise<void> => {
     const from = Date.now();
     const until = from + 10_000;
     while (inFlight > 0 && Date.now() < until) await sleep(10);
     const mb = retained();
+    retainedAt[at] = mb;
     await mb.catch(() => undefined);
     pausedMs += Date.now() - from;
-    return mb;
-  };
-  const measure = async (at: 'warm' | 'end'): Promise<void> => {
-    const p = quiescent();
-    retainedAt[at] = p;
-    await p.catch(() => undefined);
   };
   while (Date.now() < end + pausedMs && gatewayExit === undefined) {
     if (retainedAt.warm === undefined && Date.now() >= started + pausedMs + warm * 1000) await measure('warm');

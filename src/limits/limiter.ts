@@ -23,7 +23,7 @@ import { micro, rfc3339 } from '../lib/format.ts';
  * already spent, as the gateway that settled each run happened to order
  * them.
  */
-export const budgetSpent = (amount: number, spent: number): boolean => micro(amount - spent) <= 0;
+const budgetSpent = (amount: number, spent: number): boolean => micro(amount - spent) <= 0;
 
 export type LimitCode = 'rate_limited' | 'concurrency_limited' | 'quota_exceeded' | 'budget_exceeded';
 

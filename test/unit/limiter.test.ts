@@ -32,6 +32,17 @@ const refused = (r: Admission | Refused | Promise<Admission | Refused>): Refused
   return r;
 };
 
+/** A gateway's leases (of three live) on a store that grants each claim at least `got`, whatever is left. */
+async function grantingLeases(got: number) {
+  const { Leases, Clock } = await import('../../src/limits/leases.ts');
+  const store = {
+    claim: async (_g: string, _l: unknown, want: { least: number }) => ({ got: Math.max(want.least, got), now: Date.now() }),
+    renew: async () => ({ now: Date.now(), lost: 0 }),
+    release: async () => undefined,
+  };
+  return new Leases(store, 'g1', new Clock(), () => 3, 30);
+}
+
 test("RateLimit fields are the key's own whole numbers when a fleet shares a burst; a budget gives no request count", () => {
   const limiter = new Limiter(new Totals());
   const p = policy({ rate: '10/h', burst: 10 });
@@ -144,14 +155,8 @@ test("a first budgeted call whose cost arrives at its head lets its key's waitin
 });
 
 test("a settled route's run in a fleet is refused once the fleet's figures read for it say the budget is spent, whatever this gateway's lease still holds", async () => {
-  const { Leases, Clock } = await import('../../src/limits/leases.ts');
   // A store that grants every claim whole: the lease holds more than the budget has left.
-  const store = {
-    claim: async (_g: string, _l: unknown, want: { least: number }) => ({ got: Math.max(want.least, 0.6), now: Date.now() }),
-    renew: async () => ({ now: Date.now(), lost: 0 }),
-    release: async () => undefined,
-  };
-  const leases = new Leases(store, 'g1', new Clock(), () => 3, 30);
+  const leases = await grantingLeases(0.6);
   const limiter = new Limiter(new Totals(), leases, new Map([['scraper', 0.1]]));
   // The fleet's figures, as the store last said: 0.7 spent of a 1 USD budget, then all of it.
   let fleetSpent = 0.7;
@@ -175,7 +180,6 @@ test("a settled route's run in a fleet is refused once the fleet's figures read 
 
 test('a budget spent to the micro-dollar is spent, in whatever order its costs were added (one machine and a fleet)', async () => {
   const fc = (await import('fast-check')).default;
-  const { Leases, Clock } = await import('../../src/limits/leases.ts');
   // Costs in whole micro-dollars that add up to the budget, or to one micro-dollar short of it,
   // summed as the ledger sums them: in binary floating point, in the order given.
   const spends = fc
@@ -197,12 +201,7 @@ test('a budget spent to the micro-dollar is spent, in whatever order its costs w
       for (const part of parts) totals.count('k', 'scraper', part / 1e6);
       const alone = new Limiter(totals).admit('k', p, 'scraper', Date.now());
       // A fleet: the figures read for a settled route's run; a lease that would grant it.
-      const store = {
-        claim: async (_g: string, _l: unknown, want: { least: number }) => ({ got: Math.max(want.least, amount), now: Date.now() }),
-        renew: async () => ({ now: Date.now(), lost: 0 }),
-        release: async () => undefined,
-      };
-      const fleet = new Limiter(new Totals(), new Leases(store, 'g1', new Clock(), () => 3, 30), new Map([['scraper', 0]]));
+      const fleet = new Limiter(new Totals(), await grantingLeases(amount), new Map([['scraper', 0]]));
       fleet.figures = () => ({ requests: () => 0, cost: () => spent });
       fleet.freshFigures = async () => undefined;
       const inFleet = await fleet.admit('k', p, 'scraper', Date.now(), 3);
