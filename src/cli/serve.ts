@@ -180,7 +180,7 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io): Pr
   });
   await ledger.start(config.usageFlushMs);
   const leases = await fleetLeases(usage, ledger, config, undefined, log.logger);
-  const limiter = new Limiter(ledger, leases, settledRoutes(config));
+  const limiter = new Limiter(ledger, leases, settledRoutes(config), config.admissionWaitMs);
   // The primary decides limits, so it fires their alerts and says where a key stands; its own metric is added to the workers'.
   const registry = newRegistry();
   const units = costUnits(config);

@@ -60,6 +60,8 @@ export interface Config {
   readonly databaseUrl: string | null;
   /** With a shared store: how long a lease on a quota or budget outlives its last renewal (a gateway that died), ms. */
   readonly leaseTtlMs: number;
+  /** The longest a limited key's request waits for the ledger's store when its admission needs it, then 503 `ledger_unavailable`, ms. */
+  readonly admissionWaitMs: number;
   /** With a shared store: how long a query may go unanswered before the store counts as down and its connections are replaced, ms. */
   readonly databaseTimeoutMs: number;
   /** With a shared store: refuse (503) once it has been unreachable this long, ms; 0 serves the last good set forever. */
@@ -264,6 +266,7 @@ function read(env: Env, readFile: ReadFile, cwd: string, providers: readonly Ups
     databaseUrl,
     databaseTimeoutMs: o.duration('KEYWARD_DATABASE_TIMEOUT', '5s'),
     leaseTtlMs: o.duration('KEYWARD_LEASE_TTL', '30s'),
+    admissionWaitMs: o.duration('KEYWARD_ADMISSION_WAIT', '250ms'),
     keysMaxStalenessMs: staleness(o),
     alertWebhook: alertWebhook(o),
     alertWebhookSecret: secret(o, 'KEYWARD_ALERT_WEBHOOK_SECRET', readFile),

@@ -22,13 +22,17 @@ export interface Limits {
    * docs/limits.md "Alerts"); absent: 80 and 100; empty: none.
    */
   readonly alerts?: readonly number[];
+  /** The most one scraper run may be capped at, US dollars (`--run-cap`, docs/limits.md "Scraper runs"). */
+  readonly runCap?: number;
 }
 
 export const RATE = /^([1-9]\d{0,8})\/(s|m|h)$/;
 const PER_PERIOD = /^(\d{1,12}(?:\.\d{1,6})?)\/(day|month)$/;
+/** An amount in US dollars as a key record holds it: to the micro-dollar, no exponent. */
+const AMOUNT = /^\d{1,9}(?:\.\d{1,6})?$/;
 export const SECONDS: Readonly<Record<string, number>> = { s: 1, m: 60, h: 3_600 };
 
-const FIELDS = new Set(['rate', 'burst', 'concurrency', 'quota', 'budgets', 'alerts']);
+const FIELDS = new Set(['rate', 'burst', 'concurrency', 'quota', 'budgets', 'alerts', 'runCap']);
 
 /**
  * What is wrong with `limits` as stored, as a message tail (`.limits.rate
@@ -42,7 +46,7 @@ export function limitsProblem(limits: unknown, costRoutes: readonly string[]): s
   if (typeof limits !== 'object' || Array.isArray(limits)) return '.limits must be an object';
   const l = limits as Record<string, unknown>;
   const unknown = Object.keys(l).find((k) => !FIELDS.has(k));
-  if (unknown !== undefined) return `.limits.${unknown} is not a limit (rate, burst, concurrency, quota, budgets, alerts)`;
+  if (unknown !== undefined) return `.limits.${unknown} is not a limit (rate, burst, concurrency, quota, budgets, alerts, runCap)`;
   if (l.rate !== undefined && !(typeof l.rate === 'string' && RATE.test(l.rate))) return '.limits.rate must be N/s, N/m or N/h';
   if (l.burst !== undefined && !(Number.isInteger(l.burst) && (l.burst as number) > 0)) return '.limits.burst must be a whole number above 0';
   if (l.concurrency !== undefined && !(Number.isInteger(l.concurrency) && (l.concurrency as number) > 0))
@@ -54,6 +58,8 @@ export function limitsProblem(limits: unknown, costRoutes: readonly string[]): s
     !(Array.isArray(l.alerts) && l.alerts.length <= 10 && l.alerts.every((a) => Number.isInteger(a) && (a as number) >= 1 && (a as number) <= 100))
   )
     return '.limits.alerts must be a list of up to 10 whole percentages from 1 to 100';
+  if (l.runCap !== undefined && !(typeof l.runCap === 'number' && l.runCap > 0 && AMOUNT.test(String(l.runCap))))
+    return '.limits.runCap must be an amount above 0 with at most six decimals';
   if (l.budgets !== undefined) {
     if (typeof l.budgets !== 'object' || l.budgets === null || Array.isArray(l.budgets)) return '.limits.budgets must be an object of route → AMOUNT/day|month';
     for (const [route, v] of Object.entries(l.budgets)) {

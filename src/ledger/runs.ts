@@ -54,28 +54,6 @@ export interface RunStore {
 /** The budget periods a day's cost falls in: the day and its month (an allowance's `period`). */
 export const periodsOf = (day: string): [string, string] => [day, day.slice(0, 7)];
 
-/**
- * The upstream path prefix of a run-start request (`/v2/acts/x/runs` →
- * `/v2`), or null when `path` starts no run. Only the asynchronous
- * run-start endpoints answer with the run object; `run-sync` answers with
- * the run's output.
- */
-export function runStartPrefix(method: string, path: string): string | null {
-  if (method !== 'POST') return null;
-  const m = /^((?:\/[^/?]+)*?)\/(?:acts|actor-tasks)\/[^/?]+\/runs\/?$/.exec(path);
-  return m === null ? null : (m[1] ?? '');
-}
-
-/**
- * A synchronous run (`run-sync`, `run-sync-get-dataset-items`): its answer
- * is the run's output, which names no run (the platform sends no run id in a
- * header either), so its cost cannot be asked for. Capped like a run-start,
- * booked at its reservation, never settled (docs/limits.md).
- */
-export function isSyncRun(method: string, path: string): boolean {
-  return method === 'POST' && /^(?:\/[^/?]+)*?\/(?:acts|actor-tasks)\/[^/?]+\/run-sync(?:-get-dataset-items)?\/?$/.test(path);
-}
-
 /** What a run-start response said of its run. */
 export interface RunSeen {
   readonly id: string;

@@ -7,17 +7,24 @@
 // limits never asks: its requests cost what they cost with one process.
 import type { Worker } from 'node:cluster';
 import type { Principal } from '../keys/keyset.ts';
-import type { Admission, LimitState, Limiter, Refused } from './limiter.ts';
+import type { Admission, LimitState, Limiter, PaidStart, Refused, Undecided } from './limiter.ts';
 import type { Limits } from '../keys/limits.ts';
 import { policyOf, type Policy } from './policy.ts';
 import { detach, neverRejects } from '../lib/detach.ts';
 
 /** Admission for one request of a key with limits: at once, or after the primary answered. */
-export type Admit = (principal: Principal, policy: Policy, route: string, now: number) => Admission | Refused | Promise<Admission | Refused>;
+export type Admit = (
+  principal: Principal,
+  policy: Policy,
+  route: string,
+  now: number,
+  start: PaidStart | null,
+) => Admission | Refused | Undecided | Promise<Admission | Refused | Undecided>;
 
 const ADMIT = 'keyward:admit';
 const ADMITTED = 'keyward:admitted';
 const DONE = 'keyward:done';
+const CANCEL = 'keyward:cancel';
 const STATUS = 'keyward:status';
 const STATUS_RES = 'keyward:status-res';
 
@@ -30,6 +37,8 @@ interface AdmitMessage {
   readonly limits: string;
   readonly route: string;
   readonly now: number;
+  /** A paid start's request (limiter.ts `PaidStart`); absent for any other call. */
+  readonly start?: PaidStart;
 }
 interface StatusMessage {
   readonly type: typeof STATUS;
@@ -45,21 +54,32 @@ interface StatusAnswer {
 interface AdmittedMessage {
   readonly type: typeof ADMITTED;
   readonly id: number;
-  readonly refused: Refused | null;
-  /** An admission's budget figures (limiter.ts `reserved`, `left`), when its route has a budget. */
+  readonly refused: Refused | Undecided | null;
+  /** An admission's budget figures (limiter.ts `reserved`, `cap`), when its route has a budget. */
   readonly reserved?: number;
-  readonly left?: number;
+  readonly cap?: number;
 }
 interface DoneMessage {
   readonly type: typeof DONE;
   readonly id: number;
   readonly reached: boolean;
-  readonly cost: number;
+  /** What the upstream reported; null: nothing (limiter.ts `Admission.done`). */
+  readonly cost: number | null;
+}
+/** The worker stopped waiting: whatever the primary decides for this id is given back at once. */
+interface CancelMessage {
+  readonly type: typeof CANCEL;
+  readonly id: number;
 }
 
-/** How long a worker waits for the primary's answer before refusing (the primary is stuck or gone). */
-const ANSWER_MS = 5_000;
-const NO_ANSWER: Refused = { code: 'concurrency_limited', detail: null, retryAfter: 1, limit: null, remaining: null, reset: 1, policy: null };
+/**
+ * How long a worker waits for the primary's answer. Longer than anything
+ * the primary itself waits for (a lease claim, a key's first call's cost),
+ * so a slow decision is never taken for a silent primary.
+ */
+export const ANSWER_MS = 5_000;
+/** The primary did not answer in time (frozen, or gone): 503, nothing forwarded, nothing consumed. */
+const NO_ANSWER: Undecided = { code: 'admission_unavailable', retryAfter: 1 };
 
 /** The limits as sent to the primary: serialised once per key record. */
 const SENT = new WeakMap<object, string>();
@@ -72,45 +92,57 @@ const sent = (p: Principal): string => {
   return s;
 };
 
+/** A budget figure from another process: a finite number, or absent. */
+const figure = (n: unknown): number | undefined => (typeof n === 'number' && Number.isFinite(n) ? n : undefined);
+
 /**
  * In a worker: ask the primary. `send` is the worker's IPC channel
- * (process.send); `on` subscribes to the primary's messages.
+ * (process.send); `on` subscribes to the primary's messages. A request the
+ * worker stopped waiting for is cancelled, and an answer that comes after
+ * that is given back at once: the primary never holds an admission nobody
+ * holds.
  */
-export function remoteAdmit(send: (m: AdmitMessage | DoneMessage | StatusMessage) => void, on: (listener: (m: unknown) => void) => void): Admit {
+export function remoteAdmit(
+  send: (m: AdmitMessage | DoneMessage | StatusMessage | CancelMessage) => void,
+  on: (listener: (m: unknown) => void) => void,
+  answerMs = ANSWER_MS,
+): Admit {
   let next = 0;
-  const waiting = new Map<number, (r: Refused | null, budget: { reserved: number; left: number } | null) => void>();
+  const waiting = new Map<number, (msg: Partial<AdmittedMessage>) => void>();
   on((m) => {
     const msg = m as Partial<AdmittedMessage> | null;
     if (msg?.type !== ADMITTED || typeof msg.id !== 'number') return;
     const settle = waiting.get(msg.id);
-    if (settle === undefined) return;
-    waiting.delete(msg.id);
-    const budget =
-      typeof msg.reserved === 'number' && typeof msg.left === 'number' && Number.isFinite(msg.reserved) && Number.isFinite(msg.left)
-        ? { reserved: msg.reserved, left: msg.left }
-        : null;
-    settle(msg.refused ?? null, budget);
+    if (settle !== undefined) {
+      waiting.delete(msg.id);
+      return settle(msg);
+    }
+    // Admitted after this worker gave up on it: given back, never held.
+    if (msg.refused === null) send({ type: DONE, id: msg.id, reached: false, cost: null });
   });
-  return (principal, _policy, route, now) => {
+  return (principal, _policy, route, now, start) => {
     const id = ++next;
-    return new Promise<Admission | Refused>((resolve) => {
+    return new Promise<Admission | Refused | Undecided>((resolve) => {
       const timer = setTimeout(() => {
         waiting.delete(id);
+        send({ type: CANCEL, id });
         resolve(NO_ANSWER);
-      }, ANSWER_MS);
+      }, answerMs);
       timer.unref();
-      waiting.set(id, (refused, budget) => {
+      waiting.set(id, (msg) => {
         clearTimeout(timer);
-        if (refused !== null) return resolve(refused);
+        if (msg.refused !== null && msg.refused !== undefined) return resolve(msg.refused);
         let over = false;
-        const done = (reached: boolean, cost: number): void => {
+        const done = (reached: boolean, cost: number | null): void => {
           if (over) return;
           over = true;
           send({ type: DONE, id, reached, cost });
         };
-        resolve(budget === null ? { done } : { done, left: budget.left, reserved: budget.reserved });
+        const reserved = figure(msg.reserved);
+        const cap = figure(msg.cap);
+        resolve(cap !== undefined ? { done, cap, reserved: reserved ?? cap } : reserved !== undefined ? { done, reserved } : { done });
       });
-      send({ type: ADMIT, id, key: principal.id, name: principal.name, limits: sent(principal), route, now });
+      send({ type: ADMIT, id, key: principal.id, name: principal.name, limits: sent(principal), route, now, ...(start === null ? {} : { start }) });
     });
   };
 }
@@ -162,17 +194,6 @@ function policyCache(): (limits: string) => Policy | null {
   };
 }
 
-/** The primary's answer to a worker: refused, or admitted (held open until the worker reports the request done). */
-function answered(worker: Worker, id: number, r: Admission | Refused, held: () => Map<number, Held>, what: Omit<Held, 'admission'>): void {
-  if ('code' in r) {
-    worker.send({ type: ADMITTED, id, refused: r } satisfies AdmittedMessage);
-    return;
-  }
-  held().set(id, { admission: r, ...what });
-  const budget = r.left !== undefined ? { reserved: r.reserved ?? 0, left: r.left } : {};
-  worker.send({ type: ADMITTED, id, refused: null, ...budget } satisfies AdmittedMessage);
-}
-
 /** An admission the primary holds open for a worker's request. */
 interface Held {
   readonly admission: Admission;
@@ -181,12 +202,35 @@ interface Held {
   readonly route: string;
 }
 
+/** A paid start as a worker sent it, checked field by field. */
+function paidStart(v: unknown): PaidStart | null {
+  if (typeof v !== 'object' || v === null) return null;
+  const asked = (v as { asked?: unknown }).asked;
+  return { asked: typeof asked === 'number' && Number.isFinite(asked) && asked >= 0 ? asked : null };
+}
+
+/** A worker's message as it arrives: loosely typed on purpose, checked field by field. */
+interface Incoming {
+  type?: unknown;
+  id?: unknown;
+  key?: unknown;
+  name?: unknown;
+  limits?: unknown;
+  route?: unknown;
+  now?: unknown;
+  reached?: unknown;
+  cost?: unknown;
+  start?: unknown;
+}
+
 /**
  * In the primary: decide for every worker with one limiter. `counted` is
  * told of every request that reached the upstream (the primary's period
  * totals: the workers write the ledger, the primary only counts). A worker
  * that exits with requests admitted gives their slots back; their quota
- * units and budget stay spent, as they may have reached the upstream.
+ * units and budget stay spent, as they may have reached the upstream. A
+ * request its worker cancelled (it stopped waiting) is given back the
+ * moment it is decided, or at once if it was already.
  */
 export function serveAdmissions(
   cluster: { on(event: 'message', l: (w: Worker, m: unknown) => void): unknown; on(event: 'exit', l: (w: Worker) => void): unknown },
@@ -195,75 +239,116 @@ export function serveAdmissions(
   counted: (key: { id: string; name: string }, policy: Policy, route: string, cost: number) => void,
   status: (keyId: string, policy: Policy) => readonly LimitState[] | Promise<readonly LimitState[]> = () => [],
 ): void {
-  const policyFrom = policyCache();
-  // Admissions a worker holds open, by its request id: given back when it reports the request done, or dies.
-  const open = new Map<Worker, Map<number, Held>>();
-  cluster.on('message', (worker, m) => {
-    // Loosely typed on purpose: checked field by field below.
-    const msg = m as {
-      type?: unknown;
-      id?: unknown;
-      key?: unknown;
-      name?: unknown;
-      limits?: unknown;
-      route?: unknown;
-      now?: unknown;
-      reached?: unknown;
-      cost?: unknown;
-    } | null;
-    if (msg?.type === STATUS && typeof msg.id === 'number' && typeof msg.key === 'string' && typeof msg.limits === 'string') {
-      const { id } = msg;
-      const policy = policyFrom(msg.limits);
-      const reply = (limits: readonly LimitState[]): void => void worker.send({ type: STATUS_RES, id, limits } satisfies StatusAnswer);
-      const r = policy === null ? [] : status(msg.key, policy);
-      if (r instanceof Promise) void r.then(reply, () => undefined);
-      else reply(r);
-    } else if (
-      msg?.type === ADMIT &&
-      typeof msg.id === 'number' &&
-      typeof msg.key === 'string' &&
-      typeof msg.route === 'string' &&
-      typeof msg.limits === 'string'
-    ) {
-      const policy = policyFrom(msg.limits);
-      const { id, route } = msg;
-      const key = { id: msg.key, name: typeof msg.name === 'string' ? msg.name : msg.key };
-      if (policy === null) return void worker.send({ type: ADMITTED, id, refused: null } satisfies AdmittedMessage);
-      const answer = (r: Admission | Refused): void =>
-        answered(
-          worker,
-          id,
-          r,
-          () => {
-            let mine = open.get(worker);
-            if (mine === undefined) open.set(worker, (mine = new Map<number, Held>()));
-            return mine;
-          },
-          { key, policy, route },
-        );
-      const r = limiter.admit(key.id, policy, route, typeof msg.now === 'number' ? msg.now : Date.now(), share());
-      // A fleet's lease may have to be claimed first.
-      if (r instanceof Promise) detach(r.then(answer), neverRejects);
-      else answer(r);
-    } else if (msg?.type === DONE && typeof msg.id === 'number') {
-      const held = open.get(worker)?.get(msg.id);
-      if (held === undefined) return;
-      open.get(worker)?.delete(msg.id);
-      const reached = msg.reached === true;
-      const cost = typeof msg.cost === 'number' && Number.isFinite(msg.cost) ? msg.cost : 0;
-      // Counted before the reservation goes, in the same tick: admission never sees a gap.
-      if (reached) counted(held.key, held.policy, held.route, cost);
-      held.admission.done(reached, cost);
+  const primary = new PrimaryAdmissions(limiter, share, counted, status);
+  cluster.on('message', (worker, m) => primary.message(worker, m as Incoming | null));
+  cluster.on('exit', (worker) => primary.exited(worker));
+}
+
+class PrimaryAdmissions {
+  readonly #limiter: Limiter;
+  readonly #share: () => number;
+  readonly #counted: (key: { id: string; name: string }, policy: Policy, route: string, cost: number) => void;
+  readonly #status: (keyId: string, policy: Policy) => readonly LimitState[] | Promise<readonly LimitState[]>;
+  readonly #policyFrom = policyCache();
+  /** Admissions a worker holds open, by its request id: given back when it reports the request done, or dies. */
+  readonly #open = new Map<Worker, Map<number, Held>>();
+  /** Requests whose decision is under way (a lease claim, a first call's cost), and whether their worker cancelled them. */
+  readonly #deciding = new Map<Worker, Map<number, boolean>>();
+
+  constructor(
+    limiter: Limiter,
+    share: () => number,
+    counted: (key: { id: string; name: string }, policy: Policy, route: string, cost: number) => void,
+    status: (keyId: string, policy: Policy) => readonly LimitState[] | Promise<readonly LimitState[]>,
+  ) {
+    this.#limiter = limiter;
+    this.#share = share;
+    this.#counted = counted;
+    this.#status = status;
+  }
+
+  message(worker: Worker, msg: Incoming | null): void {
+    if (typeof msg?.id !== 'number') return;
+    const id = msg.id;
+    if (msg.type === STATUS && typeof msg.key === 'string' && typeof msg.limits === 'string') this.#answerStatus(worker, id, msg.key, msg.limits);
+    else if (msg.type === ADMIT && typeof msg.key === 'string' && typeof msg.route === 'string' && typeof msg.limits === 'string')
+      this.#admit(worker, id, { ...msg, key: msg.key, route: msg.route, limits: msg.limits });
+    else if (msg.type === CANCEL) this.#cancel(worker, id);
+    else if (msg.type === DONE) {
+      const held = this.#take(worker, id);
+      const cost = typeof msg.cost === 'number' && Number.isFinite(msg.cost) ? msg.cost : null;
+      if (held !== undefined) this.#release(held, msg.reached === true, cost);
     }
-  });
-  cluster.on('exit', (worker) => {
-    const mine = open.get(worker);
-    open.delete(worker);
-    if (mine === undefined) return;
-    for (const { admission, key, policy, route } of mine.values()) {
-      const estimate = limiter.estimate(key.id, route);
-      counted(key, policy, route, estimate);
-      admission.done(true, estimate);
+  }
+
+  exited(worker: Worker): void {
+    const held = this.#open.get(worker);
+    this.#open.delete(worker);
+    // Decisions still under way for it are given back as they come: it can hold none.
+    this.#deciding.delete(worker);
+    for (const h of held?.values() ?? []) {
+      // It may have reached the upstream: what it reserved stays spent.
+      this.#release(h, true, h.admission.reserved ?? this.#limiter.estimate(h.key.id, h.route));
     }
-  });
+  }
+
+  #answerStatus(worker: Worker, id: number, keyId: string, limits: string): void {
+    const policy = this.#policyFrom(limits);
+    const reply = (states: readonly LimitState[]): void => void worker.send({ type: STATUS_RES, id, limits: states } satisfies StatusAnswer);
+    const r = policy === null ? [] : this.#status(keyId, policy);
+    if (r instanceof Promise) void r.then(reply, () => undefined);
+    else reply(r);
+  }
+
+  #admit(worker: Worker, id: number, msg: Incoming & { key: string; route: string; limits: string }): void {
+    const policy = this.#policyFrom(msg.limits);
+    const route = msg.route;
+    const key = { id: msg.key, name: typeof msg.name === 'string' ? msg.name : msg.key };
+    if (policy === null) return void worker.send({ type: ADMITTED, id, refused: null } satisfies AdmittedMessage);
+    // `later`: decided after a wait, during which the worker may have cancelled or exited (its entry gone).
+    const answer = (r: Admission | Refused | Undecided, later: boolean): void => {
+      const cancelled = later && (this.#deciding.get(worker)?.get(id) ?? true);
+      this.#deciding.get(worker)?.delete(id);
+      if ('code' in r) return void (cancelled || worker.send({ type: ADMITTED, id, refused: r } satisfies AdmittedMessage));
+      const held: Held = { admission: r, key, policy, route };
+      // Nobody holds it: given back at once, never forwarded.
+      if (cancelled || !worker.isConnected()) return this.#release(held, false, null);
+      mine(this.#open, worker).set(id, held);
+      const figures = { ...(r.reserved === undefined ? {} : { reserved: r.reserved }), ...(r.cap === undefined ? {} : { cap: r.cap }) };
+      worker.send({ type: ADMITTED, id, refused: null, ...figures } satisfies AdmittedMessage);
+    };
+    const now = typeof msg.now === 'number' ? msg.now : Date.now();
+    const r = this.#limiter.admit(key.id, policy, route, now, this.#share(), paidStart(msg.start));
+    if (!(r instanceof Promise)) return answer(r, false);
+    mine(this.#deciding, worker).set(id, false);
+    detach(
+      r.then((decided) => answer(decided, true)),
+      neverRejects,
+    );
+  }
+
+  #cancel(worker: Worker, id: number): void {
+    const deciding = this.#deciding.get(worker);
+    if (deciding?.has(id) === true) return void deciding.set(id, true);
+    const held = this.#take(worker, id);
+    if (held !== undefined) this.#release(held, false, null);
+  }
+
+  #take(worker: Worker, id: number): Held | undefined {
+    const held = this.#open.get(worker)?.get(id);
+    if (held !== undefined) this.#open.get(worker)?.delete(id);
+    return held;
+  }
+
+  #release(held: Held, reached: boolean, cost: number | null): void {
+    // Counted before the reservation goes, in the same tick: admission never sees a gap.
+    if (reached) this.#counted(held.key, held.policy, held.route, cost ?? 0);
+    held.admission.done(reached, cost);
+  }
+}
+
+function mine<V>(all: Map<Worker, Map<number, V>>, worker: Worker): Map<number, V> {
+  let m = all.get(worker);
+  if (m === undefined) all.set(worker, (m = new Map<number, V>()));
+  return m;
 }

@@ -15,6 +15,7 @@
 // later gives back exactly what it did not use. While the store is
 // unreachable a gateway admits what its leases still hold, and no more.
 import { periodOf, type Period } from './policy.ts';
+import { floorMicro } from '../lib/format.ts';
 
 export interface LeaseUse {
   readonly keyId: string;
@@ -147,12 +148,7 @@ export class Leases {
    * gateway's (admitted while spent + reserved is below the amount).
    */
   take(keyId: string, kind: string, period: string, limit: number, amount: number): boolean | Promise<void> {
-    const id = `${keyId}\u0000${kind}\u0000${period}`;
-    let lease = this.#leases.get(id);
-    if (lease === undefined) {
-      lease = { keyId, kind, period, held: 0, used: 0, reserved: 0, claiming: null, exhausted: false };
-      this.#leases.set(id, lease);
-    }
+    const lease = this.#lease(keyId, kind, period);
     const free = lease.held - lease.used - lease.reserved;
     const whole = kind === 'quota';
     if (whole ? free >= amount : free > 1e-9) {
@@ -160,12 +156,46 @@ export class Leases {
       return true;
     }
     if (lease.exhausted) return false;
-    // One claim at a time per lease: a request that arrives while one is out
-    // waits for it and asks again, taking from what it brought before
-    // claiming anew (a claim for units nobody then needs would sit idle
-    // while other gateways refuse).
-    const l = lease;
-    const least = whole ? amount : Math.max(amount, 1e-9);
+    return this.#claim(lease, whole ? amount : Math.max(amount, 1e-9), whole, limit);
+  }
+
+  /**
+   * Take `want` of a budget's `limit` for one paid start (a scraper run's
+   * cap), or as much of it as this gateway can still hold: the amount taken
+   * (0: nothing), or a promise when more must first be claimed. What is
+   * taken is this gateway's alone, so the caps in flight across the fleet
+   * never add up to more than what is left of the budget.
+   */
+  takeUpTo(keyId: string, kind: string, period: string, limit: number, want: number): number | Promise<void> {
+    const lease = this.#lease(keyId, kind, period);
+    const free = lease.held - lease.used - lease.reserved;
+    if (free >= want - 1e-9) {
+      lease.reserved += want;
+      return want;
+    }
+    if (!lease.exhausted) return this.#claim(lease, want - free, false, limit);
+    const got = floorMicro(Math.max(0, free));
+    lease.reserved += got;
+    return got;
+  }
+
+  #lease(keyId: string, kind: string, period: string): Lease {
+    const id = `${keyId}\u0000${kind}\u0000${period}`;
+    let lease = this.#leases.get(id);
+    if (lease === undefined) {
+      lease = { keyId, kind, period, held: 0, used: 0, reserved: 0, claiming: null, exhausted: false };
+      this.#leases.set(id, lease);
+    }
+    return lease;
+  }
+
+  /**
+   * One claim at a time per lease: a request that arrives while one is out
+   * waits for it and asks again, taking from what it brought before
+   * claiming anew (a claim for units nobody then needs would sit idle while
+   * other gateways refuse).
+   */
+  #claim(l: Lease, least: number, whole: boolean, limit: number): Promise<void> {
     l.claiming ??= (async () => {
       try {
         this.claims++;

@@ -9,9 +9,10 @@
 // the upstream gives back its quota unit and budget reservation, and a
 // budget's reservation becomes the cost the upstream reported (which the
 // ledger counts in the same tick).
-import type { Leases } from './leases.ts';
+import type { CostShare, Leases } from './leases.ts';
 import { periodOf, type Period, type Policy } from './policy.ts';
-import { micro, rfc3339 } from '../lib/format.ts';
+import { floorMicro, micro, rfc3339 } from '../lib/format.ts';
+import { within } from '../lib/deadline.ts';
 
 /**
  * A budget is spent when what is left of it rounds to nothing at the
@@ -71,13 +72,24 @@ export interface Refused {
   readonly policy: string | null;
 }
 
+/**
+ * Admission could not be decided in time (docs/limits.md, "Admission under
+ * a store that does not answer"): the store or the primary did not answer.
+ * 503; nothing forwarded, nothing consumed.
+ */
+export interface Undecided {
+  readonly code: 'admission_unavailable' | 'ledger_unavailable';
+  readonly retryAfter: number;
+}
+
 export interface Admission {
   /**
    * The request is over. `reached`: any byte of it may have reached the
    * upstream (false only when the connection was never made); `cost`: what
-   * the upstream reported. Once, whatever calls it.
+   * the upstream reported (null: it reported none, which counts as nothing
+   * and teaches no estimate). Once, whatever calls it.
    */
-  done(reached: boolean, cost: number): void;
+  done(reached: boolean, cost: number | null): void;
   /**
    * The call's cost is known before it ends (a header at the response's
    * head): a key's first budgeted call then lets its overlapping calls go on
@@ -87,13 +99,34 @@ export interface Admission {
   /** What a budget on the request's route reserved for it (0: no budget there). */
   readonly reserved?: number;
   /**
-   * What is left of that budget for this request (its own reservation not
-   * counted): a scraper run is capped at it (docs/limits.md, "Scraper runs").
+   * A paid start's cap (docs/limits.md, "Scraper runs"): what its budget
+   * reserved for it, and what the run is capped at upstream.
    */
-  readonly left?: number;
+  readonly cap?: number;
+}
+
+/**
+ * A call that starts paid work billed after the fact (a scraper run): what
+ * the client asked its cap to be, if it sent one plain value.
+ */
+export interface PaidStart {
+  readonly asked: number | null;
+}
+
+/**
+ * A run's cap (docs/limits.md, "Scraper runs"): the smallest of what is
+ * left, the key's per-run cap and the client's own value; with neither of
+ * those, a tenth of the budget. Rounded down to the micro-dollar.
+ */
+export function runCapOf(left: number, amount: number, keyCap: number | null, asked: number | null): number {
+  const want = asked ?? keyCap ?? amount / 10;
+  return floorMicro(Math.max(0, Math.min(left, want, keyCap ?? Infinity)));
 }
 
 /** What the ledger knows of a period: requests forwarded for a key, cost reported for a key on a route. */
+/** A budget as a policy holds it. */
+type Budget = { readonly amount: number; readonly period: Period };
+
 export interface PeriodUse {
   requests(keyId: string, period: Period, now: number): number;
   cost(keyId: string, route: string, period: Period, now: number): number;
@@ -107,6 +140,18 @@ const seconds = (ms: number): number => Math.max(1, Math.ceil(ms / 1000));
  * route's estimate, if any was learnt meanwhile, else at none.
  */
 export const PROBE_MS = 2_000;
+/**
+ * The longest a call waits for its key's earlier calls' cost, over every
+ * probe it waits behind; then it is answered 503 (nothing forwarded,
+ * nothing consumed). Below a worker's wait for its primary (admissions.ts),
+ * so a late cost is never taken for a silent primary.
+ */
+export const PROBE_WAIT_MS = 2 * PROBE_MS;
+/** Not decided in time: a store or the primary did not answer, or a key's cost stayed unknown. */
+const UNDECIDED: Undecided = { code: 'admission_unavailable', retryAfter: 1 };
+/** The ledger's store did not answer within the admission wait. */
+const LEDGER_SILENT: Undecided = { code: 'ledger_unavailable', retryAfter: 1 };
+const CLAIMED = Symbol('claimed');
 /** Weight of the newest cost in a budget's estimate: recent calls count most, one odd call does not swing it. */
 const NEWEST = 0.5;
 
@@ -116,6 +161,18 @@ const learn = (map: Map<string, number>, k: string, cost: number): void => {
   map.set(k, was === undefined ? cost : was + NEWEST * (cost - was));
 };
 
+/** A key's allowance on one route: the composite every per-key, per-route map is keyed by. */
+export type KeyRoute = string & { readonly __keyRoute: true };
+export const keyRoute = (keyId: string, route: string): KeyRoute => `${keyId}\u0000${route}` as KeyRoute;
+
+/** The dearest call a route reported in the current UTC day and month: no estimate on that route is lower (docs/limits.md). */
+interface Dearest {
+  day: string;
+  dayMax: number;
+  month: string;
+  monthMax: number;
+}
+
 export class Limiter {
   readonly #use: PeriodUse;
   /** Quotas and budgets by leases (a fleet's in PostgreSQL, one machine's in its SQLite file); null: the period totals of `use` alone (counting in memory). */
@@ -124,40 +181,62 @@ export class Limiter {
   readonly #inFlight = new Map<string, number>();
   /** Quota units taken by requests in flight, by key. */
   readonly #units = new Map<string, number>();
-  /** Budget reserved by requests in flight, by key and route (`key\0route`). */
-  readonly #reserved = new Map<string, number>();
+  /** Budget reserved by requests in flight, by key and route. */
+  readonly #reserved = new Map<KeyRoute, number>();
   /** What a call costs, learnt per key and route, and per route for a key's first calls. */
-  readonly #estimates = new Map<string, number>();
+  readonly #estimates = new Map<KeyRoute, number>();
   readonly #routeEstimates = new Map<string, number>();
+  readonly #dearest = new Map<string, Dearest>();
   /** By key and route: the key's first call with a budget, while its cost is not known yet. */
-  readonly #probes = new Map<string, Promise<void>>();
+  readonly #probes = new Map<KeyRoute, Promise<void>>();
 
-  /** Routes whose cost is settled after the fact (the scraper's runs): what a call reserves before any was learnt. */
-  readonly #settled: ReadonlyMap<string, number>;
+  /** Routes whose cost is settled after the fact (the scraper's runs): a paid start reserves its cap, nothing else reserves or teaches. */
+  readonly #settled: ReadonlySet<string>;
 
-  constructor(use: PeriodUse, leases: Leases | null = null, settled: ReadonlyMap<string, number> = new Map()) {
+  /** The longest an admission waits for the store (a lease claim, a run's fresh figures), ms. */
+  readonly #waitMs: number;
+
+  constructor(use: PeriodUse, leases: Leases | null = null, settled: ReadonlySet<string> = new Set(), waitMs = Infinity) {
     this.#use = use;
     this.#leases = leases;
     this.#settled = settled;
-    if (leases !== null) {
-      leases.costs = {
-        learnt: () => this.#routeEstimates,
-        // A route this gateway has not seen: the fleet's figure, so its first call reserves it instead of nothing.
-        adopt: (route, perCall) => {
-          if (!this.#routeEstimates.has(route) && Number.isFinite(perCall) && perCall >= 0) this.#routeEstimates.set(route, perCall);
-        },
-      };
-    }
+    this.#waitMs = waitMs;
+    if (leases !== null) leases.costs = this.costs;
   }
 
-  /** The estimate a budget reserves for the next call of `keyId` on `route`: its recent cost per call, else the route's, else a settled route's default, else 0. */
-  estimate(keyId: string, route: string): number {
-    return this.#estimates.get(`${keyId}\u0000${route}`) ?? this.#routeEstimates.get(route) ?? this.#settled.get(route) ?? 0;
+  /** What this limiter learnt of each route's cost per call, and how it takes the fleet's (leases.ts, shared at each renewal). */
+  readonly costs: CostShare = {
+    // The floor a reservation starts from: the dearest call of the day if it is above the average.
+    learnt: () => new Map([...this.#routeEstimates].map(([route, c]) => [route, Math.max(c, this.#floor(route, 'day', Date.now()))] as const)),
+    // A route this gateway has not seen: the fleet's figure, so its first call reserves it instead of nothing.
+    adopt: (route, perCall) => {
+      if (!Number.isFinite(perCall) || perCall < 0) return;
+      if (!this.#routeEstimates.has(route)) this.#routeEstimates.set(route, perCall);
+      this.#raise(route, perCall, Date.now());
+    },
+  };
+
+  /** The estimate a budget reserves for the next call of `keyId` on `route`: its recent cost per call, else the route's, never below the route's dearest call this period. */
+  estimate(keyId: string, route: string, period: Period = 'day', now = Date.now()): number {
+    const learnt = this.#estimates.get(keyRoute(keyId, route)) ?? this.#routeEstimates.get(route) ?? 0;
+    return Math.max(learnt, this.#floor(route, period, now));
   }
 
-  /** A run was settled at `cost`: the key's and the route's estimates learn it (the response that started it said nothing). */
-  learnSettled(keyId: string, route: string, cost: number): void {
-    this.#learn(keyId, route, cost);
+  #floor(route: string, period: Period, now: number): number {
+    const d = this.#dearest.get(route);
+    if (d === undefined) return 0;
+    return period === 'day' ? (d.day === periodOf('day', now).key ? d.dayMax : 0) : d.month === periodOf('month', now).key ? d.monthMax : 0;
+  }
+
+  #raise(route: string, cost: number, now: number): void {
+    const day = periodOf('day', now).key;
+    const month = periodOf('month', now).key;
+    let d = this.#dearest.get(route);
+    if (d === undefined) this.#dearest.set(route, (d = { day, dayMax: 0, month, monthMax: 0 }));
+    if (d.day !== day) [d.day, d.dayMax] = [day, 0];
+    if (d.month !== month) [d.month, d.monthMax] = [month, 0];
+    d.dayMax = Math.max(d.dayMax, cost);
+    d.monthMax = Math.max(d.monthMax, cost);
   }
 
   /**
@@ -165,29 +244,53 @@ export class Limiter {
    * key's rate and burst, and of its concurrency rounded up, so the fleet
    * together admits at most the limit plus share-1 (docs/limits.md). In a
    * fleet, quotas and budgets are taken from leases: a promise when this
-   * gateway must first claim more.
+   * gateway must first claim more. `start`: the request starts paid work
+   * billed after the fact (a scraper run), capped and reserved at its cap.
    */
-  admit(keyId: string, policy: Policy, route: string, now: number, share = 1): Admission | Refused | Promise<Admission | Refused> {
+  admit(
+    keyId: string,
+    policy: Policy,
+    route: string,
+    now: number,
+    share = 1,
+    start: PaidStart | null = null,
+  ): Admission | Refused | Undecided | Promise<Admission | Refused | Undecided> {
+    return this.#admitWaiting(keyId, policy, route, now, share, start, now);
+  }
+
+  /** `since`: when this call began to wait for its key's first call's cost. */
+  #admitWaiting(
+    keyId: string,
+    policy: Policy,
+    route: string,
+    now: number,
+    share: number,
+    start: PaidStart | null,
+    since: number,
+  ): Admission | Refused | Undecided | Promise<Admission | Refused | Undecided> {
+    // A run on a settled route in a fleet is capped at what is left of the
+    // fleet's budget: read for it by a query that starts with it (bounded by
+    // the store's deadline), as a lease claim would be. Runs are started
+    // seconds apart; no other request waits for this.
+    if (start !== null && this.freshFigures !== null && this.#leases !== null && this.#settled.has(route) && policy.budgets.has(route)) {
+      // Not read in time: the lease alone decides (its caps are exact; the figures only refuse sooner).
+      const decide = (): Admission | Refused | Undecided | Promise<Admission | Refused | Undecided> =>
+        this.#decide(keyId, policy, route, Date.now(), share, start);
+      return within(this.freshFigures(keyId, now), this.#waitMs, undefined).then(decide, decide);
+    }
     // A budget on a route whose cost was never seen here has nothing to
     // reserve: the key's first call goes alone, and that key's calls that
     // overlap it wait for its cost (else all of them would pass at an
     // estimate of 0). Other keys never wait for it, and nobody waits longer
     // than PROBE_MS: a stream that keeps moving has no end to wait for.
-    // A run on a settled route in a fleet is capped at what is left of the
-    // fleet's budget: read for it by a query that starts with it (bounded by
-    // the store's deadline), as a lease claim would be. Runs are started
-    // seconds apart; no other request waits for this.
-    if (this.freshFigures !== null && this.#leases !== null && this.#settled.has(route) && policy.budgets.has(route)) {
-      return this.freshFigures(keyId, now).then(
-        () => this.#decide(keyId, policy, route, Date.now(), share),
-        () => this.#decide(keyId, policy, route, Date.now(), share),
-      );
-    }
     // No closure on the common path: it runs for every request of a key with limits.
-    if (!policy.budgets.has(route) || this.#known(keyId, route)) return this.#decide(keyId, policy, route, now, share);
-    const slot = `${keyId}\u0000${route}`;
+    if (!policy.budgets.has(route) || this.#known(keyId, route)) return this.#decide(keyId, policy, route, now, share, start);
+    const slot = keyRoute(keyId, route);
     const waiting = this.#probes.get(slot);
-    if (waiting !== undefined) return waiting.then(() => this.admit(keyId, policy, route, Date.now(), share));
+    if (waiting !== undefined) {
+      if (now - since >= PROBE_WAIT_MS) return UNDECIDED;
+      return waiting.then(() => this.#admitWaiting(keyId, policy, route, Date.now(), share, start, since));
+    }
     // This call is the probe: the key's calls on the route that come while it runs wait for it.
     let over: () => void = () => undefined;
     const probe = new Promise<void>((resolve) => (over = resolve));
@@ -199,7 +302,7 @@ export class Limiter {
     };
     const timer = setTimeout(release, PROBE_MS);
     timer.unref();
-    const wrap = (r: Admission | Refused): Admission | Refused => {
+    const wrap = (r: Admission | Refused | Undecided): Admission | Refused | Undecided => {
       if ('code' in r) {
         release();
         return r;
@@ -212,20 +315,26 @@ export class Limiter {
         costKnown: (cost) => {
           // Learnt now, so the calls that waited reserve it; the call itself settles at its end.
           if (!Number.isFinite(cost) || this.#known(keyId, route)) return release();
-          learn(this.#estimates, slot, cost);
-          learn(this.#routeEstimates, route, cost);
+          this.#learn(keyId, route, cost);
           release();
         },
       };
     };
-    const r = this.#decide(keyId, policy, route, now, share);
+    const r = this.#decide(keyId, policy, route, now, share, start);
     return r instanceof Promise ? r.then(wrap) : wrap(r);
   }
 
-  #decide(keyId: string, policy: Policy, route: string, now: number, share: number): Admission | Refused | Promise<Admission | Refused> {
+  #decide(
+    keyId: string,
+    policy: Policy,
+    route: string,
+    now: number,
+    share: number,
+    start: PaidStart | null,
+  ): Admission | Refused | Undecided | Promise<Admission | Refused | Undecided> {
     return this.#leases !== null && (policy.quota !== null || policy.budgets.has(route))
-      ? this.#leased(this.#leases, keyId, policy, route, now, share, 0)
-      : this.#admit(keyId, policy, route, now, share);
+      ? this.#leased(this.#leases, keyId, policy, route, now, share, start, 0, now)
+      : this.#admit(keyId, policy, route, now, share, start);
   }
 
   /**
@@ -247,11 +356,23 @@ export class Limiter {
   }
 
   #known(keyId: string, route: string): boolean {
-    // A settled route's cost is never in its response: nothing to wait for, its default is reserved.
-    return this.#routeEstimates.has(route) || this.#estimates.has(`${keyId}\u0000${route}`) || this.#settled.has(route);
+    // A settled route's cost is never in its response: nothing to wait for, a paid start reserves its cap.
+    return this.#routeEstimates.has(route) || this.#estimates.has(keyRoute(keyId, route)) || this.#settled.has(route);
   }
 
-  #admit(keyId: string, policy: Policy, route: string, now: number, share: number): Admission | Refused {
+  /**
+   * What a budget reserves for this call: on a settled route a paid start's
+   * cap (null: less than a micro-unit is left, refused) and nothing for any
+   * other call; elsewhere the estimate.
+   */
+  #reserve(keyId: string, policy: Policy, route: string, budget: Budget, left: number, start: PaidStart | null, now: number): number | null {
+    if (!this.#settled.has(route)) return this.estimate(keyId, route, budget.period, now);
+    if (start === null) return 0;
+    const cap = runCapOf(left, budget.amount, policy.runCap, start.asked);
+    return cap > 0 ? cap : null;
+  }
+
+  #admit(keyId: string, policy: Policy, route: string, now: number, share: number, start: PaidStart | null): Admission | Refused {
     const quota = policy.quota;
     const units = quota === null ? 0 : (this.#units.get(keyId) ?? 0);
     if (quota !== null) {
@@ -259,21 +380,34 @@ export class Limiter {
       if (used >= quota.count) return periodOver('quota_exceeded', quota.count, quota.period, now, used, null);
     }
     const budget = policy.budgets.get(route);
-    const slot = `${keyId}\u0000${route}`;
+    const slot = keyRoute(keyId, route);
     const held = budget === undefined ? 0 : (this.#reserved.get(slot) ?? 0);
     const spent = budget === undefined ? 0 : this.#use.cost(keyId, route, budget.period, now) + held;
     if (budget !== undefined && budgetSpent(budget.amount, spent)) return periodOver('budget_exceeded', budget.amount, budget.period, now, spent, route);
+    const reserve = budget === undefined ? 0 : this.#reserve(keyId, policy, route, budget, budget.amount - spent, start, now);
+    if (reserve === null && budget !== undefined) return periodOver('budget_exceeded', budget.amount, budget.period, now, spent, route);
     const limit = this.#local(keyId, policy, now, share);
     if (typeof limit !== 'number') return limit;
     if (limit === 0 && quota === null && budget === undefined) return NOTHING;
     if (quota !== null) this.#units.set(keyId, units + 1);
-    const estimate = budget === undefined ? 0 : this.estimate(keyId, route);
+    const estimate = reserve ?? 0;
     if (budget !== undefined) this.#reserved.set(slot, held + estimate);
-    const left = budget === undefined ? null : budget.amount - spent;
-    return this.#admission(keyId, route, limit > 0, budget !== undefined, left, estimate, () => {
+    return this.#admission(keyId, route, limit > 0, budget !== undefined, start, estimate, () => {
       if (quota !== null) drop(this.#units, keyId, 1);
       if (budget !== undefined) drop(this.#reserved, slot, estimate);
     });
+  }
+
+  /** The fleet's quota is all granted: the key's figure is what the fleet counted (as last read), at least the quota. */
+  #quotaRefused(leases: Leases, keyId: string, quota: { readonly count: number; readonly period: Period }, q: string, at: number): Refused {
+    const used = Math.max(quota.count, this.#fleetRequests(keyId, quota.period, at) + leases.reserved(keyId, 'quota', q));
+    return periodOver('quota_exceeded', quota.count, quota.period, at, used, null);
+  }
+
+  /** The fleet's budget on `route` is all granted: what the fleet spent (as last read), at least the budget. */
+  #budgetRefused(leases: Leases, keyId: string, route: string, kind: string, budget: Budget, b: string, at: number): Refused {
+    const spent = Math.max(budget.amount, this.#fleetCost(keyId, route, budget.period, at) + leases.reserved(keyId, kind, b));
+    return periodOver('budget_exceeded', budget.amount, budget.period, at, spent, route);
   }
 
   /**
@@ -282,26 +416,6 @@ export class Limiter {
    * Otherwise what is left of the route's budget by the fleet's figures
    * (null without a budget).
    */
-  /** The fleet's quota is all granted: the key's figure is what the fleet counted (as last read), at least the quota. */
-  #quotaRefused(leases: Leases, keyId: string, quota: { readonly count: number; readonly period: Period }, q: string, at: number): Refused {
-    const used = Math.max(quota.count, this.#fleetRequests(keyId, quota.period, at) + leases.reserved(keyId, 'quota', q));
-    return periodOver('quota_exceeded', quota.count, quota.period, at, used, null);
-  }
-
-  /** The fleet's budget on `route` is all granted: what the fleet spent (as last read), at least the budget. */
-  #budgetRefused(
-    leases: Leases,
-    keyId: string,
-    route: string,
-    kind: string,
-    budget: { readonly amount: number; readonly period: Period },
-    b: string,
-    at: number,
-  ): Refused {
-    const spent = Math.max(budget.amount, this.#fleetCost(keyId, route, budget.period, at) + leases.reserved(keyId, kind, b));
-    return periodOver('budget_exceeded', budget.amount, budget.period, at, spent, route);
-  }
-
   #beforeLease(leases: Leases, keyId: string, policy: Policy, route: string, at: number): Refused | number | null {
     const quota = policy.quota;
     const budget = policy.budgets.get(route);
@@ -318,8 +432,7 @@ export class Limiter {
     // A settled route's figures were read for this admission: spent by
     // them, it is refused, whatever this gateway's lease still holds (a
     // run settled below its reservation gives units back to the
-    // allowance, and a lease claimed before may hold them; a run capped
-    // at nothing would still start, and some runs cost without a cap).
+    // allowance, and a lease claimed before may hold them).
     if (budgetSpent(budget.amount, fleetSpent) && this.#settled.has(route))
       return periodOver('budget_exceeded', budget.amount, budget.period, at, fleetSpent, route);
     return budget.amount - fleetSpent;
@@ -333,27 +446,34 @@ export class Limiter {
     route: string,
     now: number,
     share: number,
+    start: PaidStart | null,
     attempt: number,
-  ): Admission | Refused | Promise<Admission | Refused> {
+    since: number,
+  ): Admission | Refused | Undecided | Promise<Admission | Refused | Undecided> {
     const quota = policy.quota;
     const budget = policy.budgets.get(route);
     const at = leases.clock.now();
     const q = quota === null ? '' : leases.periodKey(quota.period, at);
     const b = budget === undefined ? '' : leases.periodKey(budget.period, at);
     const kind = `budget:${route}`;
-    const estimate = budget === undefined ? 0 : this.estimate(keyId, route);
     // A claim is under way: ask again once it settled. Each claim either gets
     // something or marks the lease exhausted (then refused), so this ends;
     // the bound is only a guard.
-    const later = (p: Promise<void>, refused: Refused): Promise<Admission | Refused> | Refused =>
-      attempt >= 50 ? refused : p.then(() => this.#leased(leases, keyId, policy, route, Date.now(), share, attempt + 1));
+    // The store does not answer within the admission wait: 503, nothing consumed (the claim goes on, and what it gets stays in the lease).
+    const later = (p: Promise<void>, refused: Refused): Promise<Admission | Refused | Undecided> | Refused =>
+      attempt >= 50
+        ? refused
+        : within(
+            p.then(() => CLAIMED),
+            this.#waitMs - (Date.now() - since),
+            LEDGER_SILENT,
+          ).then((r) => (r === LEDGER_SILENT ? LEDGER_SILENT : this.#leased(leases, keyId, policy, route, Date.now(), share, start, attempt + 1, since)));
     const before = this.#beforeLease(leases, keyId, policy, route, at);
     if (typeof before !== 'number' && before !== null) return before;
-    const left = before;
-    // A refusal is built only when one is due: built for every admission, its
-    // reset time's RFC 3339 text and the fleet's figures cost a key with a
-    // quota and a budget ~2 µs a request (bench/README.md). `take` changes
-    // nothing a refusal reads unless it admits.
+    const reserve = budget === undefined ? 0 : this.#reserve(keyId, policy, route, budget, before ?? 0, start, now);
+    if (reserve === null && budget !== undefined) return this.#budgetRefused(leases, keyId, route, kind, budget, b, at);
+    // A refusal is built only when one is due (bench/README.md, "Admission"):
+    // `take` changes nothing a refusal reads unless it admits.
     if (quota !== null) {
       const took = leases.take(keyId, 'quota', q, quota.count, 1);
       if (took instanceof Promise) return later(took, this.#quotaRefused(leases, keyId, quota, q, at));
@@ -362,7 +482,17 @@ export class Limiter {
     const untake = (): void => {
       if (quota !== null) leases.settle(keyId, 'quota', q, 1, 0);
     };
-    if (budget !== undefined) {
+    let estimate = reserve ?? 0;
+    if (budget !== undefined && this.#settled.has(route) && estimate > 0) {
+      // A paid start: its cap is what this gateway's lease can hold of it, never more.
+      const took = leases.takeUpTo(keyId, kind, b, budget.amount, estimate);
+      if (typeof took !== 'number' || took <= 0) {
+        untake();
+        const refusal = this.#budgetRefused(leases, keyId, route, kind, budget, b, at);
+        return typeof took === 'number' ? refusal : later(took, refusal);
+      }
+      estimate = took;
+    } else if (budget !== undefined && !this.#settled.has(route)) {
       const took = leases.take(keyId, kind, b, budget.amount, estimate);
       if (took !== true) {
         const refusal = this.#budgetRefused(leases, keyId, route, kind, budget, b, at);
@@ -376,32 +506,33 @@ export class Limiter {
       if (budget !== undefined) leases.settle(keyId, kind, b, estimate, 0);
       return limit;
     }
-    return this.#admission(keyId, route, limit > 0, budget !== undefined, left, estimate, (reached, cost) => {
+    return this.#admission(keyId, route, limit > 0, budget !== undefined, start, estimate, (reached, cost) => {
       if (quota !== null) leases.settle(keyId, 'quota', q, 1, reached ? 1 : 0);
-      if (budget !== undefined) leases.settle(keyId, kind, b, estimate, reached ? cost : 0);
+      if (budget !== undefined) leases.settle(keyId, kind, b, estimate, reached ? (cost ?? 0) : 0);
     });
   }
 
-  /** An admission: once, its slot back (when it took one), `settle` for what the period's limits reserved, the budget's cost learnt. */
+  /** An admission: once, its slot back (when it took one), `settle` for what the period's limits reserved, a reported cost learnt. */
   #admission(
     keyId: string,
     route: string,
     slot: boolean,
     budget: boolean,
-    left: number | null,
+    start: PaidStart | null,
     reserved: number,
-    settle: (reached: boolean, cost: number) => void,
+    settle: (reached: boolean, cost: number | null) => void,
   ): Admission {
     let over = false;
-    const done = (reached: boolean, cost: number): void => {
+    const done = (reached: boolean, cost: number | null): void => {
       if (over) return;
       over = true;
       if (slot) drop(this.#inFlight, keyId, 1);
       settle(reached, cost);
-      if (budget && reached) this.#learn(keyId, route, cost);
+      // Only a cost the upstream reported teaches; a settled route's calls teach nothing.
+      if (budget && reached && cost !== null && !this.#settled.has(route)) this.#learn(keyId, route, cost);
     };
-    // What is left is for capping a run (a settled route's): other routes' admissions carry only `done`.
-    return left === null || !this.#settled.has(route) ? { done } : { done, left: Math.max(0, left), reserved };
+    // A paid start carries its cap; other admissions only `done` (and what they reserved).
+    return start !== null && budget && this.#settled.has(route) ? { done, cap: reserved, reserved } : budget ? { done, reserved } : { done };
   }
 
   /** Concurrency and rate, this gateway's share: a refusal, or the concurrency limit whose slot was taken (0: none). */
@@ -478,7 +609,7 @@ export class Limiter {
     for (const [route, b] of policy.budgets) {
       const spent =
         use.cost(keyId, route, b.period, now) +
-        (this.#reserved.get(`${keyId}\u0000${route}`) ?? 0) +
+        (this.#reserved.get(keyRoute(keyId, route)) ?? 0) +
         (this.#leases?.reserved(keyId, `budget:${route}`, this.#leases.periodKey(b.period)) ?? 0);
       const used = micro(spent);
       out.push({
@@ -528,15 +659,17 @@ export class Limiter {
   }
 
   #learn(keyId: string, route: string, cost: number): void {
-    if (!Number.isFinite(cost)) return;
-    learn(this.#estimates, `${keyId}\u0000${route}`, cost);
+    if (!Number.isFinite(cost) || cost < 0) return;
+    learn(this.#estimates, keyRoute(keyId, route), cost);
     learn(this.#routeEstimates, route, cost);
+    this.#raise(route, cost, Date.now());
   }
 }
 
 /** `a` with another `done` (a wrapper's), its budget figures kept: one shape per kind, no spread on the request path. */
 export function withDone(a: Admission, done: Admission['done']): Admission {
-  return a.left === undefined ? { done } : { done, left: a.left, reserved: a.reserved ?? 0 };
+  if (a.cap !== undefined) return { done, cap: a.cap, reserved: a.reserved ?? a.cap };
+  return a.reserved === undefined ? { done } : { done, reserved: a.reserved };
 }
 
 /** An instant as RFC 3339 in UTC, to the second. */

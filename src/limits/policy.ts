@@ -9,6 +9,8 @@ export interface Policy {
   readonly concurrency: number | null;
   readonly quota: { readonly count: number; readonly period: Period } | null;
   readonly budgets: ReadonlyMap<string, { readonly amount: number; readonly period: Period }>;
+  /** The most one scraper run may be capped at, US dollars (`--run-cap`); null: a tenth of the budget unless the client asks. */
+  readonly runCap: number | null;
   /** Alert thresholds in percent, ascending; empty when the key has none (or no quota or budget). */
   readonly alerts: readonly number[];
 }
@@ -32,6 +34,7 @@ export function policyOf(limits: Limits | undefined | null): Policy | null {
     concurrency: limits.concurrency ?? null,
     quota,
     budgets,
+    runCap: limits.runCap ?? null,
     alerts: quota === null && budgets.size === 0 ? [] : [...new Set(limits.alerts ?? DEFAULT_ALERTS)].sort((a, b) => a - b),
   };
   return policy.rate === null && policy.concurrency === null && policy.quota === null && budgets.size === 0 ? null : policy;

@@ -13,9 +13,9 @@ import { Settler, type SettlerOptions } from '../ledger/runs.ts';
 import type { Spend } from '../alerts/spend.ts';
 import type { UsageStore } from '../ledger/store.ts';
 
-/** Routes whose cost is settled after the fact (the provider table's `runs`): what one call reserves before a cost was learnt. */
-export function settledRoutes(config: Pick<Config, 'routes'>): ReadonlyMap<string, number> {
-  return new Map(config.routes.flatMap((r) => (r.cost?.runs === undefined ? [] : [[r.name, r.cost.runs.reserve] as const])));
+/** Routes whose cost is settled after the fact (the provider table's `runs`): a paid start there reserves its cap. */
+export function settledRoutes(config: Pick<Config, 'routes'>): ReadonlySet<string> {
+  return new Set(config.routes.flatMap((r) => (r.cost?.runs === undefined ? [] : [r.name])));
 }
 
 export interface SettlerParts {
@@ -53,7 +53,6 @@ export function runSettler(p: SettlerParts): Settler | null {
     settled: (run, cost) => {
       counters.settled.inc();
       p.ledger.adjust(run.keyId, run.route, run.day, cost - run.booked);
-      p.limiter.learnSettled(run.keyId, run.route, cost);
       p.logger.info({ run: run.id, keyId: run.keyId, route: run.route, day: run.day, cost, booked: run.booked }, 'scraper run settled');
       // A settled run can cross an alert threshold.
       const known = p.keyOf(run.keyId);

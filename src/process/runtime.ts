@@ -38,6 +38,7 @@ export const RESTART_ONLY: ReadonlyArray<readonly [string, (c: Config) => unknow
   ['KEYWARD_DATABASE_URL', (c) => c.databaseUrl],
   ['KEYWARD_DATABASE_TIMEOUT', (c) => c.databaseTimeoutMs],
   ['KEYWARD_LEASE_TTL', (c) => c.leaseTtlMs],
+  ['KEYWARD_ADMISSION_WAIT', (c) => c.admissionWaitMs],
   ['KEYWARD_MAX_HEADER_SIZE', (c) => c.maxHeaderBytes],
   ['KEYWARD_USAGE_FLUSH', (c) => c.usageFlushMs],
   ['KEYWARD_ADMIN_HOST', (c) => c.admin?.host ?? null],

@@ -10,7 +10,7 @@ import type { Admit } from '../limits/admissions.ts';
 import { StoreView, type StatusSources } from '../views/key-status.ts';
 import { Ledger } from '../ledger/ledger.ts';
 import type { Clock, Leases } from '../limits/leases.ts';
-import { Limiter, withDone, type Admission, type LimitState, type Refused } from '../limits/limiter.ts';
+import { Limiter, withDone, type Admission, type LimitState, type Refused, type Undecided } from '../limits/limiter.ts';
 import { fleetLeases, openUsageStore, writeOnly } from '../ledger/open.ts';
 import { createSpend, type Spend } from '../alerts/spend.ts';
 import { spoolPrefix } from '../ledger/spool.ts';
@@ -97,14 +97,15 @@ export async function startUsage(config: Config, store: KeyStore, logger: Logger
   ledger.timed = (seconds) => metrics.task('ledger_write', seconds);
   await ledger.start(config.usageFlushMs);
   const leases = worker === null ? await fleetLeases(usageStore, ledger, config, options.clock, logger) : null;
-  const limiter = new Limiter(ledger, leases, settledRoutes(config));
+  const limiter = new Limiter(ledger, leases, settledRoutes(config), config.admissionWaitMs);
   const units = costUnits(config);
   // The process that decides limits answers where a key stands and fires its alerts; a worker asks its primary.
   const spend: Spend | null =
     worker === null ? createSpend({ config, store: usageStore, ledger, limiter, logger, registry: metrics.registry, unitOf: (r) => units(r) ?? 'usd' }) : null;
   await spend?.start();
   const admit: Admit =
-    worker?.admit ?? (spend === null ? (p, policy, route, now) => limiter.admit(p.id, policy, route, now, ledger.gateways) : alerting(limiter, ledger, spend));
+    worker?.admit ??
+    (spend === null ? (p, policy, route, now, start) => limiter.admit(p.id, policy, route, now, ledger.gateways, start) : alerting(limiter, ledger, spend));
   const statusSources: StatusSources =
     spend?.status ??
     (() => {
@@ -138,10 +139,10 @@ export async function startUsage(config: Config, store: KeyStore, logger: Logger
 
 /** Admission in this process, its alerts checked once a request that reached the upstream was counted. */
 function alerting(limiter: Limiter, ledger: Ledger, spend: Spend): Admit {
-  return (principal, policy, route, now) => {
-    const r = limiter.admit(principal.id, policy, route, now, ledger.gateways);
+  return (principal, policy, route, now, start) => {
+    const r = limiter.admit(principal.id, policy, route, now, ledger.gateways, start);
     if (policy.alerts.length === 0) return r;
-    const watch = (a: Admission | Refused): Admission | Refused =>
+    const watch = (a: Admission | Refused | Undecided): Admission | Refused | Undecided =>
       'code' in a
         ? a
         : withDone(a, (reached, cost) => {

@@ -100,6 +100,8 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
 function runBooking(ex: Exchange, status: number | null): { id: string; path: string } | null {
   const reserved = ex.admission?.reserved ?? 0;
   const run = ex.run;
+  // What is booked now is what the limits settle at: a reported cost, though nobody reported it.
+  ex.costReported = true;
   if (run === null) {
     const refused = status !== null && status >= 300 && !ex.settled && ex.upstreamResponse?.complete === true;
     ex.cost = refused ? 0 : reserved;

@@ -12,6 +12,8 @@ import type { UpstreamSpec } from './routes.ts';
 export interface Cost {
   readonly value: number;
   readonly bad: boolean;
+  /** The upstream reported a usable figure: only such a cost teaches a budget's estimate (docs/limits.md). */
+  readonly seen: boolean;
 }
 
 /** A header's cost: plain decimal digits only (Number() would take `0x10` as 16, `1e308`, `Infinity`). */
@@ -142,7 +144,7 @@ export function readCost(
   if (how.headers !== undefined) {
     const { value, bad } = headerCost(headers, how.headers);
     const checked = plausible(value ?? 0, how.max);
-    header = { value: checked.value, bad: bad || checked.bad };
+    header = { value: checked.value, bad: bad || checked.bad, seen: value !== null && !checked.bad };
   }
   const body = how.jsonField === undefined || (unfiltered && headers['content-encoding'] !== undefined) ? null : new TopLevelField(how.jsonField);
   return { header, body };
@@ -152,5 +154,5 @@ export function readCost(
 export function bodyCost(field: TopLevelField, max: number): Cost {
   field.end();
   const checked = plausible(field.value ?? 0, max);
-  return { value: checked.value, bad: field.bad || checked.bad };
+  return { value: checked.value, bad: field.bad || checked.bad, seen: field.value !== null && !field.bad && !checked.bad };
 }

@@ -9,6 +9,7 @@ export type ErrorCode =
   | 'bad_request'
   | 'unauthorized'
   | 'forbidden'
+  | 'budget_unenforceable'
   | 'not_found'
   | 'request_timeout'
   | 'payload_too_large'
@@ -23,6 +24,7 @@ export type ErrorCode =
   | 'shutting_down'
   | 'keystore_unavailable'
   | 'ledger_unavailable'
+  | 'admission_unavailable'
   | 'upstream_timeout';
 
 interface Entry {
@@ -38,6 +40,13 @@ const entries = {
   badPathEscape: { status: 400, code: 'bad_request', message: 'The path holds an encoded control character, a %u escape or overlong UTF-8.' },
   unauthorized: { status: 401, code: 'unauthorized', message: 'Unauthorized.' },
   forbidden: { status: 403, code: 'forbidden', message: 'This key may not use this route.' },
+  // docs/limits.md, "Scraper runs": spend the gateway would never see cannot be held to a budget.
+  budgetUnenforceable: {
+    status: 403,
+    code: 'budget_unenforceable',
+    message:
+      "This key has a budget on this route, and this call would make the platform spend later, out of the gateway's sight (schedules, webhooks, builds).",
+  },
   noRoute: { status: 404, code: 'not_found', message: 'No route for this path.' },
   methodNotAllowed: { status: 404, code: 'not_found', message: 'Method not allowed on this route.' },
   methodOverride: { status: 404, code: 'not_found', message: 'Method overrides are not allowed.' },
@@ -60,6 +69,8 @@ const entries = {
   keystoreUnavailable: { status: 503, code: 'keystore_unavailable', message: 'No key set is available.' },
   // docs/limits.md, "Limits under faults": a quota or budget is never decided without the ledger.
   ledgerUnavailable: { status: 503, code: 'ledger_unavailable', message: "The usage ledger cannot be read; this key's quota or budget cannot be checked." },
+  // docs/limits.md, "One key, one limit": the process that decides limits did not answer in time.
+  admissionUnavailable: { status: 503, code: 'admission_unavailable', message: "This key's limits could not be checked in time; nothing was forwarded." },
   upstreamTimeout: { status: 504, code: 'upstream_timeout', message: 'Upstream did not answer in time.' },
 } as const satisfies Record<string, Entry>;
 

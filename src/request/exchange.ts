@@ -57,6 +57,8 @@ export class Exchange {
   cost = 0;
   /** The upstream reported a cost that is not a number. */
   costBad = false;
+  /** `cost` is a figure the upstream reported (or a run's booking), not the 0 of none: only such a cost teaches a budget's estimate. */
+  costReported = false;
   /** A scraper run-start request: the upstream path prefix its run is asked about under (`/v2`); null otherwise. */
   runPath: string | null = null;
   /** A synchronous scraper run: booked at its reservation, never settled (ledger/runs.ts). */

@@ -214,6 +214,7 @@ function costReader(ex: Exchange, proxyRes: http.IncomingMessage, secrets: Secre
   if (reported.header !== null) {
     ex.cost = reported.header.value;
     ex.costBad = reported.header.bad;
+    ex.costReported = reported.header.seen;
     // A key's first budgeted call: its overlapping calls need not wait for the end of a stream.
     ex.admission?.costKnown?.(ex.cost);
   }

@@ -18,15 +18,15 @@ import type { KeySet, Lookup, Principal } from '../keys/keyset.ts';
 import { isWellFormed, redactTokens, tokenDigestBytes, TokenMemo } from '../keys/token.ts';
 import { neverConnected } from './outcome.ts';
 import type { AuthFailure, Metrics } from '../observe/metrics.ts';
-import { capParam, dropParams } from './query.ts';
+import { askedRunCap, dropParams, withRunCap } from './query.ts';
 import { matchRoute, type Route, type RouteTable } from './routes.ts';
 import type { Generation, Target } from './runtime.ts';
 import type { Sweeper } from './timers.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import type { Admit } from '../limits/admissions.ts';
-import type { Admission, LimitCode, Refused } from '../limits/limiter.ts';
+import type { Admission, LimitCode, PaidStart, Refused, Undecided } from '../limits/limiter.ts';
 import { policyFor } from '../limits/policy.ts';
-import { isSyncRun, runStartPrefix } from '../ledger/runs.ts';
+import { scraperCall, type ScraperCall } from './scraper-calls.ts';
 import { detach, neverRejects } from '../lib/detach.ts';
 
 const LIMIT_ERRORS: Readonly<Record<LimitCode, GatewayError>> = {
@@ -76,6 +76,8 @@ interface Admitted {
   readonly target: Target;
   readonly path: string;
   readonly forwardQuery: string;
+  /** What the call does with money on a route whose cost is settled after the fact (scraper-calls.ts); null elsewhere. */
+  readonly call: ScraperCall;
 }
 
 export interface Pipeline {
@@ -134,6 +136,8 @@ export interface Routed {
   readonly target: Target;
   readonly path: string;
   readonly forwardQuery: string;
+  /** What the call does with money on a route whose cost is settled after the fact (scraper-calls.ts); null elsewhere. */
+  readonly call: ScraperCall;
 }
 
 /** Not routed: the error to answer, and the route when one matched (a guard refused). */
@@ -157,7 +161,10 @@ export function routeOf(rt: Generation, method: string, url: string, headers: In
   // The route-configured guard passed, so its target exists; looked up, not assumed.
   const target = rt.targets.get(route.name);
   if (target === undefined) return { error: ERRORS.routeNotConfigured, route };
-  return { error: null, route, target, path: match.path, forwardQuery };
+  const call = route.cost?.runs === undefined ? null : scraperCall(method, match.path);
+  // Spend the gateway would never see cannot be held to a budget (docs/limits.md, "Scraper runs").
+  if (call?.kind === 'later' && principal.limits?.budgets?.[route.name] !== undefined) return { error: ERRORS.budgetUnenforceable, route };
+  return { error: null, route, target, path: match.path, forwardQuery, call };
 }
 
 export function createPipeline(deps: PipelineDeps): Pipeline {
@@ -206,7 +213,7 @@ class RequestPipeline implements Pipeline {
       if (step.error === ERRORS.forbidden && step.route !== null) this.#deps.metrics.limited(step.route.index, 'scope');
       return this.#refuse(ex, req, res, step.error);
     }
-    this.#admit({ ex, req, res, expect, principal, route: step.route, target: step.target, path: step.path, forwardQuery: step.forwardQuery });
+    this.#admit({ ex, req, res, expect, principal, route: step.route, target: step.target, path: step.path, forwardQuery: step.forwardQuery, call: step.call });
   }
 
   /** Requests Node hands over without a response object: answered on the socket, as unauthorized unless the key is good. */
@@ -247,7 +254,9 @@ class RequestPipeline implements Pipeline {
     if (policy === null) return this.#forward(a);
     if (this.#deps.ledgerDamaged() && (policy.quota !== null || policy.budgets.has(route.name)))
       return this.#refuse(a.ex, a.req, a.res, ERRORS.ledgerUnavailable);
-    const admitted = this.#deps.admit(principal, policy, route.name, Date.now());
+    // A paid start is capped and reserved at its cap; the client may ask for a lower one (docs/limits.md, "Scraper runs").
+    const start: PaidStart | null = a.call === null || a.call.kind === 'later' ? null : { asked: askedRunCap(a.forwardQuery) };
+    const admitted = this.#deps.admit(principal, policy, route.name, Date.now(), start);
     if (!(admitted instanceof Promise)) return this.#admittedOrNot(admitted, a);
     // A worker waits for its primary's answer; the request is not read meanwhile.
     detach(
@@ -256,10 +265,12 @@ class RequestPipeline implements Pipeline {
     );
   }
 
-  #admittedOrNot(r: Admission | Refused, a: Admitted): void {
+  #admittedOrNot(r: Admission | Refused | Undecided, a: Admitted): void {
     if ('code' in r) {
-      if (!a.ex.closed) this.#refuseLimited(a, r);
-      return;
+      if (a.ex.closed) return;
+      if ('detail' in r) return this.#refuseLimited(a, r);
+      const err = r.code === 'ledger_unavailable' ? ERRORS.ledgerUnavailable : ERRORS.admissionUnavailable;
+      return answer(a.ex, a.res, err, hasBody(a.req) || this.#deps.draining(), { 'retry-after': r.retryAfter });
     }
     // The client left while its primary decided: the admission is given back at once.
     if (a.ex.closed) return r.done(false, 0);
@@ -268,9 +279,9 @@ class RequestPipeline implements Pipeline {
   }
 
   /** Rewrite and forward. */
-  #forward({ ex, req, res, expect, route, target, path, forwardQuery }: Admitted): void {
-    // A scraper run-start: its run is settled later, and a key with a budget here has the run capped at what is left.
-    if (route.cost?.runs !== undefined) forwardQuery = runStart(ex, req.method as string, route, path, forwardQuery);
+  #forward({ ex, req, res, expect, route, target, path, forwardQuery, call }: Admitted): void {
+    // A scraper run-start: its run is settled later, and a key with a budget here has the run capped at what its admission reserved.
+    if (call !== null) forwardQuery = paidStart(ex, route, call, forwardQuery);
     const suffix = forwardQuery === '' ? path : `${path}?${forwardQuery}`;
     ex.logPath = redactTokens(route.prefix + suffix.slice(1));
     req.url = route.basePath + suffix;
@@ -348,7 +359,7 @@ function responseClosed({ sweeper, complete }: PipelineDeps): (this: ServerRespo
     // In the same tick as the ledger's count: the slot comes back, and what
     // was reserved becomes what was counted (or comes back, if the request
     // never reached the upstream).
-    ex.admission?.done(ex.forwardStart > 0 && !neverConnected(ex.failure), ex.cost);
+    ex.admission?.done(ex.forwardStart > 0 && !neverConnected(ex.failure), ex.costReported ? ex.cost : null);
   };
 }
 
@@ -366,17 +377,15 @@ function chunkCounter(deps: PipelineDeps): (this: GatewayRequest, chunk: Buffer)
 }
 
 /**
- * A request on a route whose cost is settled after the fact: when it starts
- * a run, where its run is asked about later (a synchronous run: marked, its
- * run cannot be asked about), and the query with
- * `maxTotalChargeUsd` capped at what is left of the key's budget
- * (docs/routes.md, "Capped runs"); otherwise the query as it was.
+ * A paid start on a route whose cost is settled after the fact: where its
+ * run is asked about later (a synchronous run: marked, its run cannot be
+ * asked about), and the query with the run capped at what its admission
+ * reserved (docs/routes.md, "Capped runs"); otherwise the query as it was.
  */
-function runStart(ex: Exchange, method: string, route: Route, path: string, query: string): string {
-  const prefix = runStartPrefix(method, path);
-  if (prefix !== null) ex.runPath = route.basePath + prefix;
-  else if (isSyncRun(method, path)) ex.syncRun = true;
+function paidStart(ex: Exchange, route: Route, call: NonNullable<ScraperCall>, query: string): string {
+  if (call.kind === 'start') ex.runPath = route.basePath + call.prefix;
+  else if (call.kind === 'sync') ex.syncRun = true;
   else return query;
-  const left = ex.admission?.left;
-  return left === undefined ? query : capParam(query, 'maxTotalChargeUsd', left);
+  const cap = ex.admission?.cap;
+  return cap === undefined ? query : withRunCap(query, cap);
 }

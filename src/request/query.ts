@@ -124,22 +124,48 @@ export function usd(value: number): string {
 
 const PLAIN_DECIMAL = /^\d{1,15}(?:\.\d{1,15})?$/;
 
-/**
- * `query` with `name` at most `max` (docs/routes.md, "Capped runs"): kept
- * byte for byte when it already carries `name` once as a plain decimal no
- * larger; otherwise every `name` is removed whole and `name=max` appended
- * at the end. Nothing else changes.
- */
-export function capParam(query: string, name: string, max: number): string {
-  const key = name.toLowerCase();
-  const own = query === '' ? [] : query.split('&').filter((p) => canonicalName(p.slice(0, nameEnd(p, 0, p.length))) === key);
-  if (own.length === 1) {
-    const p = own[0] as string;
-    const eq = p.indexOf('=');
-    const v = eq < 0 ? '' : p.slice(eq + 1);
-    if (PLAIN_DECIMAL.test(v) && Number(v) <= max) return query;
+/** The scraper platform's cap on what a run may cost, in US dollars (docs/routes.md, "Capped runs"). */
+export const RUN_CAP = 'maxTotalChargeUsd';
+const RUN_CAP_LENIENT = RUN_CAP.toLowerCase();
+
+/** True when a lenient parser could read this `&`-part (or one of its `;`-parts) as the run cap. */
+function readsAsRunCap(part: string): boolean {
+  for (const sub of part.split(';')) {
+    const eq = sub.indexOf('=');
+    if (lenientName(eq < 0 ? sub : sub.slice(0, eq)) === RUN_CAP_LENIENT) return true;
   }
-  const kept = own.length === 0 ? query : dropParams(query, new Set([key]));
-  const cap = `${name}=${usd(max)}`;
-  return kept === '' ? cap : `${kept}&${cap}`;
+  return false;
+}
+
+/**
+ * The client's own run cap: one parameter spelt exactly `maxTotalChargeUsd`
+ * with a plain decimal value, and nothing else any parser could read as it
+ * (a repeat, `maxTotalChargeUsd[]`, another case, an encoding); else null.
+ */
+export function askedRunCap(query: string): number | null {
+  if (query.length === 0) return null;
+  let asked: number | null = null;
+  let seen = 0;
+  for (const part of query.split('&')) {
+    if (!readsAsRunCap(part)) continue;
+    seen++;
+    const eq = part.indexOf('=');
+    const value = part.slice(eq + 1);
+    if (eq === RUN_CAP.length && part.startsWith(RUN_CAP) && PLAIN_DECIMAL.test(value)) asked = Number(value);
+  }
+  return seen === 1 ? asked : null;
+}
+
+/**
+ * `query` with the run capped at `cap` (docs/routes.md, "Capped runs"):
+ * kept byte for byte when the client's own plain value is no larger;
+ * otherwise every spelling of the parameter is removed whole and
+ * `maxTotalChargeUsd=cap` appended at the end. Nothing else changes.
+ */
+export function withRunCap(query: string, cap: number): string {
+  const asked = askedRunCap(query);
+  if (asked !== null && asked <= cap) return query;
+  const kept = query === '' ? [] : query.split('&').filter((p) => !readsAsRunCap(p));
+  kept.push(`${RUN_CAP}=${usd(cap)}`);
+  return kept.join('&');
 }

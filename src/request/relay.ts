@@ -84,6 +84,7 @@ function costRead(ex: Exchange, cost: BodyWatch): void {
   const c = bodyCost(cost, ex.route?.cost?.max ?? Infinity);
   ex.cost = c.value;
   ex.costBad = c.bad;
+  ex.costReported = c.seen;
 }
 
 /** The upstream's declared body length, or -1 (none, or not a plain number). */

@@ -62,9 +62,9 @@ export interface UpstreamSpec {
     /**
      * The cost comes after the fact: a run-start response is a run object,
      * whose cost the gateway asks for once the run ended (ledger/runs.ts);
-     * `reserve` is what a run reserves of a budget before one was learnt.
+     * a paid start reserves the cap it is sent with (docs/limits.md).
      */
-    readonly runs?: { readonly reserve: number };
+    readonly runs?: true;
   } | null;
   /** Made-up secrets of the right shape, one per `secretEnvs` entry, for the demo, tests, bench and soak; `tag` makes them unique. */
   readonly sampleSecrets: (tag: string) => readonly string[];
@@ -88,9 +88,9 @@ export const UPSTREAMS: readonly UpstreamSpec[] = [
     stripHeaders: [],
     native: { kind: 'query', name: 'token' },
     // The platform bills a run when it ends: settled after the fact from the
-    // run object's `usageTotalUsd` (docs/limits.md, "Scraper runs"). A run
-    // reserves 0.10 USD of a budget until the key's runs taught a figure.
-    cost: { unit: 'usd', max: 10_000, runs: { reserve: 0.1 } },
+    // run object's `usageTotalUsd` (docs/limits.md, "Scraper runs"); a run
+    // reserves the cap it is sent with.
+    cost: { unit: 'usd', max: 10_000, runs: true },
     sampleSecrets: (tag) => [`apify_api_${tag}`],
     demo: {
       title: 'scraper: start an actor run (JSON with data.status "READY")',

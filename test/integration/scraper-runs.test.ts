@@ -76,13 +76,13 @@ test('runs are settled once they end: each booked once at its usageTotalUsd on i
   }
 });
 
-test('a scraper budget: each run capped at what is left (the query otherwise byte for byte), refused once spent, the key status showing settled spend', async () => {
+test("a scraper budget: each run capped at the key's run cap or what is left, whichever is less (the query otherwise byte for byte), refused once spent, the key status showing settled spend", async () => {
   const p = await startPlatform();
   const gw = await startGateway({
     scraper: p.up.url,
     env: { KEYWARD_USAGE_FLUSH: '100ms' },
     settle: QUICK,
-    limits: { budgets: { scraper: '1/day' }, alerts: [50] },
+    limits: { budgets: { scraper: '1/day' }, runCap: 0.5, alerts: [50] },
   });
   try {
     const caps: string[] = [];
@@ -92,15 +92,15 @@ test('a scraper budget: each run capped at what is left (the query otherwise byt
       const r = await start(gw, 'quick-0.30', '?build=latest&memory=256');
       assert.equal(r.status, 201, `run ${i + 1}`);
       await eventually(() => ledger(gw).pending === 0 && ledger(gw).requests === i + 1, 15_000, `run ${i + 1} settled`);
-      // The second run was admitted at 0.3 + its 0.1 reservation (40 %); its settling at 0.3 crosses 50 %.
-      if (i === 0) assert.equal(await alerts(), 0);
-      if (i === 1) await eventually(async () => (await alerts()) === 1, 5_000, 'the 50 % alert fired by a settled run');
+      // A run counts at its cap until it is settled: the first, booked at 0.5, reaches 50 % (once, though it settles at 0.3).
+      if (i === 0) await eventually(async () => (await alerts()) === 1, 5_000, 'the 50 % alert');
+      if (i === 1) assert.equal(await alerts(), 1);
     }
     for (const run of p.runs.values()) caps.push(run.query);
-    // 1 - 0.3 - 0.3 - 0.3 leaves 0.1: the fourth run is capped there and costs 0.1.
+    // The key's run cap while more is left; 1 - 0.3 - 0.3 leaves 0.4, then 0.1: the fourth run is capped there and costs 0.1.
     assert.deepEqual(caps, [
-      '?build=latest&memory=256&maxTotalChargeUsd=1',
-      '?build=latest&memory=256&maxTotalChargeUsd=0.7',
+      '?build=latest&memory=256&maxTotalChargeUsd=0.5',
+      '?build=latest&memory=256&maxTotalChargeUsd=0.5',
       '?build=latest&memory=256&maxTotalChargeUsd=0.4',
       '?build=latest&memory=256&maxTotalChargeUsd=0.1',
     ]);
@@ -125,7 +125,7 @@ test('a scraper budget: each run capped at what is left (the query otherwise byt
   }
 });
 
-test('a client asking for a lower cap keeps it byte for byte; a higher one is replaced by what is left', async () => {
+test('a client asking for a lower cap keeps it byte for byte and reserves only that; a higher one is replaced by what is left', async () => {
   const p = await startPlatform();
   const gw = await startGateway({ scraper: p.up.url, settle: QUICK, limits: { budgets: { scraper: '2/day' } } });
   try {
@@ -133,8 +133,13 @@ test('a client asking for a lower cap keeps it byte for byte; a higher one is re
     assert.equal((await start(gw, 'never', '?maxTotalChargeUsd=99&x=1')).status, 201);
     const queries = [...p.runs.values()].map((r) => r.query);
     assert.equal(queries[0], '?maxTotalChargeUsd=0.05&x=%20y');
-    // Two runs pending: the first reserved 0.1 (the default), so 1.9 is left for the second.
-    assert.equal(queries[1], '?x=1&maxTotalChargeUsd=1.9');
+    // Two runs pending: the first reserved its own 0.05, so 1.95 is left for the second.
+    assert.equal(queries[1], '?x=1&maxTotalChargeUsd=1.95');
+    assert.equal(queries.length, 2);
+    // Nothing is left: a third run is refused, whatever it asks for.
+    const third = await start(gw, 'never', '?maxTotalChargeUsd=0.01');
+    assert.equal(third.status, 429);
+    assert.equal(p.runs.size, 2);
   } finally {
     await gw.close();
     await p.close();
@@ -203,8 +208,8 @@ test('a run that never ends is given up at the give-up age with a warning; answe
     assert.equal(m.sum('keyward_runs_unsettled_total', {}), 1);
     assert.ok(m.sum('keyward_run_checks_failed_total', { reason: 'the answer is not a run object' }) >= 1);
     await eventually(() => ledger(gw).pending === 0, 5_000, 'the run forgotten');
-    // Its reservation (the route's default, 0.10) stays booked as its cost: the safe direction.
-    assert.deepEqual(ledger(gw), { cost: 0.1, requests: 1, pending: 0 });
+    // Its reservation (its cap: a tenth of the 5 USD budget) stays booked as its cost: the safe direction.
+    assert.deepEqual(ledger(gw), { cost: 0.5, requests: 1, pending: 0 });
     // The gateway still serves.
     assert.equal((await start(gw, 'quick-0.10')).status, 201);
   } finally {
@@ -222,10 +227,11 @@ test('synchronous runs are counted, capped like run-starts, booked at their rese
     assert.equal((await post('/acts/a~b/run-sync-get-dataset-items?format=json')).status, 201);
     assert.equal((await post('/actor-tasks/t/run-sync')).status, 201);
     assert.equal((await post('/acts/missing/run-sync')).status, 404);
-    assert.deepEqual(p.syncQueries, ['?format=json&maxTotalChargeUsd=1', '?maxTotalChargeUsd=0.9', '?maxTotalChargeUsd=0.8']);
+    // A tenth of the budget each: the default share of a run that asks for nothing.
+    assert.deepEqual(p.syncQueries, ['?format=json&maxTotalChargeUsd=0.1', '?maxTotalChargeUsd=0.1', '?maxTotalChargeUsd=0.1']);
     await eventually(() => ledger(gw).requests === 3, 5_000, 'three counted');
     await new Promise((r) => setTimeout(r, 300));
-    // Two at the route's default reservation, the refused one at nothing; none pending, none asked about.
+    // Two booked at their caps, the refused one at nothing; none pending, none asked about.
     assert.deepEqual(ledger(gw), { cost: 0.2, requests: 3, pending: 0 });
     assert.equal(p.up.requests.filter((r) => r.method === 'GET').length, 0);
   } finally {
@@ -276,13 +282,18 @@ test('KEYWARD_WORKERS=2: the primary settles the runs the workers started, caps 
       }
     };
     for (let i = 0; i < 3; i++) {
-      const r = await request(`${base}/scraper/v2/acts/quick-0.30/runs`, { method: 'POST', headers: { authorization: `Bearer ${key.token}` }, body: '{}' });
+      const r = await request(`${base}/scraper/v2/acts/quick-0.30/runs?maxTotalChargeUsd=0.5`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key.token}` },
+        body: '{}',
+      });
       assert.equal(r.status, 201, `run ${i + 1}`);
       await eventually(() => file().requests === i + 1 && file().pending === 0, 15_000, `run ${i + 1} settled`);
     }
     assert.deepEqual(
       [...p.runs.values()].map((r) => r.query),
-      ['?maxTotalChargeUsd=1', '?maxTotalChargeUsd=0.7', '?maxTotalChargeUsd=0.4'],
+      // The client's own 0.5 while that much is left, then what is left.
+      ['?maxTotalChargeUsd=0.5', '?maxTotalChargeUsd=0.5', '?maxTotalChargeUsd=0.4'],
     );
     assert.equal(file().cost, 0.9);
     await eventually(
@@ -347,19 +358,35 @@ test(
   },
 );
 
-test('overlapping run-starts against a scraper budget: admitted while spent plus reservations is below it, each capped at what was left then, the rest refused and never forwarded', async () => {
+test('overlapping run-starts against a scraper budget: the caps of the runs in flight add up to the budget at most, the rest refused and never forwarded', async () => {
   const p = await startPlatform();
   const gw = await startGateway({ scraper: p.up.url, settle: QUICK, limits: { budgets: { scraper: '1/day' } } });
   try {
-    // Runs that never end: each stays at its reservation, the route's default of 0.10.
+    // Runs that never end, asking for nothing: each reserves its default cap, a tenth of the budget.
     const replies = await Promise.all(Array.from({ length: 20 }, () => start(gw, 'never')));
     const admitted = replies.filter((r) => r.status === 201).length;
     assert.equal(admitted, 10, `statuses ${replies.map((r) => r.status).join(',')}`);
     for (const r of replies.filter((x) => x.status !== 201)) assert.equal((r.json() as { code: string }).code, 'budget_exceeded');
     assert.equal(p.runs.size, 10, 'refused run-starts never reached the platform');
-    const caps = [...p.runs.values()].map((r) => Number(new URLSearchParams(r.query).get('maxTotalChargeUsd'))).sort((a, b) => b - a);
-    // Each cap is what was left when it was admitted: 1, 0.9, …, 0.1 in some order.
-    assert.deepEqual(caps, [1, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]);
+    const caps = [...p.runs.values()].map((r) => Number(new URLSearchParams(r.query).get('maxTotalChargeUsd')));
+    assert.deepEqual(
+      caps,
+      Array.from({ length: 10 }, () => 0.1),
+    );
+  } finally {
+    await gw.close();
+    await p.close();
+  }
+});
+
+test('overlapping run-starts asking for more than a tenth: each reserves what it asked while that much is left, the last what is left; the caps add up to the budget exactly', async () => {
+  const p = await startPlatform();
+  const gw = await startGateway({ scraper: p.up.url, settle: QUICK, limits: { budgets: { scraper: '1/day' } } });
+  try {
+    const replies = await Promise.all(Array.from({ length: 20 }, () => start(gw, 'never', '?maxTotalChargeUsd=0.35')));
+    assert.equal(replies.filter((r) => r.status === 201).length, 3);
+    const caps = [...p.runs.values()].map((r) => Number(new URLSearchParams(r.query).get('maxTotalChargeUsd'))).sort();
+    assert.deepEqual(caps, [0.3, 0.35, 0.35]);
   } finally {
     await gw.close();
     await p.close();

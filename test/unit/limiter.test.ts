@@ -2,7 +2,7 @@
 // the budget's estimate, and the numbers a refusal reports.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { Limiter, type Admission, type PeriodUse, type Refused } from '../../src/limits/limiter.ts';
+import { Limiter, type Admission, type PeriodUse, type Refused, type Undecided } from '../../src/limits/limiter.ts';
 import type { Limits } from '../../src/keys/limits.ts';
 import { policyOf } from '../../src/limits/policy.ts';
 
@@ -23,12 +23,13 @@ class Totals implements PeriodUse {
 }
 
 const policy = (l: Limits) => policyOf(l) as NonNullable<ReturnType<typeof policyOf>>;
-const admitted = (r: Admission | Refused | Promise<Admission | Refused>): Admission => {
+type Answer = Admission | Refused | Undecided;
+const admitted = (r: Answer | Promise<Answer>): Admission => {
   assert.ok(!(r instanceof Promise) && !('code' in r), `refused: ${JSON.stringify(r)}`);
   return r;
 };
-const refused = (r: Admission | Refused | Promise<Admission | Refused>): Refused => {
-  assert.ok(!(r instanceof Promise) && 'code' in r, 'admitted');
+const refused = (r: Answer | Promise<Answer>): Refused => {
+  assert.ok(!(r instanceof Promise) && 'detail' in r, 'admitted, or not decided');
   return r;
 };
 
@@ -47,7 +48,7 @@ test("RateLimit fields are the key's own whole numbers when a fleet shares a bur
   const limiter = new Limiter(new Totals());
   const p = policy({ rate: '10/h', burst: 10 });
   const now = Date.now();
-  let r: Admission | Refused | Promise<Admission | Refused> = admitted(limiter.admit('k', p, 'seo', now, 3));
+  let r: Answer | Promise<Answer> = admitted(limiter.admit('k', p, 'seo', now, 3));
   for (let i = 0; i < 5 && !('code' in r); i++) r = limiter.admit('k', p, 'seo', now, 3);
   const no = refused(r);
   assert.equal(no.code, 'rate_limited');
@@ -81,7 +82,7 @@ test('a quota counts what is in flight; a request that never reached the upstrea
   assert.equal(refused(limiter.admit('k', p, 'seo', now)).code, 'quota_exceeded');
 });
 
-test("a budget reserves the key's learnt cost per call, then the route's, then 0", () => {
+test("a budget reserves the key's learnt cost per call, then the route's, then 0; never below the route's dearest call of the period; a call reporting nothing teaches nothing", () => {
   const totals = new Totals();
   const limiter = new Limiter(totals);
   const p = policy({ budgets: { seo: '1/day' } });
@@ -95,12 +96,18 @@ test("a budget reserves the key's learnt cost per call, then the route's, then 0
   // 0.3 spent; admitted while spent + reserved < 1: at 0.3, 0.6 and 0.9 reserved-and-spent, then 1.2.
   const held = [admitted(limiter.admit('k', p, 'seo', now)), admitted(limiter.admit('k', p, 'seo', now)), admitted(limiter.admit('k', p, 'seo', now))];
   assert.equal(refused(limiter.admit('k', p, 'seo', now)).code, 'budget_exceeded');
-  // A call that reports more moves the estimate towards it.
+  // A call that reports more raises the estimate to it: the dearest call of the period is its floor.
   totals.count('k', 'seo', 0.5);
   held[0]?.done(true, 0.5);
-  assert.ok(limiter.estimate('k', 'seo') > 0.3 && limiter.estimate('k', 'seo') < 0.5);
-  held[1]?.done(false, 0);
-  held[2]?.done(false, 0);
+  assert.equal(limiter.estimate('k', 'seo'), 0.5);
+  // Cheap calls, of this key or another, never talk it down; calls that report nothing teach nothing.
+  held[1]?.done(true, 0.001);
+  held[2]?.done(true, null);
+  for (let i = 0; i < 30; i++) admitted(limiter.admit('cheap', policy({ budgets: { seo: '100/day' } }), 'seo', now)).done(true, i % 2 === 0 ? 0.001 : null);
+  assert.equal(limiter.estimate('k', 'seo'), 0.5);
+  assert.equal(limiter.estimate('fresh', 'seo'), 0.5, "a key never seen reserves at least the route's dearest call");
+  // The next day starts from the learnt average, not yesterday's dearest call.
+  assert.ok(limiter.estimate('k', 'seo', 'day', now + 86_400_000) < 0.5);
 });
 
 test("a key's first budgeted call on a route holds up only that key's calls, and only until its cost is known or PROBE_MS passed", async () => {
@@ -132,7 +139,10 @@ test("a first budgeted call that never ends holds its key's next calls for PROBE
   const p = policy({ budgets: { speech: '100/day' } });
   const stream = admitted(limiter.admit('carol', p, 'speech', Date.now()));
   const t = performance.now();
+  // The probe's own timer does not hold the process (it is unref'd): this test's wait does.
+  const alive = setTimeout(() => undefined, PROBE_MS * 3);
   const next = admitted(await limiter.admit('carol', p, 'speech', Date.now()));
+  clearTimeout(alive);
   const waited = performance.now() - t;
   assert.ok(waited >= PROBE_MS - 50 && waited < PROBE_MS + 1_000, `waited ${waited.toFixed(0)} ms for a stream that had not ended`);
   next.done(false, 0);
@@ -157,7 +167,7 @@ test("a first budgeted call whose cost arrives at its head lets its key's waitin
 test("a settled route's run in a fleet is refused once the fleet's figures read for it say the budget is spent, whatever this gateway's lease still holds", async () => {
   // A store that grants every claim whole: the lease holds more than the budget has left.
   const leases = await grantingLeases(0.6);
-  const limiter = new Limiter(new Totals(), leases, new Map([['scraper', 0.1]]));
+  const limiter = new Limiter(new Totals(), leases, new Set(['scraper']));
   // The fleet's figures, as the store last said: 0.7 spent of a 1 USD budget, then all of it.
   let fleetSpent = 0.7;
   let reads = 0;
@@ -166,12 +176,12 @@ test("a settled route's run in a fleet is refused once the fleet's figures read 
     reads++;
   };
   const p = policy({ budgets: { scraper: '1/day' } });
-  const first = await limiter.admit('k', p, 'scraper', Date.now(), 3);
+  const first = await limiter.admit('k', p, 'scraper', Date.now(), 3, { asked: 0.5 });
   assert.ok(!('code' in first), 'admitted while the fleet has 0.3 left');
-  assert.ok(Math.abs((first.left ?? -1) - 0.3) < 1e-9, `capped at what the fleet has left (${first.left})`);
+  assert.ok(Math.abs((first.cap ?? -1) - 0.3) < 1e-9, `capped at what the fleet has left (${first.cap})`);
   first.done(true, 0.1);
   fleetSpent = 1;
-  const second = await limiter.admit('k', p, 'scraper', Date.now(), 3);
+  const second = await limiter.admit('k', p, 'scraper', Date.now(), 3, { asked: null });
   assert.ok('code' in second, 'refused: the fleet spent the budget, though this lease holds 0.5 more');
   assert.equal(second.code, 'budget_exceeded');
   assert.equal(second.detail?.used, 1);
@@ -201,10 +211,10 @@ test('a budget spent to the micro-dollar is spent, in whatever order its costs w
       for (const part of parts) totals.count('k', 'scraper', part / 1e6);
       const alone = new Limiter(totals).admit('k', p, 'scraper', Date.now());
       // A fleet: the figures read for a settled route's run; a lease that would grant it.
-      const fleet = new Limiter(new Totals(), await grantingLeases(amount), new Map([['scraper', 0]]));
+      const fleet = new Limiter(new Totals(), await grantingLeases(amount), new Set(['scraper']));
       fleet.figures = () => ({ requests: () => 0, cost: () => spent });
       fleet.freshFigures = async () => undefined;
-      const inFleet = await fleet.admit('k', p, 'scraper', Date.now(), 3);
+      const inFleet = await fleet.admit('k', p, 'scraper', Date.now(), 3, { asked: 1e-6 });
       for (const [where, r] of [
         ['one machine', alone],
         ['a fleet', inFleet],

@@ -5,33 +5,52 @@ import { join } from 'node:path';
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { capParam, usd } from '../../src/request/query.ts';
-import {
-  isSyncRun,
-  leadingId,
-  RunReader,
-  runOf,
-  runStartPrefix,
-  Settler,
-  type DueRun,
-  type PendingRun,
-  type RunAnswer,
-  type RunStore,
-} from '../../src/ledger/runs.ts';
+import { askedRunCap, usd, withRunCap } from '../../src/request/query.ts';
+import { scraperCall } from '../../src/request/scraper-calls.ts';
+import { leadingId, RunReader, runOf, Settler, type DueRun, type PendingRun, type RunAnswer, type RunStore } from '../../src/ledger/runs.ts';
 import { usageRow } from '../support/rows.ts';
 
-test('run-starts and synchronous runs by path, under any prefix; nothing else', () => {
-  assert.equal(runStartPrefix('POST', '/v2/acts/apify~web-scraper/runs'), '/v2');
-  assert.equal(runStartPrefix('POST', '/acts/x/runs'), '');
-  assert.equal(runStartPrefix('POST', '/v2/actor-tasks/t1/runs/'), '/v2');
-  assert.equal(runStartPrefix('POST', '/api/v2/acts/x/runs'), '/api/v2');
-  for (const p of ['/v2/acts/x/runs/last', '/v2/acts/x/run-sync', '/v2/acts/runs', '/v2/actor-runs/abc', '/v2/acts/x/runs/abc/abort'])
-    assert.equal(runStartPrefix('POST', p), null, p);
-  assert.equal(runStartPrefix('GET', '/v2/acts/x/runs'), null);
-  assert.equal(isSyncRun('POST', '/v2/acts/x/run-sync'), true);
-  assert.equal(isSyncRun('POST', '/v2/actor-tasks/x/run-sync-get-dataset-items'), true);
-  assert.equal(isSyncRun('POST', '/v2/acts/x/runs'), false);
-  assert.equal(isSyncRun('POST', '/v2/acts/x/run-sync/more'), false);
+test('paid starts by path, under any prefix and however spelt; nothing else', () => {
+  const kind = (method: string, path: string): string | null => {
+    const c = scraperCall(method, path);
+    return c === null ? null : c.kind === 'start' ? `start ${c.prefix}` : c.kind;
+  };
+  assert.equal(kind('POST', '/v2/acts/apify~web-scraper/runs'), 'start /v2');
+  assert.equal(kind('POST', '/acts/x/runs'), 'start ');
+  assert.equal(kind('POST', '/v2/actor-tasks/t1/runs/'), 'start /v2');
+  assert.equal(kind('POST', '/api/v2/acts/x/runs'), 'start /api/v2');
+  // Spellings a lenient router upstream could read as a run-start.
+  for (const p of [
+    '/v2/ACTS/x/RUNS',
+    '/v2/%61cts/x/runs',
+    '/v2/acts/x/runs//',
+    '/v2//acts/x/runs',
+    '/v2/acts/x/runs;jsessionid=1',
+    '/v2\\acts\\x\\runs',
+    '/v2/acts%2Fx%2Fruns',
+  ])
+    assert.equal(kind('POST', p), 'start /v2', p);
+  assert.equal(kind('post', '/v2/acts/x/runs'), 'start /v2');
+  // Runs set going again answer with the run object, under the run's own path.
+  for (const p of ['/v2/actor-runs/abc/resurrect', '/v2/actor-runs/abc/reboot', '/v2/Actor-Runs/abc/METAMORPH', '/v2/acts/x/runs/abc/resurrect'])
+    assert.equal(kind('POST', p), 'start /v2', p);
+  for (const p of ['/v2/acts/x/run-sync', '/v2/actor-tasks/x/run-sync-get-dataset-items', '/v2/ACTS/x/Run-Sync/']) assert.equal(kind('POST', p), 'sync', p);
+  // Spend out of sight: schedules, webhooks, builds, created or changed.
+  for (const [m, p] of [
+    ['POST', '/v2/schedules'],
+    ['PUT', '/v2/schedules/s1'],
+    ['POST', '/v2/webhooks'],
+    ['PATCH', '/v2/Webhooks/w1'],
+    ['POST', '/v2/acts/x/builds'],
+    ['POST', '/v2/%73chedules'],
+  ])
+    assert.equal(kind(m as string, p as string), 'later', `${m} ${p}`);
+  // An actor or task that happens to be called so is an id, not the resource.
+  assert.equal(kind('POST', '/v2/acts/builds/runs'), 'start /v2');
+  for (const p of ['/v2/acts/x/runs/last', '/v2/acts/runs', '/v2/actor-runs/abc', '/v2/acts/x/runs/abc/abort', '/v2/datasets', '/v2/acts/x/run-sync/more'])
+    assert.equal(kind('POST', p), null, p);
+  for (const m of ['GET', 'DELETE', 'HEAD']) assert.equal(kind(m, '/v2/acts/x/runs'), null, m);
+  assert.equal(kind('GET', '/v2/schedules'), null);
 });
 
 test('a run object read whole at every chunk boundary; anything else is no run', () => {
@@ -87,15 +106,38 @@ test('a run object read whole at every chunk boundary; anything else is no run',
   assert.equal(broken.run, null);
 });
 
-test('the cap: appended at what is left, the rest byte for byte; a lower cap of the client kept; dollars never rounded up', () => {
-  assert.equal(capParam('', 'maxTotalChargeUsd', 1), 'maxTotalChargeUsd=1');
-  assert.equal(capParam('build=latest&x=%20', 'maxTotalChargeUsd', 0.7), 'build=latest&x=%20&maxTotalChargeUsd=0.7');
-  assert.equal(capParam('maxTotalChargeUsd=0.05&b=1', 'maxTotalChargeUsd', 0.7), 'maxTotalChargeUsd=0.05&b=1');
-  assert.equal(capParam('a=1&maxTotalChargeUsd=5&b=2', 'maxTotalChargeUsd', 0.7), 'a=1&b=2&maxTotalChargeUsd=0.7');
-  // Twice, a spelling that is no plain number, another case: all removed, ours appended.
-  assert.equal(capParam('maxTotalChargeUsd=0.1&maxTotalChargeUsd=0.2', 'maxTotalChargeUsd', 1), 'maxTotalChargeUsd=1');
-  assert.equal(capParam('maxTotalChargeUsd=1e-3', 'maxTotalChargeUsd', 1), 'maxTotalChargeUsd=1');
-  assert.equal(capParam('MAXTOTALCHARGEUSD=0.1&maxTotalChargeUsd%5B%5D=0.1', 'maxTotalChargeUsd', 1), 'maxTotalChargeUsd=1');
+test('the cap: appended at the reservation, the rest byte for byte; a lower plain cap of the client kept; every other spelling replaced', () => {
+  assert.equal(withRunCap('', 1), 'maxTotalChargeUsd=1');
+  assert.equal(withRunCap('build=latest&x=%20', 0.7), 'build=latest&x=%20&maxTotalChargeUsd=0.7');
+  assert.equal(withRunCap('maxTotalChargeUsd=0.05&b=1', 0.7), 'maxTotalChargeUsd=0.05&b=1');
+  assert.equal(withRunCap('maxTotalChargeUsd=0.05&b=1', 0.05), 'maxTotalChargeUsd=0.05&b=1');
+  assert.equal(withRunCap('a=1&maxTotalChargeUsd=5&b=2', 0.7), 'a=1&b=2&maxTotalChargeUsd=0.7');
+  // Twice, a spelling that is no plain number, another case, brackets, encodings, `;`, blanks: all removed, ours appended.
+  for (const q of [
+    'maxTotalChargeUsd=0.1&maxTotalChargeUsd=0.2',
+    'maxTotalChargeUsd=1e-3',
+    'MAXTOTALCHARGEUSD=0.1&maxTotalChargeUsd%5B%5D=0.1',
+    'maxTotalChargeUsd[]=0.01',
+    'maxTotalChargeUsd%5Ba%5D=0.01',
+    'maxTotalChargeUsd%00=0.01',
+    '+maxTotalChargeUsd=0.01',
+    'a=1;maxTotalChargeUsd=0.01',
+    'maxTotalChargeUsd=0.01&maxtotalchargeusd=99999',
+    '%6DaxTotalChargeUsd=0.01',
+  ]) {
+    assert.equal(withRunCap(q, 1).endsWith('maxTotalChargeUsd=1'), true, q);
+    assert.equal(
+      withRunCap(q, 1)
+        .split('&')
+        .filter((p) => /maxtotalchargeusd/i.test(decodeURIComponent(p.replace(/%00/g, '')))).length,
+      1,
+      q,
+    );
+    assert.equal(askedRunCap(q), null, q);
+  }
+  assert.equal(withRunCap('x=1&maxTotalChargeUsd[]=0.01&y=2', 1), 'x=1&y=2&maxTotalChargeUsd=1');
+  assert.equal(askedRunCap('maxTotalChargeUsd=0.25&x=1'), 0.25);
+  assert.equal(askedRunCap(''), null);
   assert.equal(usd(0.1 + 0.2), '0.3');
   assert.equal(usd(0.6999994), '0.699999');
   assert.equal(usd(0.7 - 1e-12), '0.7', 'floating-point dust is no fraction of a cent');
