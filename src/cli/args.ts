@@ -20,6 +20,9 @@ const limitsHelp = (providers: readonly UpstreamSpec[]): string => `limits (each
                             .filter((u) => u.cost !== null)
                             .map((u) => `${u.name}: ${u.cost?.unit}`)
                             .join(', ')}); repeat for several routes
+  --run-cap AMOUNT        the most one scraper run may be capped at, USD
+                          (default: a tenth of the scraper budget, unless
+                          the client asks for more with maxTotalChargeUsd)
   --alert-at P%,…|none    alert when a quota or budget reaches these shares
                           of itself (default 80%,100%), once per period
 `;

@@ -12,7 +12,7 @@ import type { KeyStore } from '../keys/store.ts';
 import { leftFor } from './left.ts';
 import { periodOf } from '../limits/policy.ts';
 import { LedgerDamaged, readUsageStore } from '../ledger/open.ts';
-import { applyLimits, describeLimits, LIMIT_OPTIONS, limitChanges } from './limits.ts';
+import { applyLimits, describeLimits, LIMIT_OPTIONS, limitChanges, runCapProblem } from './limits.ts';
 import { printable, table } from './table.ts';
 import type { UpstreamSpec } from '../request/routes.ts';
 import { durationOption, EXIT_OK, helpTexts, HelpRequested, line, parse, readText, routesOption, UsageError, type Io } from './args.ts';
@@ -78,6 +78,8 @@ interface KeysContext {
   readonly names: readonly string[];
   /** The routes whose cost a budget may cap. */
   readonly costly: readonly string[];
+  /** Routes whose runs are settled after the fact: where a run cap applies. */
+  readonly runRoutes: readonly string[];
 }
 
 /**
@@ -85,7 +87,7 @@ interface KeysContext {
  * a usage error never prints the store line and never opens a database.
  */
 function keysAction(sub: string, rest: string[], command: string, help: string, providers: readonly UpstreamSpec[]): KeysAction {
-  const ctx: KeysContext = { rest, command, help, names: providers.map((u) => u.name), costly: costRoutes(providers) };
+  const ctx: KeysContext = { rest, command, help, names: providers.map((u) => u.name), costly: costRoutes(providers), runRoutes: providers.filter((u) => u.cost?.runs !== undefined).map((u) => u.name) };
   return (KEYS_ACTIONS[sub] ?? updateAction)(ctx);
 }
 
@@ -96,7 +98,7 @@ function needTarget(parsed: ReturnType<typeof parseArgs>, command: string, help:
   return target;
 }
 
-function createAction({ rest, help, names, costly }: KeysContext): KeysAction {
+function createAction({ rest, help, names, costly, runRoutes }: KeysContext): KeysAction {
   const { values } = parse(
     rest,
     { name: { type: 'string' }, routes: { type: 'string' }, 'expires-in': { type: 'string' }, json: { type: 'boolean' }, ...LIMIT_OPTIONS, ...FORCE },
@@ -108,6 +110,8 @@ function createAction({ rest, help, names, costly }: KeysContext): KeysAction {
   const routes = typeof values.routes === 'string' ? routesOption(values.routes, names, help, false) : null;
   const limits = applyLimits(undefined, limitChanges(values, costly, help, false));
   if (values.burst !== undefined && limits?.rate === undefined) throw new UsageError('--burst needs --rate', help);
+  const noCap = runCapProblem(limits, runRoutes);
+  if (noCap !== null) throw new UsageError(noCap, help);
   return async (store, io, noteForced) => {
     const { record, token } = await createKey(store, name, { expiresInMs, routes, ...(limits === undefined ? {} : { limits }) }, Date.now(), {
       force: values.force === true,
@@ -214,7 +218,7 @@ function rotateAction({ rest, command, help }: KeysContext): KeysAction {
   };
 }
 
-function updateAction({ rest, command, help, names, costly }: KeysContext): KeysAction {
+function updateAction({ rest, command, help, names, costly, runRoutes }: KeysContext): KeysAction {
   const parsed = parse(rest, { routes: { type: 'string' }, 'expires-in': { type: 'string' }, ...LIMIT_OPTIONS, ...FORCE }, help, 1);
   const target = needTarget(parsed, command, help);
   const { values } = parsed;
@@ -228,11 +232,13 @@ function updateAction({ rest, command, help, names, costly }: KeysContext): Keys
       const next = applyLimits(current, limitEdits);
       if (limitEdits.burst !== undefined && limitEdits.burst !== null && next?.rate === undefined)
         throw new KeyUsageError('--burst needs a rate (give --rate too)');
+      const noCap = runCapProblem(next, runRoutes);
+      if (noCap !== null) throw new KeyUsageError(noCap);
       return next;
     };
   }
   if (Object.keys(changes).length === 0)
-    throw new UsageError('keys update needs --routes or --expires-in, or a limit (--rate, --burst, --concurrency, --quota, --budget, --alert-at)', help);
+    throw new UsageError('keys update needs --routes or --expires-in, or a limit (--rate, --burst, --concurrency, --quota, --budget, --run-cap, --alert-at)', help);
   return async (store, io, noteForced) => {
     const record = await updateKey(store, target, changes, Date.now(), { force: values.force === true });
     noteForced();

@@ -12,6 +12,7 @@ export const LIMIT_OPTIONS = {
   quota: { type: 'string' },
   budget: { type: 'string', multiple: true },
   'alert-at': { type: 'string' },
+  'run-cap': { type: 'string' },
 } as const satisfies ParseArgsOptionsConfig;
 
 /** Per field: a new value, or null to remove it (`none`); budgets by route. Absent: unchanged. */
@@ -23,6 +24,8 @@ export interface LimitChanges {
   readonly budgets?: Readonly<Record<string, string | null>>;
   /** Alert thresholds in percent; empty: none (`--alert-at none`). */
   readonly alerts?: readonly number[];
+  /** The most one scraper run may be capped at, US dollars. */
+  readonly runCap?: number | null;
 }
 
 const whole = (name: string, text: string, fail: (message: string) => void): number => {
@@ -59,6 +62,12 @@ export function limitChanges(values: Record<string, unknown>, costly: readonly s
     if (quota !== null && limitsProblem({ quota }, costly) !== null) fail('--quota must be N/day or N/month (e.g. 1000/day), or none');
     changes.quota = quota;
   }
+  const runCap = text('run-cap');
+  if (runCap !== undefined) {
+    if (runCap !== null && (!/^\d{1,9}(?:\.\d{1,6})?$/.test(runCap) || Number(runCap) <= 0))
+      fail('--run-cap must be an amount in US dollars above 0, to the micro-dollar (e.g. 0.5), or none');
+    changes.runCap = runCap === null ? null : Number(runCap);
+  }
   const alertAt = values['alert-at'];
   if (typeof alertAt === 'string') {
     // `none` turns a key's alerts off, on create as on update: absent means the defaults (80 % and 100 %).
@@ -94,10 +103,16 @@ export function limitChanges(values: Record<string, unknown>, costly: readonly s
   return changes;
 }
 
+/** Why `limits` cannot hold a run cap (it has no budget on a route whose runs are settled), or null. */
+export function runCapProblem(limits: Limits | undefined, runRoutes: readonly string[]): string | null {
+  if (limits?.runCap === undefined || runRoutes.some((r) => limits.budgets?.[r] !== undefined)) return null;
+  return `--run-cap needs a budget on ${runRoutes.join(' or ')} (give --budget ${runRoutes[0] ?? 'scraper'}=AMOUNT/day too)`;
+}
+
 /** `limits` with `changes` applied; undefined when nothing is left. */
 export function applyLimits(limits: Limits | undefined, changes: LimitChanges): Limits | undefined {
   const next: Record<string, unknown> = { ...limits };
-  for (const field of ['rate', 'burst', 'concurrency', 'quota'] as const) {
+  for (const field of ['rate', 'burst', 'concurrency', 'quota', 'runCap'] as const) {
     const v = changes[field];
     if (v === null) delete next[field];
     else if (v !== undefined) next[field] = v;
@@ -126,6 +141,7 @@ export function describeLimits(limits: Limits | undefined, left: Left | null = n
   if (limits.quota !== undefined) parts.push(`quota ${limits.quota}${left?.quota !== undefined ? ` (${left.quota} left)` : ''}`);
   for (const [route, b] of Object.entries(limits.budgets ?? {}))
     parts.push(`budget ${route} ${b}${left?.budgets?.[route] !== undefined ? ` (${left.budgets[route]} left)` : ''}`);
+  if (limits.runCap !== undefined) parts.push(`run cap ${limits.runCap} usd`);
   if (limits.alerts !== undefined) parts.push(limits.alerts.length === 0 ? 'no alerts' : `alerts at ${limits.alerts.map((a) => `${a}%`).join(',')}`);
   return parts.join(', ');
 }

@@ -60,7 +60,7 @@ async function demoKeys(store: KeyStore, specs: readonly UpstreamSpec[]): Promis
       : {
           spec: runSpec,
           example: runSpec.demo.examples.find((e) => e.method === 'POST') as Example,
-          key: await createKey(store, 'demo-runs', { limits: { budgets: { [runSpec.name]: `${RUN_BUDGET}/day` } } }),
+          key: await createKey(store, 'demo-runs', { limits: { budgets: { [runSpec.name]: `${RUN_BUDGET}/day` }, runCap: RUN_BUDGET } }),
         };
   return { token, budgeted, runs };
 }
@@ -99,8 +99,8 @@ function demoText(
     ...(runs === null
       ? []
       : [
-          `# key "demo-runs", a budget of ${RUN_BUDGET} usd a day on ${runs.spec.name}: a run costs ${STANDIN_RUN.usd} usd, booked once it ended (asked a few seconds after);`,
-          `# each start is capped (maxTotalChargeUsd) at what is left; run it three times, 10 s apart: the third is refused (429 budget_exceeded)`,
+          `# key "demo-runs", a budget of ${RUN_BUDGET} usd a day on ${runs.spec.name} and a run cap of ${RUN_BUDGET}: a run costs ${STANDIN_RUN.usd} usd, booked once it ended (asked a few seconds after);`,
+          `# each start is capped (maxTotalChargeUsd) at the run cap or what is left, and reserves that cap; run it three times, 10 s apart: the third is refused (429 budget_exceeded)`,
           curlLine(base, runs.spec.name, runs.example, `-H 'Authorization: Bearer ${runs.key.token}'`),
           `curl -s -H 'Authorization: Bearer ${runs.key.token}' ${base}/keyward/key`,
           '',

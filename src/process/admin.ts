@@ -6,6 +6,10 @@ import { listenOn } from './listen.ts';
 import type { Logger } from '../observe/log.ts';
 import type { Readiness } from './server.ts';
 import { PageBusy } from '../views/page-thread.ts';
+import { within } from '../lib/deadline.ts';
+
+/** The longest the usage page waits for the ledger's store before answering 503 `usage_unavailable`, ms. */
+export const PAGE_WAIT_MS = 10_000;
 
 /** The usage page's policy (docs/limits.md): no script, styles of its own, forms only to itself. */
 export const USAGE_PAGE_CSP = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'";
@@ -58,8 +62,14 @@ export async function startAdmin(address: { host: string; port: number }, source
       case '/usage': {
         const page = sources.usage;
         if (page === undefined) return json(res, 404, { error: 'Not found.', code: 'not_found' });
-        void page(new URLSearchParams(url.includes('?') ? url.slice(url.indexOf('?') + 1) : '')).then(
+        const built = page(new URLSearchParams(url.includes('?') ? url.slice(url.indexOf('?') + 1) : ''));
+        // A store that does not answer: 503 within a stated time, never a page that hangs (docs/limits.md, "The usage page").
+        void within(built, PAGE_WAIT_MS, null).then(
           (html) => {
+            if (html === null) {
+              res.setHeader('retry-after', '5');
+              return json(res, 503, { error: `The usage ledger did not answer within ${PAGE_WAIT_MS / 1000} s.`, code: 'usage_unavailable' });
+            }
             const body = Buffer.from(html);
             // No script runs on the page; none may.
             res.writeHead(200, {

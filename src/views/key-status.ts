@@ -45,6 +45,8 @@ function statusBody(principal: Principal, limits: readonly LimitState[] | null, 
             resetsAt: l.resetsAt,
           })),
     alertAt: policy?.alerts ?? [],
+    // The most one scraper run may be capped at (docs/limits.md, "Scraper runs"); null: a tenth of the budget unless the client asks.
+    runCap: policy?.runCap ?? null,
     usage: { today: { day: usage.day, routes: byRoute('today') }, month: { month: usage.month, routes: byRoute('month') } },
     at: new Date(now).toISOString(),
     // The store could not be read: the figures are those last read (`asOf`; null: none yet) and this gateway's own since.

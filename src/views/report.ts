@@ -75,15 +75,16 @@ async function buildReport(
   const days = Array.from({ length: DAYS }, (_, i) => new Date(Date.parse(today) - (DAYS - 1 - i) * 86_400_000).toISOString().slice(0, 10));
   const byId = new Map(keys.map((k) => [k.id, k]));
   const key = filter.key === null ? null : (byId.get(filter.key) ?? keys.find((k) => k.name === filter.key && k.revoked === null) ?? null);
-  // A key the filter names but nobody has: nothing, rather than everything.
-  const keyId = filter.key === null ? null : (key?.id ?? '\u0000none');
-  const route = filter.route === null ? null : routes.includes(filter.route) ? filter.route : '\u0000none';
+  const keyId = filter.key === null ? null : (key?.id ?? null);
+  const route = filter.route === null ? null : routes.includes(filter.route) ? filter.route : null;
+  // A key or route the filter names but nobody has: nothing, rather than everything (and nothing asked of the store).
+  const nothing = (filter.key !== null && keyId === null) || (filter.route !== null && route === null);
   const limited = keys.filter((k) => {
     const p = policyFor(k);
     return k.revoked === null && p !== null && (p.quota !== null || p.budgets.size > 0);
   });
   const [daily, todays, months] = await Promise.all([
-    q.daily(days[0] as string, keyId, route),
+    nothing ? Promise.resolve([]) : q.daily(days[0] as string, keyId, route),
     q.byKey(today, null),
     limited.length === 0
       ? Promise.resolve([])
