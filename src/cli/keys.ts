@@ -87,7 +87,14 @@ interface KeysContext {
  * a usage error never prints the store line and never opens a database.
  */
 function keysAction(sub: string, rest: string[], command: string, help: string, providers: readonly UpstreamSpec[]): KeysAction {
-  const ctx: KeysContext = { rest, command, help, names: providers.map((u) => u.name), costly: costRoutes(providers), runRoutes: providers.filter((u) => u.cost?.runs !== undefined).map((u) => u.name) };
+  const ctx: KeysContext = {
+    rest,
+    command,
+    help,
+    names: providers.map((u) => u.name),
+    costly: costRoutes(providers),
+    runRoutes: providers.filter((u) => u.cost?.runs !== undefined).map((u) => u.name),
+  };
   return (KEYS_ACTIONS[sub] ?? updateAction)(ctx);
 }
 
@@ -238,7 +245,10 @@ function updateAction({ rest, command, help, names, costly, runRoutes }: KeysCon
     };
   }
   if (Object.keys(changes).length === 0)
-    throw new UsageError('keys update needs --routes or --expires-in, or a limit (--rate, --burst, --concurrency, --quota, --budget, --run-cap, --alert-at)', help);
+    throw new UsageError(
+      'keys update needs --routes or --expires-in, or a limit (--rate, --burst, --concurrency, --quota, --budget, --run-cap, --alert-at)',
+      help,
+    );
   return async (store, io, noteForced) => {
     const record = await updateKey(store, target, changes, Date.now(), { force: values.force === true });
     noteForced();

@@ -63,6 +63,13 @@ export class Exchange {
   runPath: string | null = null;
   /** A synchronous scraper run: booked at its reservation, never settled (ledger/runs.ts). */
   syncRun = false;
+  /**
+   * A run-start whose client left before its answer came: the exchange's end
+   * (the log line, the ledger, the admission) waits until the gateway has
+   * read the answer itself (forward.ts `readForRun`), so its run is recorded
+   * and settled like any other (docs/limits.md, "Scraper runs").
+   */
+  afterRun: (() => void) | null = null;
   /** The run its response started, once its body ended (ledger/runs.ts). */
   run: { readonly id: string } | null = null;
   /** Upstream secrets found (and masked) in this response, for the log line and metrics. */

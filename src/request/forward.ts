@@ -90,12 +90,71 @@ function onProxyReq(proxyReq: http.ClientRequest, req: http.IncomingMessage, res
     proxyReq.destroy();
     return;
   }
+  if (ex.runPath !== null) keepForRun(ex, proxyReq);
   // Only a listener stops Node from destroying the socket silently (and the
   // client waiting for an answer that never comes).
   proxyReq.on('upgrade', (_proxyRes: http.IncomingMessage, socket: Duplex) => {
     socket.destroy();
     unexpectedSwitch(ex, res);
   });
+}
+
+/**
+ * http-proxy-3 destroys the upstream request whenever the client's response
+ * closes unfinished (its `res` close listener, web-incoming.ts). A run-start
+ * sent whole must be read to its end instead, or the run it started is never
+ * recorded, settled or counted (docs/limits.md, "Scraper runs"): that one
+ * call, made after the pipeline marked the exchange (`afterRun`), is let
+ * pass; every other destroy, ours with a reason or a later one, goes through.
+ */
+function keepForRun(ex: Exchange, proxyReq: http.ClientRequest): void {
+  const destroy = proxyReq.destroy.bind(proxyReq);
+  let kept = false;
+  proxyReq.destroy = (err?: Error): http.ClientRequest => {
+    if (err === undefined && ex.afterRun !== null && !kept) {
+      kept = true;
+      return proxyReq;
+    }
+    return destroy(err);
+  };
+}
+
+/**
+ * The answer to a run-start whose client left: read here (a run object is
+ * small; RunReader bounds what it keeps), then the exchange ends with the
+ * run it named, or none if the answer failed or was no run object.
+ */
+function readForRun(ex: Exchange, proxyRes: http.IncomingMessage): void {
+  const end = ex.afterRun as () => void;
+  ex.upstreamResponse = proxyRes;
+  const status = proxyRes.statusCode ?? 0;
+  const reader = status >= 200 && status < 300 && proxyRes.headers['content-encoding'] === undefined ? new RunReader() : null;
+  let over = false;
+  const finish = (): void => {
+    if (over) return;
+    over = true;
+    ex.afterRun = null;
+    if (reader !== null && proxyRes.complete) {
+      reader.end();
+      ex.run = reader.run;
+    }
+    end();
+  };
+  if (reader !== null) proxyRes.on('data', (chunk: Buffer) => reader.push(chunk));
+  else proxyRes.resume();
+  proxyRes.on('end', finish);
+  proxyRes.on('close', finish);
+  proxyRes.on('error', finish);
+}
+
+/** A run-start whose client left and whose upstream request failed: it ends with no run named. */
+function runLost(ex: Exchange): boolean {
+  const end = ex.afterRun;
+  if (end === null) return false;
+  ex.afterRun = null;
+  ex.proxyReq?.destroy();
+  end();
+  return true;
 }
 
 function unexpectedSwitch(ex: Exchange, res: ServerResponse): void {
@@ -116,6 +175,7 @@ const bodiless = (status: number, method: string | undefined): boolean => status
 function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, res: ServerResponse, secrets: Secrets, limits: DecodeLimits): void {
   const ex = exchangeOf(req);
   ex.ttfbMs = performance.now() - ex.forwardStart;
+  if (ex.afterRun !== null) return readForRun(ex, proxyRes);
   if (ex.settled || ex.closed || res.headersSent) {
     proxyRes.destroy();
     return;
@@ -254,6 +314,7 @@ function retriable(err: ErrorWithCode, ex: Exchange): boolean {
 
 function onError(err: ErrorWithCode, req: http.IncomingMessage, res: ServerResponse | Socket, retry: (ex: Exchange) => void): void {
   const ex = exchangeOf(req);
+  if (runLost(ex)) return;
   // A fully read request is auto-destroyed, so `req.destroyed` says nothing
   // about the client; its socket does.
   if (ex.settled || ex.closed || req.socket.destroyed) {

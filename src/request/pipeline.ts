@@ -346,20 +346,29 @@ class RequestPipeline implements Pipeline {
 
 /** The response's `close`: the exchange ends (completion, the admission's slot back, an unfinished upload's upstream request ended). */
 function responseClosed({ sweeper, complete }: PipelineDeps): (this: ServerResponse) => void {
-  return function onResponseClose(this: ServerResponse): void {
-    const req = this.req;
-    const ex = exchangeOf(req);
-    ex.closed = true;
+  const end = (ex: Exchange, status: number | null, aborted: boolean): void => {
     if (ex.forwardStart > 0) sweeper.untrack(ex);
-    // The client left (or the answer is complete) with its upload unfinished:
-    // the upstream request must end too, whatever state the response is in,
-    // or its socket stays open until the upstream gives up.
-    if (!req.complete && ex.proxyReq !== null && !ex.proxyReq.destroyed) ex.proxyReq.destroy();
-    complete(ex, this.headersSent ? this.statusCode : null, !this.writableFinished);
+    complete(ex, status, aborted);
     // In the same tick as the ledger's count: the slot comes back, and what
     // was reserved becomes what was counted (or comes back, if the request
     // never reached the upstream).
     ex.admission?.done(ex.forwardStart > 0 && !neverConnected(ex.failure), ex.costReported ? ex.cost : null);
+  };
+  return function onResponseClose(this: ServerResponse): void {
+    const req = this.req;
+    const ex = exchangeOf(req);
+    ex.closed = true;
+    // A run-start sent whole whose answer has not come: read by the gateway
+    // itself, then ended (forward.ts); the upstream timers still run.
+    if (ex.runPath !== null && req.complete && ex.proxyReq !== null && ex.ttfbMs < 0 && ex.failure === null && !ex.settled) {
+      ex.afterRun = () => end(ex, ex.upstreamResponse?.statusCode ?? null, true);
+      return;
+    }
+    // The client left (or the answer is complete) with its upload unfinished:
+    // the upstream request must end too, whatever state the response is in,
+    // or its socket stays open until the upstream gives up.
+    if (!req.complete && ex.proxyReq !== null && !ex.proxyReq.destroyed) ex.proxyReq.destroy();
+    end(ex, this.headersSent ? this.statusCode : null, !this.writableFinished);
   };
 }
 

@@ -19,6 +19,10 @@ export interface Platform {
   down: boolean;
   garbage: boolean;
   slowMs: number;
+  /** How long a run-start waits before it answers (the run is started at once, as the platform does). */
+  startDelayMs: number;
+  /** Schedules, webhooks and builds created or changed: spend that would come later. */
+  readonly later: string[];
   close(): Promise<void>;
 }
 
@@ -37,25 +41,47 @@ export async function startPlatform(): Promise<Platform> {
     down: false,
     garbage: false,
     slowMs: 1_500,
+    startDelayMs: 0,
+    later: [],
     close: () => p.up.close(),
+  };
+  const startRun = (actor: string, url: URL, id: string): void => {
+    const capText = url.searchParams.get('maxTotalChargeUsd');
+    const cap = capText === null ? Infinity : Number(capText);
+    const price = Number(/-(\d+\.\d+)$/.exec(actor)?.[1] ?? '0.25');
+    p.runs.set(id, { actor, cap, started: Date.now(), asked: 0, cost: Math.min(price, cap), query: url.search });
   };
   const handler = (req: IncomingMessage, res: ServerResponse): void => {
     req.resume();
     req.on('end', () => {
       const url = new URL(req.url ?? '/', 'http://platform');
-      const start = /^(?:\/v2)?\/(?:acts|actor-tasks)\/([^/]+)\/runs$/.exec(url.pathname);
+      // A lenient router: escapes decoded, case folded, a trailing slash ignored.
+      const path = decodeURIComponent(url.pathname).toLowerCase().replace(/\/+$/, '');
+      const start = /^(?:\/v2)?\/(?:acts|actor-tasks)\/([^/]+)\/runs$/.exec(path);
       if (req.method === 'POST' && start !== null) {
         const actor = start[1] as string;
         const id = `run${String(++next).padStart(5, '0')}x${Math.random().toString(36).slice(2, 8)}`;
-        const capText = url.searchParams.get('maxTotalChargeUsd');
-        const cap = capText === null ? Infinity : Number(capText);
-        const price = Number(/-(\d+\.\d+)$/.exec(actor)?.[1] ?? '0.25');
-        p.runs.set(id, { actor, cap, started: Date.now(), asked: 0, cost: Math.min(price, cap), query: url.search });
-        return json(res, 201, { data: { id, actId: actor, status: 'READY', usageTotalUsd: 0, startedAt: new Date().toISOString() } });
+        startRun(actor, url, id);
+        const answer = (): void => json(res, 201, { data: { id, actId: actor, status: 'READY', usageTotalUsd: 0, startedAt: new Date().toISOString() } });
+        if (p.startDelayMs > 0) return void setTimeout(answer, p.startDelayMs);
+        return answer();
       }
-      const sync = /^(?:\/v2)?\/(?:acts|actor-tasks)\/([^/]+)\/run-sync(?:-get-dataset-items)?$/.exec(url.pathname);
+      // Set going again: the same run, under a new cap.
+      const again = /^(?:\/v2)?\/actor-runs\/([^/]+)\/(?:resurrect|reboot|metamorph)$/.exec(path);
+      if (req.method === 'POST' && again !== null) {
+        const was = [...p.runs.entries()].find(([id]) => id.toLowerCase() === again[1]);
+        if (was === undefined) return json(res, 404, { error: { type: 'record-not-found', message: 'Actor run was not found' } });
+        startRun(was[1].actor, url, `${was[0]}~${++next}`);
+        return json(res, 200, { data: { id: was[0], actId: was[1].actor, status: 'RUNNING', usageTotalUsd: was[1].cost } });
+      }
+      if (req.method === 'POST' && /\/(?:schedules|webhooks|builds)(?:\/|$)/.test(path)) {
+        p.later.push(path);
+        return json(res, 201, { data: { id: 'later1' } });
+      }
+      const sync = /^(?:\/v2)?\/(?:acts|actor-tasks)\/([^/]+)\/run-sync(?:-get-dataset-items)?$/.exec(path);
       if (req.method === 'POST' && sync !== null) {
         p.syncQueries.push(url.search);
+        startRun(sync[1] as string, url, `sync${++next}`);
         if (sync[1] === 'missing') return json(res, 404, { error: { type: 'record-not-found', message: 'Actor was not found' } });
         return json(res, 201, [{ url: 'https://example.com/', title: 'Example Domain' }]);
       }
