@@ -11,6 +11,7 @@ import type { Ledger } from './ledger.ts';
 import { MemoryUsageStore } from './memory-store.ts';
 import { PgUsageStore } from './pg-usage.ts';
 import { SqliteUsageStore, usagePath } from './sqlite-store.ts';
+import { markPath, markProblem, readMark } from './sqlite-mark.ts';
 import type { UsageStore } from './store.ts';
 import { asError } from '../lib/error.ts';
 
@@ -18,7 +19,7 @@ import { asError } from '../lib/error.ts';
 export class LedgerDamaged extends Error {
   constructor(path: string, problem: string) {
     super(
-      `usage ledger ${path} cannot be read (${problem}). Stop the gateway, keep the file for inspection (mv ${path} ${path}.damaged) and start again: a new ledger starts from zero, so quotas and budgets count this period again from nothing; restore a backup instead to keep them`,
+      `usage ledger ${path} cannot be read (${problem}). Stop the gateway, keep the file for inspection (mv ${path} ${path}.damaged; rm ${path}.mark) and start again: a new ledger starts from zero, so quotas and budgets count this period again from nothing; restore a backup instead to keep them (docs/operations.md, "Backing up the ledger")`,
     );
   }
 }
@@ -53,7 +54,9 @@ export function openUsageStore(config: { readonly keysFile: string }, store: Key
 
 /** Why the ledger file at `path` cannot be used, or null (it is sound, or there is none yet). */
 export function damage(path: string): string | null {
-  if (!existsSync(path)) return null;
+  // A ledger that was written here and is gone is a fault, not a fresh start (sqlite-mark.ts).
+  const mark = readMark(path);
+  if (!existsSync(path)) return mark === null ? null : `the file is missing, though ${markPath(path)} says a ledger was written here`;
   if (statSync(path).size === 0) return 'the file is empty (a ledger that was there is gone)';
   try {
     const db = new DatabaseSync(path, { readOnly: true });
@@ -61,6 +64,7 @@ export function damage(path: string): string | null {
       // Every page the schema and this period's totals need is read: a truncated or overwritten file fails here.
       const [r] = db.prepare('pragma quick_check(1)').all() as Array<{ quick_check: string }>;
       if (r?.quick_check !== 'ok') return `damaged: ${r?.quick_check ?? 'unknown'}`;
+      if (mark !== null) return markProblem(db, mark);
     } finally {
       db.close();
     }

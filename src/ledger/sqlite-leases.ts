@@ -9,6 +9,7 @@
 import type { DatabaseSync } from 'node:sqlite';
 import type { Allowance, Claimed, LeaseStore, LeaseUse, Want } from '../limits/leases.ts';
 import { asError } from '../lib/error.ts';
+import type { LedgerMark } from './sqlite-mark.ts';
 
 export const LEASE_SCHEMA = `
   create table if not exists allowances (
@@ -27,7 +28,7 @@ const BUSY_MS = 250;
 const busy = (err: unknown): boolean => /locked|busy/i.test(asError(err).message);
 
 /** `work` in one immediate transaction; a file locked by another process is tried again for a moment (never a busy wait on the event loop). */
-export async function immediate<T>(db: DatabaseSync, work: () => T): Promise<T> {
+export async function immediate<T>(db: DatabaseSync, work: () => T, mark: LedgerMark | null = null): Promise<T> {
   const until = Date.now() + BUSY_MS;
   for (;;) {
     try {
@@ -39,7 +40,9 @@ export async function immediate<T>(db: DatabaseSync, work: () => T): Promise<T> 
     }
     try {
       const out = work();
+      const writes = mark?.count() ?? 0;
       db.exec('commit');
+      mark?.committed(writes);
       return out;
     } catch (err) {
       if (db.isTransaction) db.exec('rollback');
@@ -51,14 +54,16 @@ export async function immediate<T>(db: DatabaseSync, work: () => T): Promise<T> 
 export class SqliteLeaseStore implements LeaseStore {
   readonly #db: DatabaseSync;
   readonly #now: () => number;
+  readonly #mark: LedgerMark | null;
 
-  constructor(db: DatabaseSync, now: () => number = Date.now) {
+  constructor(db: DatabaseSync, now: () => number = Date.now, mark: LedgerMark | null = null) {
     this.#db = db;
     this.#now = now;
+    this.#mark = mark;
   }
 
   #tx<T>(work: () => T): Promise<T> {
-    return immediate(this.#db, work);
+    return immediate(this.#db, work, this.#mark);
   }
 
   claim(gateway: string, u: Allowance, want: Want, limit: number, ttlS: number): Promise<Claimed> {

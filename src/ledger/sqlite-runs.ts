@@ -4,6 +4,7 @@
 import type { DatabaseSync } from 'node:sqlite';
 import { periodsOf, type DueRun, type PendingRun, type RunStore } from './runs.ts';
 import { immediate } from './sqlite-leases.ts';
+import type { LedgerMark } from './sqlite-mark.ts';
 
 export const RUN_SCHEMA = `
   create table if not exists runs (
@@ -18,9 +19,11 @@ export const RUN_INSERT = 'insert into runs (id, key_id, route, day, booked, pat
 
 export class SqliteRunStore implements RunStore {
   readonly #db: DatabaseSync;
+  readonly #mark: LedgerMark | null;
 
-  constructor(db: DatabaseSync) {
+  constructor(db: DatabaseSync, mark: LedgerMark | null = null) {
     this.#db = db;
+    this.#mark = mark;
   }
 
   dueRuns(gateway: string, now: number, limit: number, forMs: number): Promise<DueRun[]> {
@@ -37,20 +40,24 @@ export class SqliteRunStore implements RunStore {
   }
 
   settleRun(run: PendingRun, cost: number): Promise<boolean> {
-    return immediate(this.#db, () => {
-      if (this.#db.prepare('delete from runs where id = ? returning id').get(run.id) === undefined) return false;
-      const delta = cost - run.booked;
-      this.#db
-        .prepare(
-          'insert into usage (key_id, route, day, cost) values (?, ?, ?, max(0, ?)) on conflict (key_id, route, day) do update set cost = max(0, cost + ?)',
-        )
-        .run(run.keyId, run.route, run.day, delta, delta);
-      const [day, month] = periodsOf(run.day);
-      this.#db
-        .prepare('update allowances set granted = max(0, granted + ?) where key_id = ? and kind = ? and period in (?, ?)')
-        .run(delta, run.keyId, `budget:${run.route}`, day, month);
-      return true;
-    });
+    return immediate(
+      this.#db,
+      () => {
+        if (this.#db.prepare('delete from runs where id = ? returning id').get(run.id) === undefined) return false;
+        const delta = cost - run.booked;
+        this.#db
+          .prepare(
+            'insert into usage (key_id, route, day, cost) values (?, ?, ?, max(0, ?)) on conflict (key_id, route, day) do update set cost = max(0, cost + ?)',
+          )
+          .run(run.keyId, run.route, run.day, delta, delta);
+        const [day, month] = periodsOf(run.day);
+        this.#db
+          .prepare('update allowances set granted = max(0, granted + ?) where key_id = ? and kind = ? and period in (?, ?)')
+          .run(delta, run.keyId, `budget:${run.route}`, day, month);
+        return true;
+      },
+      this.#mark,
+    );
   }
 
   deferRun(id: string, attempts: number, waitMs: number): Promise<void> {

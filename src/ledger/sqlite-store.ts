@@ -12,6 +12,7 @@ import type { RunStore } from './runs.ts';
 import { RUN_INSERT, RUN_SCHEMA, SqliteRunStore } from './sqlite-runs.ts';
 import type { AlertRow, AlertStore, BatchId, DayTotal, KeyTotal, ReportQueries, UsageRow, UsageStore } from './store.ts';
 import { asError } from '../lib/error.ts';
+import { LedgerMark } from './sqlite-mark.ts';
 
 const SCHEMA = `
   create table if not exists usage (
@@ -47,6 +48,8 @@ const UPSERT = `
 export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
   readonly location: string;
   readonly #db: DatabaseSync;
+  /** Its id and write count, remembered beside the file (sqlite-mark.ts). */
+  readonly #mark: LedgerMark;
   /** Quotas and budgets move in the file before a unit is admitted (sqlite-leases.ts). */
   readonly leases: LeaseStore;
   /** Scraper runs waiting for their cost (sqlite-runs.ts). */
@@ -80,8 +83,9 @@ export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
     this.#db.exec(SCHEMA);
     this.#db.exec(LEASE_SCHEMA);
     this.#db.exec(RUN_SCHEMA);
-    this.leases = new SqliteLeaseStore(this.#db);
-    this.runs = new SqliteRunStore(this.#db);
+    this.#mark = new LedgerMark(this.#db, path);
+    this.leases = new SqliteLeaseStore(this.#db, Date.now, this.#mark);
+    this.runs = new SqliteRunStore(this.#db, this.#mark);
   }
 
   add(rows: readonly UsageRow[], batch: BatchId): Promise<void> {
@@ -98,7 +102,9 @@ export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
           for (const r of batch.runs) run.run(r.id, r.keyId, r.route, r.day, r.booked, r.path, r.at);
         }
       }
+      const writes = this.#mark.count();
       this.#db.exec('commit');
+      this.#mark.committed(writes);
     } catch (err) {
       // SQLite may have rolled the transaction back itself (a full disk does:
       // SQLITE_FULL); the rollback's own error would then hide the cause.
@@ -199,7 +205,16 @@ export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
   }
 
   close(): Promise<void> {
-    if (this.#db.isOpen) this.#db.close();
+    if (this.#db.isOpen) {
+      try {
+        // Everything committed reaches the main file before the process goes.
+        this.#mark.checkpoint();
+      } catch {
+        // A full disk: the -wal file keeps it, as before.
+      } finally {
+        this.#db.close();
+      }
+    }
     const reader = this.#reader;
     this.#reader = null;
     return reader === null ? Promise.resolve() : reader.terminate().then(() => undefined);

@@ -99,7 +99,12 @@ interface Lease {
   claiming: Promise<void> | null;
   /** The last claim got nothing: refuse without asking again until the next renewal. */
   exhausted: boolean;
+  /** The last claim found the store unreachable: not decided here (503) without asking again until the next renewal. */
+  failed: boolean;
 }
+
+/** `take` could not decide: more is needed, and the store did not answer the last claim (docs/limits.md, "Admission under a store that does not answer"). */
+export const UNREACHABLE = 'unreachable';
 
 export class Leases {
   readonly #store: LeaseStore;
@@ -147,7 +152,7 @@ export class Leases {
    * while anything is left, whatever the estimate: the same rule as one
    * gateway's (admitted while spent + reserved is below the amount).
    */
-  take(keyId: string, kind: string, period: string, limit: number, amount: number): boolean | Promise<void> {
+  take(keyId: string, kind: string, period: string, limit: number, amount: number): boolean | typeof UNREACHABLE | Promise<void> {
     const lease = this.#lease(keyId, kind, period);
     const free = lease.held - lease.used - lease.reserved;
     const whole = kind === 'quota';
@@ -156,6 +161,7 @@ export class Leases {
       return true;
     }
     if (lease.exhausted) return false;
+    if (lease.failed) return UNREACHABLE;
     return this.#claim(lease, whole ? amount : Math.max(amount, 1e-9), whole, limit);
   }
 
@@ -166,13 +172,14 @@ export class Leases {
    * taken is this gateway's alone, so the caps in flight across the fleet
    * never add up to more than what is left of the budget.
    */
-  takeUpTo(keyId: string, kind: string, period: string, limit: number, want: number): number | Promise<void> {
+  takeUpTo(keyId: string, kind: string, period: string, limit: number, want: number): number | typeof UNREACHABLE | Promise<void> {
     const lease = this.#lease(keyId, kind, period);
     const free = lease.held - lease.used - lease.reserved;
     if (free >= want - 1e-9) {
       lease.reserved += want;
       return want;
     }
+    if (lease.failed) return UNREACHABLE;
     if (!lease.exhausted) return this.#claim(lease, want - free, false, limit);
     const got = floorMicro(Math.max(0, free));
     lease.reserved += got;
@@ -183,7 +190,7 @@ export class Leases {
     const id = `${keyId}\u0000${kind}\u0000${period}`;
     let lease = this.#leases.get(id);
     if (lease === undefined) {
-      lease = { keyId, kind, period, held: 0, used: 0, reserved: 0, claiming: null, exhausted: false };
+      lease = { keyId, kind, period, held: 0, used: 0, reserved: 0, claiming: null, exhausted: false, failed: false };
       this.#leases.set(id, lease);
     }
     return lease;
@@ -204,8 +211,8 @@ export class Leases {
         l.held += got;
         if (got === 0) l.exhausted = true;
       } catch {
-        // Unreachable: only what is held may be admitted (nothing more here).
-        l.exhausted = true;
+        // Unreachable: only what is held may be admitted; more is not decided here until a renewal reaches the store.
+        l.failed = true;
       } finally {
         l.claiming = null;
       }
@@ -256,7 +263,7 @@ export class Leases {
       await this.#store.release(this.#gateway, ended.map(use));
       for (const l of ended) this.#leases.delete(`${l.keyId}\u0000${l.kind}\u0000${l.period}`);
     }
-    for (const l of this.#leases.values()) l.exhausted = false;
+    for (const l of this.#leases.values()) [l.exhausted, l.failed] = [false, false];
   }
 
   /** Drain: stop renewing and give back every lease's unused part. */

@@ -9,7 +9,7 @@
 // the upstream gives back its quota unit and budget reservation, and a
 // budget's reservation becomes the cost the upstream reported (which the
 // ledger counts in the same tick).
-import type { CostShare, Leases } from './leases.ts';
+import { UNREACHABLE, type CostShare, type Leases } from './leases.ts';
 import { periodOf, type Period, type Policy } from './policy.ts';
 import { floorMicro, micro, rfc3339 } from '../lib/format.ts';
 import { within } from '../lib/deadline.ts';
@@ -333,7 +333,7 @@ export class Limiter {
     start: PaidStart | null,
   ): Admission | Refused | Undecided | Promise<Admission | Refused | Undecided> {
     return this.#leases !== null && (policy.quota !== null || policy.budgets.has(route))
-      ? this.#leased(this.#leases, keyId, policy, route, now, share, start, 0, now)
+      ? this.#leased(this.#leases, keyId, policy, route, now, share, start, 0)
       : this.#admit(keyId, policy, route, now, share, start);
   }
 
@@ -448,7 +448,6 @@ export class Limiter {
     share: number,
     start: PaidStart | null,
     attempt: number,
-    since: number,
   ): Admission | Refused | Undecided | Promise<Admission | Refused | Undecided> {
     const quota = policy.quota;
     const budget = policy.budgets.get(route);
@@ -459,15 +458,17 @@ export class Limiter {
     // A claim is under way: ask again once it settled. Each claim either gets
     // something or marks the lease exhausted (then refused), so this ends;
     // the bound is only a guard.
-    // The store does not answer within the admission wait: 503, nothing consumed (the claim goes on, and what it gets stays in the lease).
+    // A claim the store does not answer within the admission wait: 503, nothing consumed (the claim goes
+    // on, and what it gets stays in the lease). Each round trip has the wait: a burst that queues behind
+    // claims a healthy store answers is not refused for it.
     const later = (p: Promise<void>, refused: Refused): Promise<Admission | Refused | Undecided> | Refused =>
       attempt >= 50
         ? refused
         : within(
             p.then(() => CLAIMED),
-            this.#waitMs - (Date.now() - since),
+            this.#waitMs,
             LEDGER_SILENT,
-          ).then((r) => (r === LEDGER_SILENT ? LEDGER_SILENT : this.#leased(leases, keyId, policy, route, Date.now(), share, start, attempt + 1, since)));
+          ).then((r) => (r === LEDGER_SILENT ? LEDGER_SILENT : this.#leased(leases, keyId, policy, route, Date.now(), share, start, attempt + 1)));
     const before = this.#beforeLease(leases, keyId, policy, route, at);
     if (typeof before !== 'number' && before !== null) return before;
     const reserve = budget === undefined ? 0 : this.#reserve(keyId, policy, route, budget, before ?? 0, start, now);
@@ -477,6 +478,7 @@ export class Limiter {
     if (quota !== null) {
       const took = leases.take(keyId, 'quota', q, quota.count, 1);
       if (took instanceof Promise) return later(took, this.#quotaRefused(leases, keyId, quota, q, at));
+      if (took === UNREACHABLE) return LEDGER_SILENT;
       if (!took) return this.#quotaRefused(leases, keyId, quota, q, at);
     }
     const untake = (): void => {
@@ -488,6 +490,7 @@ export class Limiter {
       const took = leases.takeUpTo(keyId, kind, b, budget.amount, estimate);
       if (typeof took !== 'number' || took <= 0) {
         untake();
+        if (took === UNREACHABLE) return LEDGER_SILENT;
         const refusal = this.#budgetRefused(leases, keyId, route, kind, budget, b, at);
         return typeof took === 'number' ? refusal : later(took, refusal);
       }
@@ -497,6 +500,7 @@ export class Limiter {
       if (took !== true) {
         const refusal = this.#budgetRefused(leases, keyId, route, kind, budget, b, at);
         untake();
+        if (took === UNREACHABLE) return LEDGER_SILENT;
         return took instanceof Promise ? later(took, refusal) : refusal;
       }
     }

@@ -236,7 +236,8 @@ test('with PostgreSQL unreachable a gateway admits what its lease still holds, a
     const statuses: number[] = [];
     for (let i = 0; i < held + 5; i++) statuses.push(await statusOf(g.base, key.token));
     assert.equal(statuses.filter((s) => s === 200).length, held - 1, `what the lease held, no more: ${statuses.join(',')}`);
-    assert.equal(statuses.filter((s) => s === 429).length, 6);
+    // More needs the store, which does not answer: 503 ledger_unavailable within the admission wait, not a quota refused.
+    assert.equal(statuses.filter((s) => s === 503).length, 6);
     assert.equal(up.requests.length, held);
   } catch (e) {
     // What the gateway said, to read why (it never logs a secret).

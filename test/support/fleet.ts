@@ -21,6 +21,8 @@ export interface FleetGateway {
   /** SIGTERM; resolves with the exit code and how long the exit took, ms. */
   stop(timeoutMs?: number): Promise<{ code: number | null; ms: number }>;
   kill(): void;
+  /** Resolves once the process has exited, however. */
+  readonly exited: Promise<unknown>;
 }
 
 function portOf(output: string, msg: string): number | null {
@@ -53,6 +55,7 @@ export async function startFleetGateway(env: Record<string, string>, readyMs = 2
       return stopped;
     },
     kill: () => gw.child.kill('SIGKILL'),
+    exited: deadline(gw.done, 30_000, 'gateway exit'),
   };
 }
 
