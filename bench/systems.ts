@@ -89,8 +89,11 @@ function stopper(child: ChildProcess): () => Promise<void> {
  * request. The small request is a scraper run-start, so with the scraper's
  * budget it is also the row "a scraper request with and without a budget":
  * its run capped (`maxTotalChargeUsd` appended) and settled after the fact.
+ * A run reserves its cap: a tenth of the budget without a run cap, so the
+ * bench key caps each run at a cent and keeps thousands in flight.
  */
 export const EVERY_LIMIT = {
+  runCap: 0.01,
   rate: '100000000/s',
   burst: 100_000_000,
   concurrency: 1_000_000,

@@ -46,6 +46,8 @@ async function machine(workers: number, handler?: (req: IncomingMessage, res: Se
     KEYWARD_SEO_LOGIN: 'me',
     KEYWARD_SEO_PASSWORD: 'pw',
     KEYWARD_USAGE_FLUSH: '200ms',
+    // A frozen worker's idle-connection timer must not close the connections the test keeps.
+    KEYWARD_KEEPALIVE_TIMEOUT: '60s',
   };
   // Keys made before the start: a worker learns a key from the file it watches.
   const tokens = new Map<string, string>();
@@ -96,90 +98,141 @@ async function machine(workers: number, handler?: (req: IncomingMessage, res: Se
 
 const codeOf = (r: Reply): string => (r.status === 200 ? '200' : `${r.status} ${(r.json() as { code: string }).code}`);
 
-test('KEYWARD_WORKERS=2, the primary frozen 6 s while a quota key calls: 503 admission_unavailable, and not a unit of the quota is lost', { timeout: 120_000 }, async () => {
-  const m = await machine(2);
-  try {
-    const quota = await m.token('quota');
-    assert.equal((await m.call(quota)).status, 200);
-    const agent = await m.warm(20);
-    const before = m.up.requests.length;
-    process.kill(m.primary, 'SIGSTOP');
-    const during = Promise.all(Array.from({ length: 20 }, () => m.call(quota, '/seo/v3/x', agent)));
-    await new Promise((r) => setTimeout(r, 6_000));
-    process.kill(m.primary, 'SIGCONT');
-    const statuses = (await during).map(codeOf);
-    const forwarded = statuses.filter((s) => s === '200').length;
-    for (const s of statuses.filter((x) => x !== '200')) assert.equal(s, '503 admission_unavailable', statuses.join(', '));
-    assert.equal(m.up.requests.length - before, forwarded);
-    assert.ok(statuses.includes('503 admission_unavailable'), 'requests on connections the workers held waited for the primary');
-    agent.destroy();
-    // Whatever the primary decided for requests their workers gave up on came back: the quota holds only what was forwarded.
-    await eventually(
-      async () => (await m.status(quota)).find((l) => l.kind === 'quota')?.used === 1 + forwarded,
-      10_000,
-      `the quota at ${1 + forwarded} used`,
-    );
-    for (let i = 0; i < 10; i++) assert.equal((await m.call(quota)).status, 200, 'the key goes on being served');
-  } finally {
-    await m.stop();
-  }
-});
+test(
+  'KEYWARD_WORKERS=2, the primary frozen 6 s while a quota key calls: 503 admission_unavailable, and not a unit of the quota is lost',
+  { timeout: 120_000 },
+  async () => {
+    const m = await machine(2);
+    try {
+      const quota = await m.token('quota');
+      assert.equal((await m.call(quota)).status, 200);
+      const agent = await m.warm(20);
+      const before = m.up.requests.length;
+      process.kill(m.primary, 'SIGSTOP');
+      const during = Promise.all(Array.from({ length: 20 }, () => m.call(quota, '/seo/v3/x', agent)));
+      await new Promise((r) => setTimeout(r, 6_000));
+      process.kill(m.primary, 'SIGCONT');
+      const statuses = (await during).map(codeOf);
+      const forwarded = statuses.filter((s) => s === '200').length;
+      for (const s of statuses.filter((x) => x !== '200')) assert.equal(s, '503 admission_unavailable', statuses.join(', '));
+      assert.equal(m.up.requests.length - before, forwarded);
+      assert.ok(statuses.includes('503 admission_unavailable'), 'requests on connections the workers held waited for the primary');
+      agent.destroy();
+      // Whatever the primary decided for requests their workers gave up on came back: the quota holds only what was forwarded.
+      await eventually(
+        async () => (await m.status(quota)).find((l) => l.kind === 'quota')?.used === 1 + forwarded,
+        10_000,
+        `the quota at ${1 + forwarded} used`,
+      );
+      for (let i = 0; i < 10; i++) assert.equal((await m.call(quota)).status, 200, 'the key goes on being served');
+    } finally {
+      await m.stop();
+    }
+  },
+);
 
-test('KEYWARD_WORKERS=2, the primary frozen 6 s with a concurrency key: never refused for good; two in flight at once afterwards', { timeout: 120_000 }, async () => {
-  const held: Array<() => void> = [];
-  const m = await machine(2, (req, res) => {
-    req.resume();
-    const answer = (): void => {
+test(
+  'KEYWARD_WORKERS=2, the primary frozen 6 s with a concurrency key: never refused for good; two in flight at once afterwards',
+  { timeout: 120_000 },
+  async () => {
+    const held: Array<() => void> = [];
+    const m = await machine(2, (req, res) => {
+      req.resume();
+      const answer = (): void => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end('{"ok":true}');
+      };
+      if (req.url?.includes('slow') === true) held.push(answer);
+      else answer();
+    });
+    try {
+      const conc = await m.token('conc');
+      const agent = await m.warm(4);
+      process.kill(m.primary, 'SIGSTOP');
+      const during = Promise.all(Array.from({ length: 4 }, () => m.call(conc, '/seo/v3/x', agent)));
+      await new Promise((r) => setTimeout(r, 6_000));
+      process.kill(m.primary, 'SIGCONT');
+      assert.deepEqual(
+        (await during).map(codeOf),
+        Array.from({ length: 4 }, () => '503 admission_unavailable'),
+      );
+      agent.destroy();
+      // Nothing is held for requests that were given up on: two overlapping calls go through, a third is refused.
+      const overlapping = Array.from({ length: 3 }, () => m.call(conc, '/seo/v3/slow'));
+      await eventually(() => held.length === 2, 10_000, 'two in flight');
+      const third = await Promise.race([overlapping[2] as Promise<Reply>, new Promise<null>((r) => setTimeout(() => r(null), 5_000))]);
+      assert.ok(third !== null, 'the third answered at once');
+      assert.equal(codeOf(third), '429 concurrency_limited');
+      for (const release of held.splice(0)) release();
+      assert.deepEqual((await Promise.all(overlapping.slice(0, 2))).map(codeOf), ['200', '200']);
+      assert.equal((await m.status(conc)).find((l) => l.kind === 'concurrency')?.used, 0);
+    } finally {
+      for (const release of held.splice(0)) release();
+      await m.stop();
+    }
+  },
+);
+
+test(
+  'KEYWARD_WORKERS=3, a budget whose cost comes 9 s into the stream, 40 calls at once: no call times out at the primary, none refused as another limit, the status never above what was spent',
+  { timeout: 120_000 },
+  async () => {
+    // The SEO cost is the body's top-level field, in the last chunk, 9 s after the head.
+    const m = await machine(3, (req, res) => {
+      req.resume();
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.end('{"ok":true}');
-    };
-    if (req.url?.includes('slow') === true) held.push(answer);
-    else answer();
-  });
-  try {
-    const conc = await m.token('conc');
-    const agent = await m.warm(4);
-    process.kill(m.primary, 'SIGSTOP');
-    const during = Promise.all(Array.from({ length: 4 }, () => m.call(conc, '/seo/v3/x', agent)));
-    await new Promise((r) => setTimeout(r, 6_000));
-    process.kill(m.primary, 'SIGCONT');
-    assert.deepEqual((await during).map(codeOf), Array.from({ length: 4 }, () => '503 admission_unavailable'));
-    agent.destroy();
-    // Nothing is held for requests that were given up on: two overlapping calls go through, a third is refused.
-    const overlapping = Array.from({ length: 3 }, () => m.call(conc, '/seo/v3/slow'));
-    await eventually(() => held.length === 2, 10_000, 'two in flight');
-    const third = await Promise.race([overlapping[2] as Promise<Reply>, new Promise<null>((r) => setTimeout(() => r(null), 5_000))]);
-    assert.ok(third !== null, 'the third answered at once');
-    assert.equal(codeOf(third), '429 concurrency_limited');
-    for (const release of held.splice(0)) release();
-    assert.deepEqual((await Promise.all(overlapping.slice(0, 2))).map(codeOf), ['200', '200']);
-    assert.equal((await m.status(conc)).find((l) => l.kind === 'concurrency')?.used, 0);
-  } finally {
-    for (const release of held.splice(0)) release();
-    await m.stop();
-  }
-});
+      res.write('{"status_code":20000,"tasks":[],');
+      setTimeout(() => res.end('"cost":0.3}'), 9_000);
+    });
+    try {
+      const budget = await m.token('budget');
+      const statuses = (await Promise.all(Array.from({ length: 40 }, () => m.call(budget)))).map(codeOf);
+      const forwarded = statuses.filter((s) => s === '200').length;
+      assert.ok(forwarded >= 1, statuses.join(', '));
+      for (const s of statuses.filter((x) => x !== '200')) assert.ok(s === '503 admission_unavailable' || s === '429 budget_exceeded', statuses.join(', '));
+      assert.equal(m.up.requests.length, forwarded);
+      const used = (await m.status(budget)).find((l) => l.kind === 'budget')?.used ?? -1;
+      assert.equal(used, Math.round(forwarded * 0.3 * 1e6) / 1e6, `status ${used} after ${forwarded} forwarded at 0.3`);
+      // What is left is still served, at what a call was seen to cost.
+      if (used < 1) assert.equal(codeOf(await m.call(budget)), '200');
+    } finally {
+      await m.stop();
+    }
+  },
+);
 
-test('KEYWARD_WORKERS=3, a budget whose cost comes 9 s into the stream, 40 calls at once: no call times out at the primary, none refused as another limit, the status never above what was spent', { timeout: 120_000 }, async () => {
-  // The SEO cost is the body's top-level field, in the last chunk, 9 s after the head.
-  const m = await machine(3, (req, res) => {
-    req.resume();
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.write('{"status_code":20000,"tasks":[],');
-    setTimeout(() => res.end('"cost":0.3}'), 9_000);
-  });
-  try {
-    const budget = await m.token('budget');
-    const statuses = (await Promise.all(Array.from({ length: 40 }, () => m.call(budget)))).map(codeOf);
-    const forwarded = statuses.filter((s) => s === '200').length;
-    assert.ok(forwarded >= 1, statuses.join(', '));
-    for (const s of statuses.filter((x) => x !== '200')) assert.ok(s === '503 admission_unavailable' || s === '429 budget_exceeded', statuses.join(', '));
-    assert.equal(m.up.requests.length, forwarded);
-    const used = (await m.status(budget)).find((l) => l.kind === 'budget')?.used ?? -1;
-    assert.equal(used, Math.round(forwarded * 0.3 * 1e6) / 1e6, `status ${used} after ${forwarded} forwarded at 0.3`);
-    // What is left is still served, at what a call was seen to cost.
-    if (used < 1) assert.equal(codeOf(await m.call(budget)), '200');
-  } finally {
-    await m.stop();
-  }
-});
+test(
+  'KEYWARD_WORKERS=2, one worker frozen 10 s during 40 overlapping budget calls: the status is what was forwarded, and what is left is served',
+  { timeout: 120_000 },
+  async () => {
+    const m = await machine(2, (req, res) => {
+      req.resume();
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end('{"status_code":20000,"cost":0.1,"tasks":[]}');
+    });
+    try {
+      const budget = await m.token('budget');
+      assert.equal(codeOf(await m.call(budget)), '200', 'the first call teaches the cost');
+      const agent = await m.warm(20);
+      const before = m.up.requests.length;
+      process.kill(m.workers[1] as number, 'SIGSTOP');
+      const calls = Promise.all(Array.from({ length: 40 }, () => m.call(budget, '/seo/v3/x', agent)));
+      await new Promise((r) => setTimeout(r, 10_000));
+      process.kill(m.workers[1] as number, 'SIGCONT');
+      const statuses = (await calls).map(codeOf);
+      for (const s of statuses.filter((x) => x !== '200')) assert.ok(s === '429 budget_exceeded' || s === '503 admission_unavailable', statuses.join(', '));
+      const forwarded = 1 + m.up.requests.length - before;
+      await eventually(
+        async () => (await m.status(budget)).find((l) => l.kind === 'budget')?.used === Math.round(forwarded * 0.1 * 1e6) / 1e6,
+        10_000,
+        `the budget at ${forwarded} calls of 0.1`,
+      );
+      assert.ok(forwarded <= 10, `${forwarded} forwarded against 1 USD at 0.1`);
+      if (forwarded < 10) assert.equal(codeOf(await m.call(budget)), '200', 'what is left is served');
+      agent.destroy();
+    } finally {
+      process.kill(m.workers[1] as number, 'SIGCONT');
+      await m.stop();
+    }
+  },
+);
