@@ -24,7 +24,7 @@ function pair(limiter: Limiter, answerMs: number) {
     isConnected: () => connected,
   } as unknown as Worker;
   serveAdmissions(
-    cluster as never,
+    cluster,
     limiter,
     () => 1,
     () => undefined,
