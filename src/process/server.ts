@@ -277,6 +277,12 @@ function drain({ server, runtime, keys, ledger, leases, spend, settler, lastUse,
     server.close(() => {
       clearInterval(sweep);
       clearTimeout(deadline);
+      // What is still watched has no client: run-starts read to their end so
+      // that their runs are recorded (docs/limits.md, "Scraper runs"); waited
+      // for up to the drain deadline, their upstream timers still running.
+      detach(untilNoneWatched(sweeper, endBy).then(afterRequests), neverRejects);
+    });
+    const afterRequests = (): void => {
       sweeper.stop();
       for (const f of runtime().forwarders.values()) f.close();
       // Requests may have taken the whole drain: the ledger still gets a moment to write or keep its counts.
@@ -301,9 +307,14 @@ function drain({ server, runtime, keys, ledger, leases, spend, settler, lastUse,
           }),
         (err) => logger.error({ err }, 'drain: a final write failed'),
       );
-    });
+    };
     server.closeIdleConnections();
   });
+}
+
+/** Resolves once the sweeper watches no exchange, or at `endBy`. */
+async function untilNoneWatched(sweeper: Sweeper, endBy: number): Promise<void> {
+  while (sweeper.size > 0 && Date.now() < endBy) await new Promise((r) => setTimeout(r, 20));
 }
 
 /** A reload's effect on the server itself (the runtime is already swapped): timeouts, limits, the certificate, the log level. */

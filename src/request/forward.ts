@@ -90,7 +90,7 @@ function onProxyReq(proxyReq: http.ClientRequest, req: http.IncomingMessage, res
     proxyReq.destroy();
     return;
   }
-  if (ex.runPath !== null) keepForRun(ex, proxyReq);
+
   // Only a listener stops Node from destroying the socket silently (and the
   // client waiting for an answer that never comes).
   proxyReq.on('upgrade', (_proxyRes: http.IncomingMessage, socket: Duplex) => {
@@ -103,13 +103,17 @@ function onProxyReq(proxyReq: http.ClientRequest, req: http.IncomingMessage, res
  * http-proxy-3 destroys the upstream request whenever the client's response
  * closes unfinished (its `res` close listener, web-incoming.ts). A run-start
  * sent whole must be read to its end instead, or the run it started is never
- * recorded, settled or counted (docs/limits.md, "Scraper runs"): that one
- * call, made after the pipeline marked the exchange (`afterRun`), is let
- * pass; every other destroy, ours with a reason or a later one, goes through.
+ * recorded, settled or counted (docs/limits.md, "Scraper runs"). Called by
+ * the pipeline's own close listener, which runs before the library's: that
+ * one destroy is let pass; every other, ours with a reason or a later one,
+ * goes through. Installed only then, so no other request's upstream request
+ * is touched.
  */
-function keepForRun(ex: Exchange, proxyReq: http.ClientRequest): void {
+export function keepReadingForRun(ex: Exchange, end: () => void): void {
+  const proxyReq = ex.proxyReq as http.ClientRequest;
   const destroy = proxyReq.destroy.bind(proxyReq);
   let kept = false;
+  ex.afterRun = end;
   proxyReq.destroy = (err?: Error): http.ClientRequest => {
     if (err === undefined && ex.afterRun !== null && !kept) {
       kept = true;

@@ -27,6 +27,7 @@ import type { Admit } from '../limits/admissions.ts';
 import type { Admission, LimitCode, PaidStart, Refused, Undecided } from '../limits/limiter.ts';
 import { policyFor } from '../limits/policy.ts';
 import { scraperCall, type ScraperCall } from './scraper-calls.ts';
+import { keepReadingForRun } from './forward.ts';
 import { detach, neverRejects } from '../lib/detach.ts';
 
 const LIMIT_ERRORS: Readonly<Record<LimitCode, GatewayError>> = {
@@ -361,7 +362,7 @@ function responseClosed({ sweeper, complete }: PipelineDeps): (this: ServerRespo
     // A run-start sent whole whose answer has not come: read by the gateway
     // itself, then ended (forward.ts); the upstream timers still run.
     if (ex.runPath !== null && req.complete && ex.proxyReq !== null && ex.ttfbMs < 0 && ex.failure === null && !ex.settled) {
-      ex.afterRun = () => end(ex, ex.upstreamResponse?.statusCode ?? null, true);
+      keepReadingForRun(ex, () => end(ex, ex.upstreamResponse?.statusCode ?? null, true));
       return;
     }
     // The client left (or the answer is complete) with its upload unfinished:

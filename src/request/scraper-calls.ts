@@ -32,8 +32,12 @@ function decoded(path: string): string {
   return path.replace(/%([0-9a-f]{2})/gi, (_, hex: string) => String.fromCharCode(parseInt(hex, 16)));
 }
 
+/** A path with nothing to decode or fold: its segments are its `/`-separated parts. */
+const PLAIN = /^(?:\/[A-Za-z0-9._~!$&'()*+,=:@-]+)+\/?$/;
+
 /** The path's segments as a lenient router reads them, in their own case; empty ones dropped. */
 export function segmentsOf(path: string): string[] {
+  if (PLAIN.test(path)) return path.split('/').filter((s) => s.length > 0);
   return decoded(path)
     .split(/[/\\]/)
     .map((s) => {
