@@ -277,9 +277,9 @@ function drain({ server, runtime, keys, ledger, leases, spend, settler, lastUse,
     server.close(() => {
       clearInterval(sweep);
       clearTimeout(deadline);
-      // What is still watched has no client: run-starts read to their end so
-      // that their runs are recorded (docs/limits.md, "Scraper runs"); waited
-      // for up to the drain deadline, their upstream timers still running.
+      // Run-starts whose clients left are read to their end so that their
+      // runs are recorded (docs/limits.md, "Scraper runs"): waited for up to
+      // the drain deadline, their upstream timers still running.
       detach(untilNoneWatched(sweeper, endBy).then(afterRequests), neverRejects);
     });
     const afterRequests = (): void => {
@@ -312,9 +312,9 @@ function drain({ server, runtime, keys, ledger, leases, spend, settler, lastUse,
   });
 }
 
-/** Resolves once the sweeper watches no exchange, or at `endBy`. */
+/** Resolves once no run-start is read on for a client that left, or at `endBy`. */
 async function untilNoneWatched(sweeper: Sweeper, endBy: number): Promise<void> {
-  while (sweeper.size > 0 && Date.now() < endBy) await new Promise((r) => setTimeout(r, 20));
+  while (sweeper.readingForRuns() && Date.now() < endBy) await new Promise((r) => setTimeout(r, 20));
 }
 
 /** A reload's effect on the server itself (the runtime is already swapped): timeouts, limits, the certificate, the log level. */

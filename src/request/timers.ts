@@ -98,6 +98,11 @@ export class Sweeper {
     return this.#live.length;
   }
 
+  /** Whether any exchange watched is read on for a client that left (a run-start: `afterRun`). */
+  readingForRuns(): boolean {
+    return this.#live.some((ex) => ex.afterRun !== null);
+  }
+
   /** Re-derive the sweep interval (after a configuration reload). */
   reschedule(): void {
     if (this.#timer !== null) {

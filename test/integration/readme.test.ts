@@ -234,13 +234,21 @@ test(
         // (install and upgrade) was most of this test's time and CPU, and
         // tests nothing the rest of the suite does not.
         line = line.replace(/^npm ci && /, '');
+        line = line.replace(/(^|&& )npm install /, '$1npm_try install ');
         if (line.startsWith('systemd-analyze verify')) {
           line = `sed -i 's#^ExecStart=/opt/#ExecStart=${prefix}/opt/#' ${prefix}/etc/systemd/system/keyward.service && ${line}`;
         }
         out.push(line);
       }
       // Two packs (each a build) and two installs: about 2 min on a quiet machine, up to 5 under stress-ng on both cores; the deadline leaves room for that.
+      // npm's installs: never a reader of the test's stdin, each try bounded, up to three tries;
+      // `--loglevel=http` so that one that stalls says on stderr what it waited for.
+      const npmTries = [
+        'exec < /dev/null',
+        'npm_try() { for i in 1 2 3; do timeout -k 5 120 npm "$@" --loglevel=http && return 0; echo "npm $* stalled or failed (try $i)" >&2; done; return 1; }',
+      ];
       const script = [
+        ...npmTries,
         `mkdir -p ${prefix}/tmp ${prefix}/etc/systemd/system`,
         `ln -s ${join(ROOT, 'node_modules')} ${join(checkout, 'node_modules')}`,
         `cd ${checkout}`,
