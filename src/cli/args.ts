@@ -6,6 +6,7 @@ import type { Writable } from 'node:stream';
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
 import type { UpstreamSpec } from '../request/routes.ts';
 import { parseDuration } from '../config/units.ts';
+import { nearest } from '../config/unknown.ts';
 import { asError } from '../lib/error.ts';
 
 export { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, type Io } from '../lib/io.ts';
@@ -166,7 +167,7 @@ export function parse(args: string[], options: ParseArgsOptionsConfig, help: str
   try {
     parsed = parseArgs({ args, options, allowPositionals: positionals > 0, strict: true, tokens: true });
   } catch (err) {
-    throw new UsageError(asError(err).message, help);
+    throw new UsageError(withSuggestion(asError(err), Object.keys(options)), help);
   }
   const seen = new Set<string>();
   for (const t of parsed.tokens ?? []) {
@@ -176,6 +177,13 @@ export function parse(args: string[], options: ParseArgsOptionsConfig, help: str
   }
   if (parsed.positionals.length > positionals) throw new UsageError(`unexpected argument ${parsed.positionals[positionals]}`, help);
   return parsed;
+}
+
+/** An unknown option's message with the known option it most likely meant (`--nmae` → `--name`), as mistyped commands get. */
+function withSuggestion(err: Error & { code?: string }, known: readonly string[]): string {
+  const name = err.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? /'--?([^'=\s]+)'/.exec(err.message)?.[1] : undefined;
+  const meant = name === undefined ? null : nearest(name, known, 2);
+  return meant === null ? err.message : `Unknown option '--${name}'; did you mean --${meant}?`;
 }
 
 export function line(out: Writable, text: string): void {

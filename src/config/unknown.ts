@@ -61,10 +61,14 @@ export function closest(name: string, known: readonly string[]): string | null {
   return near !== null && distance(name, near) <= Math.floor(name.length / 3) ? near : null;
 }
 
-/** The word of `known` a mistyped `word` most likely meant (`crate` → `create`), or null when none is close. */
-export function nearest(word: string, known: readonly string[]): string | null {
+/**
+ * The word of `known` a mistyped `word` most likely meant (`crate` →
+ * `create`), or null when none is close; `slack`: the edits allowed at
+ * least (two lets a swap of two letters through: `nmae` → `name`).
+ */
+export function nearest(word: string, known: readonly string[], slack = 1): string | null {
   const best = [...known].sort((a, b) => distance(word, a) - distance(word, b))[0];
-  return best !== undefined && distance(word, best) <= Math.max(1, Math.floor(best.length / 3)) ? best : null;
+  return best !== undefined && distance(word, best) <= Math.max(slack, Math.floor(best.length / 3)) ? best : null;
 }
 
 /** The KEYWARD_* names in `env` that are not among `known` (every name the configuration read). */

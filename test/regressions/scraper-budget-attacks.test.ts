@@ -172,7 +172,7 @@ test('other spellings of the cap and of the path: the platform always sees one p
 
 test('run-starts whose clients hang up before the answer: each read to its end, its run recorded and settled at what it cost', async () => {
   const p = await startPlatform();
-  p.startDelayMs = 1_500;
+  p.startDelayMs = 3_000;
   const gw = await startGateway({ scraper: p.up.url, env: { KEYWARD_USAGE_FLUSH: '100ms' }, settle: QUICK, limits: BUDGET });
   try {
     const hangUp = (): Promise<string> =>
@@ -184,7 +184,8 @@ test('run-starts whose clients hang up before the answer: each read to its end, 
           resolve(`answered ${res.statusCode}`);
         });
         req.end('{}');
-        setTimeout(() => req.destroy(), 300);
+        // Long enough for the start to reach the platform on a loaded machine; well before its answer.
+        setTimeout(() => req.destroy(), 1_000);
       });
     const outcomes = await Promise.all(Array.from({ length: 15 }, hangUp));
     assert.ok(
