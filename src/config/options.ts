@@ -40,6 +40,11 @@ export class Options {
     return this.get(name) ?? fallback;
   }
 
+  /** Set, to nothing: for most options the same as unset; where a default would hide a mistake, a problem. */
+  empty(name: string): boolean {
+    return this.env[name] === '';
+  }
+
   problem(text: string): void {
     this.problems.push(text);
   }

@@ -7,11 +7,19 @@ import type { Options, ReadFile } from './options.ts';
 import { secret } from './secrets.ts';
 
 function upstreamUrl(o: Options, spec: UpstreamSpec): { target: URL; basePath: string } | null {
+  // Set to nothing is a mistake, not a wish for the default: the gateway would forward to a provider nobody named.
+  if (o.empty(spec.urlEnv)) {
+    o.problem(`${spec.urlEnv} is set but empty; unset it to use ${spec.defaultUrl}`);
+    return null;
+  }
+  const text = o.text(spec.urlEnv, spec.defaultUrl);
   let url: URL;
   try {
-    url = new URL(o.text(spec.urlEnv, spec.defaultUrl));
+    url = new URL(text);
   } catch {
-    o.problem(`${spec.urlEnv} is not a URL`);
+    // `api.elevenlabs.io` or `localhost:8080`: a host without its scheme.
+    const bare = /^[a-z0-9.-]+(?::\d+)?(?:\/|$)/i.test(text);
+    o.problem(`${spec.urlEnv} is not a URL${bare ? ` (the scheme is missing: https://${text})` : ''}`);
     return null;
   }
   const wrong =

@@ -248,3 +248,20 @@ test('an alert webhook URL with a login in it is refused at start, without echoi
   }
   assert.equal(load('https://hooks.example.com/alert?token=abc'), null);
 });
+
+test('an upstream URL set to nothing, or without its scheme, is a problem that says so', () => {
+  const problems = (env: Record<string, string>): string[] => {
+    try {
+      loadConfig(env, noFiles, '/', UPSTREAMS);
+    } catch (e) {
+      if (e instanceof ConfigError) return [...e.problems];
+      throw e;
+    }
+    return [];
+  };
+  assert.deepEqual(problems({ KEYWARD_SPEECH_URL: '' }), ['KEYWARD_SPEECH_URL is set but empty; unset it to use https://api.elevenlabs.io']);
+  assert.deepEqual(problems({ KEYWARD_SPEECH_URL: 'api.elevenlabs.io' }), [
+    'KEYWARD_SPEECH_URL is not a URL (the scheme is missing: https://api.elevenlabs.io)',
+  ]);
+  assert.deepEqual(problems({ KEYWARD_SEO_URL: 'not a url' }), ['KEYWARD_SEO_URL is not a URL']);
+});
