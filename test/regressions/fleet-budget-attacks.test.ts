@@ -70,7 +70,7 @@ test(
         const spent = await f.key('spent', '--quota', '2/day');
         const fresh = await f.key('fresh', '--quota', '50/day');
         const free = await f.key('free');
-        const g = await f.gateway({ KEYWARD_DATABASE_URL: via.toString(), KEYWARD_DATABASE_TIMEOUT: '5s' });
+        const g = await f.gateway({ KEYWARD_DATABASE_URL: via.toString(), KEYWARD_DATABASE_TIMEOUT: '5s', KEYWARD_ADMISSION_WAIT: '250ms' });
         const call = async (token: string): Promise<{ status: number; ms: number }> => {
           const at = performance.now();
           const r = await request(`${g.base}/seo/v3/x`, { headers: { authorization: `Bearer ${token}` }, timeoutMs: 30_000 });

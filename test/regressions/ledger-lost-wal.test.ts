@@ -54,7 +54,7 @@ async function spendThenKill(s: Setup): Promise<void> {
   };
   await eventually(() => counted() === 5, 10_000, 'five counted in the ledger');
   g.kill();
-  await g.exited;
+  await g.exited();
 }
 
 async function refusedAfterRestart(s: Setup, problem: RegExp): Promise<void> {
