@@ -3,7 +3,7 @@
 // ports in use name their option.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import net, { type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -210,7 +210,12 @@ test(
         await eventually(async () => (await readyz()).status === 200, 5_000, 'ready');
         assert.equal((await readyz()).body.stale, undefined);
         assert.equal(await up(), '1');
-        writeFileSync(env.KEYWARD_KEYS_FILE, '{broken');
+        // Replaced whole (as an editor saves): written in place, the watcher may read it empty, half written.
+        const replace = (text: string): void => {
+          writeFileSync(`${env.KEYWARD_KEYS_FILE}.new`, text);
+          renameSync(`${env.KEYWARD_KEYS_FILE}.new`, env.KEYWARD_KEYS_FILE);
+        };
+        replace('{broken');
         const until = Date.now() + 5_000;
         while (Date.now() < until && !gw.output().includes('keys not reloaded')) await new Promise((r) => setTimeout(r, 20));
         const line = JSON.parse(
@@ -231,7 +236,7 @@ test(
           `keys file ${env.KEYWARD_KEYS_FILE} cannot be read (not valid JSON at line 1, column 2); serving the last good key set`,
         );
         assert.equal(await up(), '0');
-        writeFileSync(env.KEYWARD_KEYS_FILE, good);
+        replace(good);
         await eventually(async () => (await up()) === '1', 5_000, 'the fixed file in force');
         assert.equal((await readyz()).body.problem, undefined);
       } finally {
