@@ -156,16 +156,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     readiness: () => withLedger(readinessOf(keys, draining, runtime.config), usageStore),
     keyCount: () => keys.loaded?.size ?? 0,
     // In memory (no ledger file could be opened) the figures are this process's own, and few: built here.
-    usagePage:
-      pages === null
-        ? usagePage(
-            usageStore,
-            () => keys.loaded?.records ?? [],
-            config.routes.map((r) => r.name),
-            units,
-            renderPage,
-          )
-        : (params) => pages.page(params),
+    usagePage: pages === null ? ownUsagePage(usageStore, keys, config, units) : (params) => pages.page(params),
   };
   return gateway;
 }
@@ -310,6 +301,18 @@ function drain({ server, runtime, keys, ledger, leases, spend, settler, lastUse,
     };
     server.closeIdleConnections();
   });
+}
+
+/** The usage page built on this thread, from this process's own store and key set. */
+function ownUsagePage(
+  store: UsageStore,
+  keys: KeyHolder,
+  config: Config,
+  units: (route: string) => string | null,
+): (params: URLSearchParams) => Promise<string> {
+  const routes = config.routes.map((r) => r.name);
+  const runRoutes = config.routes.filter((r) => r.cost?.runs !== undefined).map((r) => r.name);
+  return usagePage(store, () => keys.loaded?.records ?? [], routes, units, renderPage, runRoutes);
 }
 
 /** Resolves once no run-start is read on for a client that left, or at `endBy`. */

@@ -17,6 +17,8 @@ export interface PageSource {
   readonly costRoutes: readonly string[];
   readonly routes: readonly string[];
   readonly units: Readonly<Record<string, string | null>>;
+  /** Routes whose runs are settled after the fact: where a key's run cap applies. */
+  readonly runRoutes: readonly string[];
 }
 
 /** The thread's source from the gateway's configuration. */
@@ -31,6 +33,7 @@ export function pageSource(
     costRoutes: [...config.costRoutes],
     routes: config.routes.map((r) => r.name),
     units: Object.fromEntries(config.routes.map((r) => [r.name, units(r.name)])),
+    runRoutes: config.routes.filter((r) => r.cost?.runs !== undefined).map((r) => r.name),
   };
 }
 

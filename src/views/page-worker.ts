@@ -44,7 +44,7 @@ let pageOf: UsageStore | null = null;
 parentPort?.on('message', (m: { id: number; key: string | null; route: string | null }) => {
   const store = ledger();
   if (page === null || pageOf !== store) {
-    page = usagePage(store, list, source.routes, units, renderPage);
+    page = usagePage(store, list, source.routes, units, renderPage, source.runRoutes);
     pageOf = store;
   }
   const params = new URLSearchParams();

@@ -69,6 +69,7 @@ async function buildReport(
   routes: readonly string[],
   filter: { key: string | null; route: string | null },
   now = Date.now(),
+  runRoutes: readonly string[] = [],
 ): Promise<Report> {
   const today = periodOf('day', now).key;
   const month = `${periodOf('month', now).key}-01`;
@@ -93,8 +94,6 @@ async function buildReport(
           limited.map((k) => k.id),
         ),
   ]);
-  // Today's totals of every key hold those of the keys with limits.
-  const dayOfLimited = todays;
   const perKey = new Map<string, { requests: number; cost: Record<string, number> }>();
   for (const t of todays) {
     const e = perKey.get(t.keyId) ?? { requests: 0, cost: {} };
@@ -106,6 +105,25 @@ async function buildReport(
     .sort((a, b) => b[1].requests - a[1].requests)
     .slice(0, 10)
     .map(([id, e]) => ({ key: byId.get(id) ?? null, keyId: id, requests: e.requests, cost: e.cost }));
+  // Today's totals of every key hold those of the keys with limits.
+  const near = nearLimits(limited, todays, months, runRoutes);
+  near.sort((a, b) => b.share - a.share);
+  return {
+    days,
+    daily,
+    top,
+    near: near.slice(0, 50),
+    filter: { key, keyText: filter.key, route: route === filter.route ? route : null, routeText: filter.route },
+  };
+}
+
+/** The keys at or past NEAR of a quota or budget this period, from their totals of today and this month. */
+function nearLimits(
+  limited: readonly KeyRecord[],
+  dayOfLimited: readonly KeyTotal[],
+  months: readonly KeyTotal[],
+  runRoutes: readonly string[],
+): Array<Report['near'][number]> {
   const near: Array<Report['near'][number]> = [];
   // Indexed once: a lookup per key and limit, whatever the number of keys.
   const index = (rows: readonly KeyTotal[]): Map<string, KeyTotal[]> => {
@@ -131,17 +149,12 @@ async function buildReport(
     }
     for (const [route, b] of p.budgets) {
       const used = total(b.period === 'day' ? byDay : byMonth, k.id, route, 'cost');
-      if (used >= NEAR * b.amount) near.push({ key: k, limit: `budget ${route} ${b.amount}/${b.period}`, used, value: b.amount, share: used / b.amount });
+      // A run cap belongs to the budget whose runs it caps (docs/limits.md, "Scraper runs").
+      const cap = p.runCap !== null && runRoutes.includes(route) ? `, runs capped at ${p.runCap}` : '';
+      if (used >= NEAR * b.amount) near.push({ key: k, limit: `budget ${route} ${b.amount}/${b.period}${cap}`, used, value: b.amount, share: used / b.amount });
     }
   }
-  near.sort((a, b) => b.share - a.share);
-  return {
-    days,
-    daily,
-    top,
-    near: near.slice(0, 50),
-    filter: { key, keyText: filter.key, route: route === filter.route ? route : null, routeText: filter.route },
-  };
+  return near;
 }
 
 /**
@@ -154,6 +167,7 @@ export function usagePage(
   routes: readonly string[],
   units: (route: string) => string | null,
   render: (r: Report, routes: readonly string[], units: (route: string) => string | null, at: string) => string,
+  runRoutes: readonly string[] = [],
 ): (params: URLSearchParams) => Promise<string> {
   const q = store.report ?? fromRows(store);
   return async (params) => {
@@ -166,6 +180,7 @@ export function usagePage(
       routes,
       { key: key === null || key.trim() === '' ? null : key.trim(), route: route === null || route === '' ? null : route },
       now,
+      runRoutes,
     );
     return render(report, routes, units, new Date(now).toISOString());
   };

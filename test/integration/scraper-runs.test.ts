@@ -119,6 +119,9 @@ test("a scraper budget: each run capped at the key's run cap or what is left, wh
     };
     const budget = status.limits.find((l) => l.kind === 'budget' && l.route === 'scraper');
     assert.deepEqual({ used: budget?.used, remaining: budget?.remaining }, { used: 1, remaining: 0 });
+    assert.equal((status as unknown as { runCap: number | null }).runCap, 0.5, 'the run cap in the key status');
+    // The usage page lists the key past its budget, with its run cap beside the budget.
+    assert.match(await gw.gateway.usagePage(new URLSearchParams()), /budget scraper 1\/day, runs capped at 0\.5/);
   } finally {
     await gw.close();
     await p.close();

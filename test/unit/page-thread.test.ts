@@ -20,6 +20,7 @@ test(
     const dir = mkdtempSync(join(tmpdir(), 'keyward-page-thread-'));
     const keysFile = join(dir, 'keys.json');
     const thread = pageThread({
+      runRoutes: ['scraper'],
       databaseUrl: null,
       databaseTimeoutMs: 5_000,
       keysFile,
