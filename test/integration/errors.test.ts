@@ -17,7 +17,8 @@ async function closedPort(): Promise<number> {
 }
 
 test('connection refused is 502 upstream_unreachable, logged at warn', async () => {
-  const gw = await startGateway({ seo: `http://127.0.0.1:${await closedPort()}` });
+  // Another loopback address than the one the suite's servers listen on: a port freed here cannot be taken by another test's server.
+  const gw = await startGateway({ seo: `http://127.0.0.3:${await closedPort()}` });
   try {
     const r = await request(`${gw.url}/seo/v3/x`, { headers: { authorization: `Bearer ${gw.token}` } });
     assert.equal(r.status, 502);
