@@ -9,7 +9,7 @@
 //   npm run bench -- --save            also write bench/results/baseline.{json,md}
 //   npm run bench -- --against REF     also measure keyward at REF (a git commit, or a built checkout's directory) in the same run; repeatable
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -20,6 +20,8 @@ import type { KeyRecord } from '../src/keys/keyset.ts';
 import { generateToken, tokenDigest } from '../src/keys/token.ts';
 import { machine, rssBytes } from './proc.ts';
 import { SCENARIOS, type Measurement, type Options } from './scenarios.ts';
+import { fileUpstream, measure, missing, pin, section } from './c-streams.ts';
+import { fmt, median, pct, range, roundOrder, spreadOf } from './stats.ts';
 import { between, scrape, type Cause, type Scrape } from './tail.ts';
 import {
   benchSecrets,
@@ -136,12 +138,6 @@ const ONLY: ReadonlyMap<string, readonly string[]> = new Map([
 ]);
 const runs = (system: string, scenario: string): boolean => ONLY.get(system)?.includes(scenario) ?? true;
 
-const median = (xs: number[]): number | null => {
-  if (xs.length === 0) return null;
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)] as number;
-};
-const fmt = (x: number | null | undefined, digits = 1): string => (x === null || x === undefined || Number.isNaN(x) ? '—' : x.toFixed(digits));
 const log = (text: string): void => void process.stderr.write(`${text}\n`);
 /** One readable progress line per measured run (stderr; the report goes to stdout and to files). */
 function progress(m: Measurement): string {
@@ -160,36 +156,6 @@ type Summary = Record<keyof Omit<Measurement, 'requests' | 'errors'>, number | n
   discarded: number;
   spread: Partial<Record<keyof Measurement, number>>;
 };
-
-/**
- * The systems' order for one round: a Fisher–Yates shuffle driven by a
- * small generator seeded with the round (mulberry32), so a run can be
- * repeated in the same orders and every system follows each other one
- * about as often.
- */
-function roundOrder(n: number, round: number): number[] {
-  let seed = (round + 1) * 0x9e3779b1;
-  const next = (): number => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  const order = Array.from({ length: n }, (_, i) => i);
-  for (let i = n - 1; i > 0; i--) {
-    const j = Math.floor(next() * (i + 1));
-    [order[i], order[j]] = [order[j] as number, order[i] as number];
-  }
-  return order;
-}
-
-/** Half the range over rounds, as a fraction of the median: how far one round strays. */
-function spreadOf(xs: number[]): number | undefined {
-  const m = median(xs);
-  if (xs.length < 2 || m === null || m === 0) return undefined;
-  return (Math.max(...xs) - Math.min(...xs)) / 2 / m;
-}
-const pct = (x: number | undefined): string => (x === undefined ? '' : ` ±${Math.round(x * 100)}%`);
 
 function summarise(runs: Measurement[]): Summary {
   const clean = runs.filter((r) => r.errors === 0 && r.requests > 0);
@@ -338,6 +304,10 @@ async function main(): Promise<void> {
       await up2.stop();
     }
 
+    // 4. Streams with a C client and an nginx upstream, the gateway on a core of its own (bench/c-streams.ts).
+    let cStreams: ReturnType<typeof section> | null = null;
+    if (only === undefined || only.includes('c-stream')) cStreams = await withCClient();
+
     // The log line on its own, in a child whose stdout is /dev/null (bench/log-line.ts).
     let logLine: LogLine | null = null;
     if (only === undefined || only.includes('small')) {
@@ -357,11 +327,54 @@ async function main(): Promise<void> {
       Date.now() - started,
       logLine,
       tail,
+      cStreams,
     );
   } finally {
     await stopAll();
     for (const w of worktrees) spawnSync('git', ['worktree', 'remove', '--force', w], { cwd: ROOT, stdio: 'ignore' });
     rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * The stream rows that a shared machine cannot flatter: keyward, the same
+ * with the filter off, the naive peer, nginx and any `--against` build, each
+ * pinned to a core of its own in turn, against nginx serving the bodies.
+ */
+async function withCClient(): Promise<ReturnType<typeof section> | null> {
+  const nginxBin = nginxBinary();
+  const lacking = missing(nginxBin);
+  if (lacking !== null || nginxBin === null) {
+    log(`streams with a C client skipped: ${lacking ?? 'nginx not installed'}`);
+    return null;
+  }
+  const cdir = join(dir, 'c-streams');
+  const upstream = await fileUpstream(nginxBin, secrets, join(cdir, 'upstream'));
+  const gateways: System[] = [];
+  try {
+    gateways.push(await keyward(upstream.port, secrets, keysFile(10)));
+    gateways.push(await keyward(upstream.port, secrets, keysFile(10), NO_FILTER, { KEYWARD_EGRESS_FILTER: 'off' }));
+    for (const [i, other] of (args.against ?? []).entries()) {
+      const root = existsSync(other) ? resolve(other) : join(dir, `at-${other.replace(/[^\w.-]/g, '_')}`);
+      const name = existsSync(other) ? `keyward, build in ${basename(root)}` : `keyward at ${other}`;
+      if (existsSync(join(root, 'dist'))) gateways.push(await keyward(upstream.port, secrets, keysFile(10), name, {}, undefined, root));
+      else log(`--against ${other} (${i + 1}): no build to measure with the C client`);
+    }
+    gateways.push(await naive(upstream.port, secrets));
+    mkdirSync(join(cdir, 'gateway'), { recursive: true });
+    gateways.push(await nginx(nginxBin, upstream.port, secrets, join(cdir, 'gateway')));
+    for (const g of gateways) pin(g.pid as number, '0');
+    pin(process.pid, '1');
+    const results = await measure(gateways, options.durationS, rounds, cdir, log);
+    return section(
+      results,
+      gateways.map((g) => g.name),
+      NAIVE,
+      NO_FILTER,
+    );
+  } finally {
+    await Promise.all(gateways.map((g) => g.stop()));
+    await upstream.stop();
   }
 }
 
@@ -371,8 +384,6 @@ type Key = 'cpuUsPerReq' | 'mbps' | 'p99Ms' | 'p999Ms';
 function paired(a: Measurement[] | undefined, b: Measurement[] | undefined, k: Key): number[] {
   return (a ?? []).map((m, i) => (m.errors === 0 ? (m[k] ?? NaN) : NaN) / ((b ?? [])[i]?.[k] ?? NaN)).filter((x) => Number.isFinite(x));
 }
-
-const range = (xs: number[], digits = 2): string => (xs.length < 2 ? '' : `${fmt(Math.min(...xs), digits)}–${fmt(Math.max(...xs), digits)}`);
 
 interface LogLine {
   templateUs: number;
@@ -395,6 +406,7 @@ function report(
   elapsedMs: number,
   logLine: LogLine | null,
   tail: Cause[],
+  cStreams: ReturnType<typeof section> | null,
 ): void {
   const lines: string[] = [];
   const summaries: Record<string, Record<string, Summary>> = {};
@@ -467,6 +479,10 @@ function report(
   against('10 MiB JSON dataset: throughput vs the naive peer', 'json', 'keyward', NAIVE, 'mbps', 0.95, '>=');
   against('10 MiB binary stream: egress filter on vs off, throughput', 'stream', 'keyward', NO_FILTER, 'mbps', 0.95, '>=');
   against('10 MiB JSON dataset: egress filter on vs off, throughput', 'json', 'keyward', NO_FILTER, 'mbps', 0.95, '>=');
+  if (cStreams !== null) {
+    lines.push(...cStreams.lines);
+    targets.push(...cStreams.targets);
+  }
   const p999 = paired(results.small?.keyward, results.small?.[NAIVE], 'p999Ms');
   const filterStream = paired(results.stream?.keyward, results.stream?.[NO_FILTER], 'mbps');
 
