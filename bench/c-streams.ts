@@ -43,7 +43,7 @@ export function missing(nginxBin: string | null): string | null {
   const has = (cmd: string, arg: string): boolean => spawnSync(cmd, [arg], { stdio: 'ignore' }).status !== null;
   const lacking = [has('wrk', '-v') ? '' : 'wrk', nginxBin === null ? 'nginx' : '', has('taskset', '-V') ? '' : 'taskset'].filter(Boolean);
   if (lacking.length > 0) return `${lacking.join(', ')} not installed (apt-get install ${lacking.join(' ')})`;
-  const cores = spawnSync('nproc', [], { encoding: 'utf8' }).stdout.trim();
+  const cores = spawnSync('nproc', ['--all'], { encoding: 'utf8' }).stdout.trim();
   return Number(cores) >= 2 ? null : `${cores} core: the gateway needs a core of its own`;
 }
 

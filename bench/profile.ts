@@ -10,6 +10,8 @@
 //
 //   PROFILE_FLAGS='--no-allocation-site-pretenuring'   extra Node flags for keyward
 //   PROFILE_ENV='KEYWARD_EGRESS_FILTER=off'            extra environment for keyward
+//   PROFILE_PEER_FLAGS='--max-semi-space-size=4'        extra Node flags for the naive peer
+//   --c-client                                         stream/json: wrk and an nginx upstream, the gateway on a core of its own
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -22,8 +24,9 @@ import autocannon from 'autocannon';
 import { serialiseKeysFile } from '../src/keys/file-store.ts';
 import { generateToken, tokenDigest } from '../src/keys/token.ts';
 import { providerEnv, UPSTREAMS } from '../src/request/routes.ts';
+import { BODIES, fileUpstream, missing, pin, wrkRound, type Body } from './c-streams.ts';
 import { KEYWARD_NODE_FLAGS } from './flags.ts';
-import { benchSecrets, EVERY_LIMIT, freePort, NODE_ARGS, startUpstreamProcess, waitReady, type Secrets } from './systems.ts';
+import { benchSecrets, EVERY_LIMIT, freePort, nginxBinary, NODE_ARGS, startUpstreamProcess, waitReady, type Secrets } from './systems.ts';
 
 interface Node {
   id: number;
@@ -36,7 +39,14 @@ interface Profile {
   timeDeltas: number[];
 }
 
-const { values: args, positionals } = parseArgs({ allowPositionals: true, options: { peer: { type: 'boolean' }, limited: { type: 'boolean' } } });
+const { values: args, positionals } = parseArgs({
+  allowPositionals: true,
+  options: { peer: { type: 'boolean' }, limited: { type: 'boolean' }, 'c-client': { type: 'boolean' } },
+});
+// --c-client (stream and json only): wrk as the client and nginx serving the bodies, both on one core,
+// the gateway pinned to the other, as the bench's C-client rows measure (bench/c-streams.ts).
+const cClient = args['c-client'] === true && (positionals[0] === 'stream' || positionals[0] === 'json');
+if (cClient) pin(process.pid, '1');
 const scenario = positionals[0] ?? 'small';
 const seconds = Number(positionals[1] ?? 8);
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -68,8 +78,12 @@ const extraEnv = Object.fromEntries(
     .map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
 );
 const extraFlags = (process.env.PROFILE_FLAGS ?? '').split(' ').filter(Boolean);
+/** PROFILE_PEER_FLAGS: extra Node flags for the naive peer (keyward's own, to compare like with like). */
+const peerFlags = (process.env.PROFILE_PEER_FLAGS ?? '').split(' ').filter(Boolean);
 
-const up = await startUpstreamProcess(s, 5000);
+const nginxBin = nginxBinary();
+if (cClient && missing(nginxBin) !== null) throw new Error(`--c-client: ${missing(nginxBin)}`);
+const up = cClient ? await fileUpstream(nginxBin as string, s, join(dir, 'upstream')) : await startUpstreamProcess(s, 5000);
 const upstream = `http://127.0.0.1:${up.port}`;
 
 interface Started {
@@ -106,7 +120,7 @@ async function startKeyward(): Promise<Started> {
 
 async function startPeer(): Promise<Started> {
   const profileDir = mkdtempSync(join(dir, 'naive-'));
-  const child = spawn(process.execPath, ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, ...NODE_ARGS, join(root, 'bench/naive.ts')], {
+  const child = spawn(process.execPath, ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, ...peerFlags, ...NODE_ARGS, join(root, 'bench/naive.ts')], {
     env: { PATH: process.env.PATH ?? '', BENCH_UPSTREAM_PORT: String(up.port), BENCH_CLIENT_TOKEN: s.clientToken, BENCH_SECRETS: JSON.stringify(s.upstream) },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -120,7 +134,15 @@ async function startPeer(): Promise<Started> {
 const auth = { authorization: `Bearer ${s.clientToken}` };
 
 /** The scenario's load for `seconds`; the number of requests answered 2xx. */
-async function load(base: string): Promise<number> {
+async function load(base: string, pid: number): Promise<number> {
+  if (cClient) {
+    pin(pid, '0');
+    const body = BODIES.find((b) => b.name === (scenario === 'stream' ? 'binary' : 'json')) as Body;
+    const sys = { name: scenario, base, pid, prefix: (r: string) => `/${r}`, headers: () => auth, stop: async () => undefined };
+    const r = await wrkRound(sys, body, seconds, dir);
+    process.stderr.write(`${(r.bytes / 1e6).toFixed(0)} MB at ${r.mbps.toFixed(0)} MB/s, ${r.cpuUsPerMiB.toFixed(0)} µs CPU per MiB, ${r.errors} errors\n`);
+    return Math.round(r.bytes / (10 * 1024 * 1024));
+  }
   if (scenario === 'stream' || scenario === 'json') {
     // autocannon cannot keep up with 10 MiB bodies: plain clients that discard.
     const path = scenario === 'stream' ? '/speech/v1/history/x/audio' : '/scraper/v2/acts/x/run-sync-get-dataset-items';
@@ -163,7 +185,7 @@ async function load(base: string): Promise<number> {
 
 async function profileOf(start: () => Promise<Started>): Promise<{ name: string; file: string; profile: Profile; requests: number }> {
   const sys = await start();
-  const requests = await load(sys.base);
+  const requests = await load(sys.base, sys.child.pid as number);
   sys.child.kill('SIGTERM');
   await new Promise((r) => sys.child.once('exit', r));
   const file = readdirSync(sys.profileDir).find((f) => f.endsWith('.cpuprofile'));

@@ -100,6 +100,21 @@ function keysFile(count: number, limits?: KeyRecord['limits']): string {
 }
 
 const NAIVE = 'naive http-proxy-3';
+
+/** `--variant 'label:ENV=value,…'` and `--limited-variant …`: a label, extra environment, and whether the key has every limit. */
+function variants(): Array<[string, Record<string, string>, boolean]> {
+  const all = [...(args.variant ?? []).map((v) => [v, false] as const), ...(args['limited-variant'] ?? []).map((v) => [v, true] as const)];
+  return all.map(([v, limited]) => {
+    const [label = v, settings = ''] = v.split(':');
+    const env = Object.fromEntries(
+      settings
+        .split(',')
+        .filter(Boolean)
+        .map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
+    );
+    return [label, env, limited];
+  });
+}
 const QUIET = 'keyward, no log line or metrics';
 
 /**
@@ -201,15 +216,7 @@ async function main(): Promise<void> {
     systems.push(await keyward(up.port, secrets, keysFile(10), NO_FILTER, { KEYWARD_EGRESS_FILTER: 'off' }));
     // The same gateway whose bench key has every limit (none reached): admission and the ledger per request.
     systems.push(await keyward(up.port, secrets, keysFile(10, EVERY_LIMIT), LIMITED));
-    const variants = [...(args.variant ?? []).map((v) => [v, false] as const), ...(args['limited-variant'] ?? []).map((v) => [v, true] as const)];
-    for (const [v, limited] of variants) {
-      const [label, settings = ''] = v.split(':');
-      const env = Object.fromEntries(
-        settings
-          .split(',')
-          .filter(Boolean)
-          .map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
-      );
+    for (const [label, env, limited] of variants()) {
       systems.push(
         await keyward(up.port, secrets, keysFile(10, limited ? EVERY_LIMIT : undefined), `keyward ${label}${limited ? ', key with every limit' : ''}`, env),
       );
@@ -354,6 +361,8 @@ async function withCClient(): Promise<ReturnType<typeof section> | null> {
   try {
     gateways.push(await keyward(upstream.port, secrets, keysFile(10)));
     gateways.push(await keyward(upstream.port, secrets, keysFile(10), NO_FILTER, { KEYWARD_EGRESS_FILTER: 'off' }));
+    for (const [label, env, limited] of variants())
+      gateways.push(await keyward(upstream.port, secrets, keysFile(10, limited ? EVERY_LIMIT : undefined), `keyward ${label}${limited ? ', key with every limit' : ''}`, env));
     for (const [i, other] of (args.against ?? []).entries()) {
       const root = existsSync(other) ? resolve(other) : join(dir, `at-${other.replace(/[^\w.-]/g, '_')}`);
       const name = existsSync(other) ? `keyward, build in ${basename(root)}` : `keyward at ${other}`;

@@ -198,6 +198,39 @@ function confirmed(view: DataView, p: number, last: number, windows: Uint32Array
   return n >= run;
 }
 
+/**
+ * The loop of the whole filter: the sampled windows from `from` to `to`,
+ * `stride` apart; the candidates among them noted in NOTED, their count
+ * returned. A function of its own over typed arrays only, so its optimised
+ * code depends on no object's shape: inside `BodyScan.matches`, a change
+ * of the scan's own shape (a field's first Buffer) threw the optimised loop
+ * away for good and it ran unoptimised in the gateway, three times slower
+ * than in isolation (bench/README.md, "Streams with a C client").
+ *
+ * Each window pays a few operations and one branch that is almost never
+ * taken: the window, folded, misses the window table and holds no NUL.
+ * Testing the window's first and last bytes against the alphabet first
+ * turned random bytes away sooner but passed about every other window of
+ * JSON text: a branch the CPU guessed wrong half the time cost more than the
+ * table read it saved. A candidate is only noted here and handled after the
+ * block (BodyScan's #candidate): called from inside the loop, it was inlined
+ * there and the loop ran at half the speed.
+ */
+function sample(view: DataView, W: Uint32Array, A: Uint8Array, from: number, to: number, stride: number): number {
+  let n = 0;
+  for (let p = from; p <= to; p += stride) {
+    const raw = view.getInt32(p, true);
+    // windowSlot spelled out: called here, even as a function declaration, it made the loop run twice as long.
+    const slot = Math.imul(raw | 0x20202020, WINDOW_MUL) >>> WINDOW_SHIFT;
+    if (((W[slot >>> 5] as number) & (1 << (slot & 31))) === 0 && ((raw - 0x01010101) & ~raw & 0x80808080) === 0) continue;
+    // Two NULs side by side are no part of a spelling (silence in audio
+    // comes this way, every window); nor is a byte no spelling holds.
+    if (twoNuls(raw) || ((A[raw & 0xff] as number) & (A[raw >>> 24] as number)) === 0) continue;
+    NOTED[n++] = p;
+  }
+  return n;
+}
+
 /** One occurrence: [first byte, past its last byte, which form]; longest forms come first within a run. */
 type Match = readonly [number, number, SecretForm];
 
@@ -326,31 +359,9 @@ export class BodyScan {
     const stride = s.stride;
     this.#ranges = null;
     this.#searched = 0;
-    // The loop of the whole filter, kept to the few operations every sampled
-    // window pays, with one branch that is almost never taken: the window,
-    // folded, misses the window table and holds no NUL. Testing the window's
-    // first and last bytes against the alphabet first, as this loop once
-    // did, turned random bytes away sooner but passed about every other
-    // window of JSON text: a branch the CPU guessed wrong half the time cost
-    // more than the table read it saved. The rare candidate is only noted
-    // here and handled after each block of windows (#candidate): called from
-    // inside the loop, V8 inlined it there and the loop ran at half the speed
-    // (bench/README.md, "Where the time went").
-    const noted = NOTED;
     for (let from = 0; from <= last; from += SCAN_BLOCK * stride) {
-      const to = Math.min(last, from + (SCAN_BLOCK - 1) * stride);
-      let n = 0;
-      for (let p = from; p <= to; p += stride) {
-        const raw = view.getInt32(p, true);
-        // windowSlot spelled out: called here, even as a function declaration, it made the loop run twice as long.
-        const slot = Math.imul(raw | 0x20202020, WINDOW_MUL) >>> WINDOW_SHIFT;
-        if (((W[slot >>> 5] as number) & (1 << (slot & 31))) === 0 && ((raw - 0x01010101) & ~raw & 0x80808080) === 0) continue;
-        // Two NULs side by side are no part of a spelling (silence in audio
-        // comes this way, every window); nor is a byte no spelling holds.
-        if (twoNuls(raw) || ((A[raw & 0xff] as number) & (A[raw >>> 24] as number)) === 0) continue;
-        noted[n++] = p;
-      }
-      for (let i = 0; i < n; i++) this.#candidate(buf, bytes, view, noted[i] as number, last);
+      const n = sample(view, W, A, from, Math.min(last, from + (SCAN_BLOCK - 1) * stride), stride);
+      for (let i = 0; i < n; i++) this.#candidate(buf, bytes, view, NOTED[i] as number, last);
     }
     const ranges = this.#ranges;
     this.#ranges = null;
