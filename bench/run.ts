@@ -362,7 +362,15 @@ async function withCClient(): Promise<ReturnType<typeof section> | null> {
     gateways.push(await keyward(upstream.port, secrets, keysFile(10)));
     gateways.push(await keyward(upstream.port, secrets, keysFile(10), NO_FILTER, { KEYWARD_EGRESS_FILTER: 'off' }));
     for (const [label, env, limited] of variants())
-      gateways.push(await keyward(upstream.port, secrets, keysFile(10, limited ? EVERY_LIMIT : undefined), `keyward ${label}${limited ? ', key with every limit' : ''}`, env));
+      gateways.push(
+        await keyward(
+          upstream.port,
+          secrets,
+          keysFile(10, limited ? EVERY_LIMIT : undefined),
+          `keyward ${label}${limited ? ', key with every limit' : ''}`,
+          env,
+        ),
+      );
     for (const [i, other] of (args.against ?? []).entries()) {
       const root = existsSync(other) ? resolve(other) : join(dir, `at-${other.replace(/[^\w.-]/g, '_')}`);
       const name = existsSync(other) ? `keyward, build in ${basename(root)}` : `keyward at ${other}`;

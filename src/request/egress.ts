@@ -272,33 +272,43 @@ export class BodyScan {
   }
 
   /**
-   * What push returns, written to `write` in one or two parts: a chunk that
-   * arrives while a possible start of a secret is held is split after the
-   * longest spelling a secret can have, so only that first part is copied
-   * behind the held bytes. Whole, a 64 KiB chunk was copied (and a new 64
-   * KiB of memory outside the heap allocated, which brings collections
-   * forward) for every chunk that followed a held tail: one in five of a
-   * JSON body's. The split falls after the first byte past that length that
-   * no spelling holds (a space, a quote), when there is one soon: then the
-   * first part ends in no possible start of a secret, so nothing is held
-   * again and the rest, most of the chunk, goes out as it came. Split at a
-   * letter, one in five of those first parts held a tail again, and the rest
-   * was copied whole behind it.
+   * What push returns, written to `write` in one or two parts, without
+   * copying the chunk. While a possible start of a secret is held, push
+   * scans the held bytes and the chunk as one buffer, which copies the
+   * chunk; here the chunk is scanned where it lies, and the held bytes with
+   * the chunk's first bytes as a small joint: a secret that begins in the
+   * held bytes ends within `seam` bytes of the chunk (no spelling is longer),
+   * and one that begins in the chunk lies inside it. When neither holds a
+   * match (every honest chunk), the held bytes and the chunk go out as two
+   * parts. A body that ends every chunk in a possible start (text of `a`s,
+   * each one the start of `apify_api_…`) otherwise had every chunk copied,
+   * and the copies, memory outside the heap, brought full collections that
+   * held the event loop (scripts/hostile-soak, "10 held body"). When there
+   * is a match, push does it all again the simple way: secrets are rare.
    */
   pushTo(chunk: Buffer, write: (out: Buffer) => void): void {
-    let rest = chunk;
+    const held = this.#held;
     const seam = this.#secrets.longest * MAX_UNIT;
-    if (this.#held !== null && rest.length > 2 * seam) {
-      const A = this.#secrets.alphabet;
-      let at = seam;
-      while (at < 2 * seam && A[rest[at - 1] as number] === 1) at++;
-      if (at === 2 * seam) at = seam;
-      const first = this.push(rest.subarray(0, at));
-      if (first.length > 0) write(first);
-      rest = rest.subarray(at);
+    if (held === null || chunk.length <= 2 * seam || this.#clean(held, chunk, seam) === false) {
+      const out = this.push(chunk);
+      if (out.length > 0) write(out);
+      return;
     }
-    const out = this.push(rest);
-    if (out.length > 0) write(out);
+    // Nothing to mask: the tail is the chunk's own (it is longer than any tail can be).
+    const keep = this.#tail(chunk);
+    const cut = chunk.length - keep;
+    this.#held = keep === 0 ? null : Buffer.from(chunk.subarray(cut));
+    write(held);
+    if (cut > 0) write(cut === chunk.length ? chunk : chunk.subarray(0, cut));
+  }
+
+  /** Whether `held` followed by `chunk` holds no match: the joint of the two, and the chunk where it lies. */
+  #clean(held: Buffer, chunk: Buffer, seam: number): boolean {
+    const joint = Buffer.concat([held, chunk.subarray(0, seam)]);
+    const early = this.matches(joint);
+    // A match that begins in the chunk is the chunk's scan's to find.
+    if (early !== null && early.some(([from]) => from < held.length)) return false;
+    return this.matches(chunk) === null;
   }
 
   /**

@@ -55,6 +55,86 @@ test('a body cut anywhere comes out with every secret masked, the same length, a
   );
 });
 
+/** The same through pushTo, as the relays stream a body: every part it writes, in order. */
+function throughTo(scan: BodyScan, body: Buffer, cuts: readonly number[]): { out: Buffer; parts: Buffer[] } {
+  const parts: Buffer[] = [];
+  let at = 0;
+  for (let i = 0; at < body.length; i++) {
+    const n = cuts[i % cuts.length] as number;
+    scan.pushTo(body.subarray(at, at + n), (out) => parts.push(out));
+    at += n;
+  }
+  parts.push(scan.end() ?? Buffer.alloc(0));
+  return { out: Buffer.concat(parts), parts };
+}
+
+test('pushTo, with chunks longer than any spelling and every chunk ending in a possible start, masks what push masks', () => {
+  // Runs of `s`, each one a possible start of every secret here, so a tail is held at almost every chunk end and
+  // the next chunk is scanned where it lies, beside a joint of the held bytes and its first bytes. The body is cut
+  // inside the secrets, so that one begins in the held bytes and ends in the next chunk.
+  const alphabet = fc.constantFrom(...'sSeEkKrRt*x '.split(''));
+  fc.assert(
+    fc.property(
+      fc.array(fc.string({ unit: fc.constantFrom(...'sekrtSEKRT'.split('')), minLength: 8, maxLength: 12 }), { minLength: 1, maxLength: 3 }),
+      fc.array(
+        fc.oneof(
+          fc.string({ unit: alphabet, maxLength: 40 }),
+          fc.integer({ min: 1, max: 1500 }).map((n) => 's'.repeat(n)),
+        ),
+        { maxLength: 10 },
+      ),
+      fc.array(fc.integer({ min: 0, max: 12 }), { minLength: 1, maxLength: 10 }),
+      (raw, filler, into) => {
+        const secrets = raw.map((x) => `s${x}`);
+        const forms = [...new Set(secrets.map((x) => x.toLowerCase()))].map((x, i) => form(x, `f${i}`)).sort((a, b) => b.folded.length - a.folded.length);
+        let text = '';
+        const cutsAt: number[] = [];
+        filler.forEach((f, i) => {
+          text += f;
+          // A cut this far into the secret that follows (0: at its start).
+          cutsAt.push(text.length + (into[i % into.length] as number));
+          text += secrets[i % secrets.length] as string;
+        });
+        const body = Buffer.from(text);
+        const cuts: number[] = [];
+        let at = 0;
+        for (const c of cutsAt.filter((c) => c > 0 && c < body.length)) {
+          if (c > at) cuts.push(c - at);
+          at = Math.max(at, c);
+        }
+        cuts.push(Math.max(1, body.length - at));
+        const { out } = throughTo(new BodyScan(new Secrets(forms)), body, cuts);
+        assert.equal(out.length, body.length);
+        assert.deepEqual(out, expected(body, forms));
+      },
+    ),
+    { numRuns: 400 },
+  );
+});
+
+test('pushTo sends a clean chunk after a held tail as it came, not a copy', () => {
+  const scan = new BodyScan(new Secrets([form('apify_api_SECRETVALUE', 'k')]));
+  const first = Buffer.from('a'.repeat(5000));
+  const second = Buffer.from('a'.repeat(5000));
+  const { parts } = throughTo(scan, Buffer.concat([first, second]), [5000]);
+  // The first chunk less its held `a`, then that `a` and the second chunk less its own, then the last `a` at the end.
+  assert.deepEqual(
+    parts.map((p) => p.length),
+    [4999, 1, 4999, 1],
+  );
+  const chunk = Buffer.from(`${'a'.repeat(4000)} x`);
+  const scan2 = new BodyScan(new Secrets([form('apify_api_SECRETVALUE', 'k')]));
+  scan2.pushTo(Buffer.from('xa'), () => undefined);
+  const sent: Buffer[] = [];
+  scan2.pushTo(chunk, (p) => sent.push(p));
+  assert.equal(sent[1]?.buffer, chunk.buffer, 'the chunk itself, not a copy');
+  // A secret that begins in the held bytes is masked across the joint.
+  const scan3 = new BodyScan(new Secrets([form('apify_api_SECRETVALUE', 'k')]));
+  const { out } = throughTo(scan3, Buffer.from(`${'a'.repeat(3000)}pify_api_SECRETVALUE${'a'.repeat(3000)}`), [3000]);
+  assert.equal(out.toString().includes('SECRET'), false);
+  assert.equal(out.length, 6020);
+});
+
 test('bytes held back at a chunk end are only a possible start of a secret, and come out with the next chunk', () => {
   const scan = new BodyScan(new Secrets([form('SECRETVALUE', 'k')]));
   assert.deepEqual(scan.push(Buffer.from('hello SEC')), Buffer.from('hello '));
