@@ -121,3 +121,39 @@ test("a 401's line says why the token was refused, never the token", async () =>
     await up.close();
   }
 });
+
+test("a client's W3C traceparent goes upstream unchanged and its trace id is in the request's line; a malformed one is forwarded but not logged", async () => {
+  const up = await startUpstream();
+  const gw = await startGateway({ seo: up.url, speech: up.url });
+  try {
+    const auth = { authorization: `Bearer ${gw.token}` };
+    const traceId = '4bf92f3577b34da6a3ce929d0e0e4736';
+    const parent = `00-${traceId}-00f067aa0ba902b7-01`;
+    const state = 'congo=t61rcWkgMzE,rojo=00f067aa0ba902b7';
+    await request(`${gw.url}/seo/v3/x`, { headers: { ...auth, traceparent: parent, tracestate: state } });
+    // A later version's header (longer, more fields) still names its trace id (W3C Trace Context §4.3).
+    await request(`${gw.url}/speech/v1/x`, { headers: { ...auth, traceparent: `01-${traceId.replace('4', '5')}-00f067aa0ba902b7-01-extra` } });
+    const bad = [
+      '00-00000000000000000000000000000000-00f067aa0ba902b7-01', // an all-zero trace id is invalid
+      `00-${traceId.toUpperCase()}-00f067aa0ba902b7-01`, // upper-case hex is invalid
+      `00-${traceId}-0000000000000000-01`, // an all-zero parent id is invalid
+      `ff-${traceId}-00f067aa0ba902b7-01`, // version ff is invalid
+      `00-${traceId}-00f067aa0ba902b7-01-extra`, // version 00 has exactly four fields
+      `00-${traceId}"},"keyId":"forged-00f067aa0ba902b7-01`,
+    ];
+    for (const b of bad) await request(`${gw.url}/seo/v3/x`, { headers: { ...auth, traceparent: b } });
+    await eventually(() => gw.logs().filter((l) => l.msg === 'request completed').length === 2 + bad.length, 5_000, 'every line');
+    const lines = gw.logs().filter((l) => l.msg === 'request completed');
+    assert.equal(lines[0]?.traceId, traceId);
+    assert.equal(lines[1]?.traceId, traceId.replace('4', '5'));
+    for (const l of lines.slice(2)) assert.equal(l.traceId, null, String(l.path));
+    assert.equal(lines[2]?.keyId, gw.keyId, 'a forged field in the header changes nothing in the line');
+    // What the upstream received: the client's headers as they were.
+    assert.equal(up.requests[0]?.headers.traceparent, parent);
+    assert.equal(up.requests[0]?.headers.tracestate, state);
+    assert.equal(up.requests.at(-1)?.headers.traceparent, bad.at(-1));
+  } finally {
+    await gw.close();
+    await up.close();
+  }
+});

@@ -24,6 +24,7 @@ const ms = fc.oneof(
 const count = fc.oneof(fc.nat(), fc.maxSafeNat(), fc.constantFrom(0, 9, 10, 99, 100, 1e15, 2 ** 53, -3));
 const fields: fc.Arbitrary<RequestFields> = fc.record({
   reqId: text,
+  traceId: maybe(text),
   client: maybe(text),
   keyId: maybe(text),
   keyName: maybe(text),
@@ -61,6 +62,7 @@ test('with no time piece the line carries the epoch time in ms, written as digit
   const buf = Buffer.alloc(4096);
   const f: RequestFields = {
     reqId: 'r1',
+    traceId: '4bf92f3577b34da6a3ce929d0e0e4736',
     client: '127.0.0.1',
     keyId: 'k',
     keyName: null,
@@ -91,7 +93,7 @@ test('a line too long for the batch buffer is written whole, as a string, after 
     import { createLogger, requestLogger } from ${JSON.stringify(new URL('../../src/observe/log.ts', import.meta.url).href)};
     const log = createLogger('info');
     const line = requestLogger(log.logger);
-    const f = { reqId: 'a', client: null, keyId: null, keyName: null, route: null, method: 'GET', path: '/', status: 200, bytesIn: 0, bytesOut: 0, durationMs: 1, ttfbMs: null, error: null, authFailure: null, aborted: false };
+    const f = { reqId: 'a', traceId: null, client: null, keyId: null, keyName: null, route: null, method: 'GET', path: '/', status: 200, bytesIn: 0, bytesOut: 0, durationMs: 1, ttfbMs: null, error: null, authFailure: null, aborted: false };
     line('info', f);
     line('warn', { ...f, reqId: 'b', keyName: 'x'.repeat(20000) });
     line('error', { ...f, reqId: 'c', path: '/\\u00e9' });
