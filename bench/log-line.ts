@@ -9,6 +9,7 @@ import { createLogger, requestLogger, type RequestFields } from '../src/observe/
 const LINES = Number(process.argv[2] ?? 200_000);
 const f: RequestFields = {
   reqId: '5f3a9c1e-2n9',
+  traceId: null,
   client: '127.0.0.1',
   keyId: 'key_5f3a9c1e2b7d',
   keyName: 'bench',

@@ -8,6 +8,8 @@
 /** The fields of the per-request line (docs/logs.md), in the order they are written. */
 export interface RequestFields {
   readonly reqId: string;
+  /** The trace id of the client's W3C traceparent, when well formed (trace.ts); null otherwise. */
+  readonly traceId: string | null;
   readonly client: string | null;
   readonly keyId: string | null;
   readonly keyName: string | null;
@@ -31,6 +33,7 @@ const ascii = (s: string): Uint8Array => Uint8Array.from(s, (c) => c.charCodeAt(
 const LEVEL_OPEN = ascii('{"level":');
 const TIME = ascii(',"time":');
 const REQ_ID = ascii(',"reqId":');
+const TRACE_ID = ascii(',"traceId":');
 const CLIENT = ascii(',"client":');
 const KEY_ID = ascii(',"keyId":');
 const KEY_NAME = ascii(',"keyName":');
@@ -45,7 +48,7 @@ const TTFB = ascii(',"ttfbMs":');
 const ERROR = ascii(',"error":');
 const AUTH_FAILURE = ascii(',"authFailure":');
 const ABORTED = ascii(',"aborted":');
-const KEYS = [REQ_ID, CLIENT, KEY_ID, KEY_NAME, ROUTE, METHOD, PATH, STATUS, BYTES_IN, BYTES_OUT, DURATION, TTFB, ERROR, AUTH_FAILURE, ABORTED];
+const KEYS = [REQ_ID, TRACE_ID, CLIENT, KEY_ID, KEY_NAME, ROUTE, METHOD, PATH, STATUS, BYTES_IN, BYTES_OUT, DURATION, TTFB, ERROR, AUTH_FAILURE, ABORTED];
 const NULL = ascii('null');
 const TRUE = ascii('true');
 const FALSE = ascii('false');
@@ -60,7 +63,7 @@ const FIXED = LEVEL_OPEN.length + KEYS.reduce((n, k) => n + k.length, 0) + FALSE
  * cut at the buffer's end.
  */
 export function lineBound(time: string | null, bindings: string, f: RequestFields): number {
-  let text = f.reqId.length + f.method.length + f.path.length;
+  let text = f.reqId.length + f.method.length + f.path.length + (f.traceId?.length ?? 4);
   text += (f.client?.length ?? 4) + (f.keyId?.length ?? 4) + (f.keyName?.length ?? 4) + (f.route?.length ?? 4);
   text += (f.error?.length ?? 4) + (f.authFailure?.length ?? 4);
   return FIXED + 6 * text + 3 * (bindings.length + (time?.length ?? 0)) + 2 * 8;
@@ -82,6 +85,7 @@ export function writeLine(buf: Buffer, at: number, level: number, time: string |
   }
   at = raw(buf, at, bindings);
   at = text(buf, put(buf, at, REQ_ID), f.reqId);
+  at = text(buf, put(buf, at, TRACE_ID), f.traceId);
   at = text(buf, put(buf, at, CLIENT), f.client);
   at = text(buf, put(buf, at, KEY_ID), f.keyId);
   at = text(buf, put(buf, at, KEY_NAME), f.keyName);

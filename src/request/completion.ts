@@ -7,6 +7,7 @@ import type { Metrics } from '../observe/metrics.ts';
 import { failureLabel, neverConnected } from './outcome.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import { dropParams } from './query.ts';
+import { traceIdOf } from '../observe/trace.ts';
 
 export type Complete = (ex: Exchange, status: number | null, aborted: boolean) => void;
 
@@ -43,6 +44,7 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
     const bytesIn = ex.bytesIn >= 0 ? ex.bytesIn : req.complete ? Number(req.headers['content-length'] ?? 0) : null;
     const fields = {
       reqId: ex.id,
+      traceId: traceIdOf(req.headers.traceparent),
       client: ex.client,
       keyId: ex.principal?.id ?? null,
       keyName: ex.principal?.name ?? null,

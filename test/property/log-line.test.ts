@@ -22,6 +22,7 @@ const text = fc.oneof(fc.string(), fc.string({ unit: 'grapheme' }), fc.string({ 
 const maybe = <T>(a: fc.Arbitrary<T>): fc.Arbitrary<T | null> => fc.option(a, { nil: null });
 const fields: fc.Arbitrary<RequestFields> = fc.record({
   reqId: text,
+  traceId: maybe(text),
   client: maybe(text),
   keyId: maybe(text),
   keyName: maybe(text),
@@ -63,6 +64,7 @@ test('the template follows the logger level, also when it changes', () => {
   const line = requestLogger(logger);
   const f: RequestFields = {
     reqId: '1',
+    traceId: null,
     client: null,
     keyId: null,
     keyName: null,
