@@ -4,7 +4,7 @@ import type { parseArgs } from 'node:util';
 import { effectiveEnv, storeConfig } from '../config/load.ts';
 import { nearest } from '../config/unknown.ts';
 import { parseKeysFile, serialiseKeysFile } from '../keys/file-store.ts';
-import type { KeyRecord } from '../keys/keyset.ts';
+import { unsupportedOf, type KeyRecord } from '../keys/keyset.ts';
 import { createKey, importKeys, KeyUsageError, listKeys, revokeKey, rotateKey, updateKey, type KeyChanges } from '../keys/manage.ts';
 import { openKeyStore } from '../keys/open.ts';
 import { costRoutes } from '../request/routes.ts';
@@ -32,6 +32,8 @@ function publicView(r: KeyRecord, lastUsed: string | null = null): Record<string
     revoked: r.revoked,
     lastUsed,
     ...(r.limits === undefined ? {} : { limits: r.limits }),
+    // Written by a newer keyward with rules this one cannot enforce (docs/keys.md, "Versions").
+    ...(unsupportedOf(r) === null ? {} : { unsupported: unsupportedOf(r) }),
   };
 }
 
@@ -142,8 +144,10 @@ function listAction({ rest, help }: KeysContext): KeysAction {
   const { values } = parse(rest, { json: { type: 'boolean' } }, help);
   return async (store, io) => {
     const [records, used] = await Promise.all([listKeys(store), store.lastUse()]);
-    const usage = await usageThisMonth(store, records, (text) => line(io.stderr, text));
-    const left = new Map(records.map((r) => [r.id, leftFor(r, usage)]));
+    // A key written by a newer keyward may hold limits this version cannot read: shown as stored, never computed with.
+    const readable = records.filter((r) => unsupportedOf(r) === null);
+    const usage = await usageThisMonth(store, readable, (text) => line(io.stderr, text));
+    const left = new Map(readable.map((r) => [r.id, leftFor(r, usage)]));
     if (values.json === true) {
       line(io.stdout, JSON.stringify(records.map((r) => ({ ...publicView(r, used.get(r.id) ?? null), ...(left.get(r.id) ? { left: left.get(r.id) } : {}) }))));
       return EXIT_OK;
@@ -160,10 +164,18 @@ function listAction({ rest, help }: KeysContext): KeysAction {
         r.expires ?? '-',
         r.revoked ?? '-',
         used.get(r.id) ?? '-',
-        ...(limited ? [describeLimits(r.limits, left.get(r.id) ?? null)] : []),
+        ...(limited ? [unsupportedOf(r) === null ? describeLimits(r.limits, left.get(r.id) ?? null) : 'needs a newer keyward'] : []),
       ]),
     ];
     for (const l of table(rows)) line(io.stdout, l);
+    const now = Date.now();
+    // Revoked and expired keys are refused whatever they hold: only the others wait for a newer keyward.
+    const newer = records.filter((r) => unsupportedOf(r) !== null && r.revoked === null && (r.expires === null || Date.parse(r.expires) > now));
+    if (newer.length > 0)
+      line(
+        io.stderr,
+        `${newer.length} key${newer.length === 1 ? ' needs' : 's need'} a newer keyward (refused with 503 key_unsupported here): ${newer.map((r) => `${r.id} (${unsupportedOf(r) ?? ''})`).join('; ')}`,
+      );
     return EXIT_OK;
   };
 }

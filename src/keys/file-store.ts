@@ -12,7 +12,7 @@ import { dirname } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { KeyRecord } from './keyset.ts';
 import { jsonErrorWhere } from './json-position.ts';
-import { isDate, isValidRecord, recordProblem } from './record.ts';
+import { isDate, readRecord } from './record.ts';
 import type { Change, KeyStore, UpdateOptions } from './store.ts';
 
 const FORMAT_VERSION = 1;
@@ -33,8 +33,11 @@ export class KeysFileCorrupt extends KeysFileError {
 
 /**
  * Parse and check a keys file; throws KeysFileCorrupt naming the first
- * problem. The file is written whole by keyward, so one bad entry means a
- * damaged file: it is refused whole and the last good set keeps serving.
+ * problem. The file is written whole by keyward, so an entry whose identity
+ * or state cannot be read means a damaged file: it is refused whole, the
+ * last good set keeps serving and readiness says the file is not in force.
+ * An entry whose rules this version cannot enforce is kept, marked
+ * unsupported (record.ts), and refused alone.
  * The records returned are the parsed objects themselves (checked, not
  * copied), so a large file is held in memory once.
  */
@@ -47,17 +50,20 @@ export function parseKeysFile(text: string, costRoutes: readonly string[]): KeyR
     // contents stay out of logs, only where the fault is.
     throw new KeysFileCorrupt(`not valid JSON${jsonErrorWhere(text)}`);
   }
-  if (typeof doc !== 'object' || doc === null || (doc as { version?: unknown }).version !== FORMAT_VERSION) {
-    throw new KeysFileCorrupt(`expected an object with "version": ${FORMAT_VERSION}`);
+  // A later version's file (a higher "version") is read all the same: what it added that this version
+  // must not ignore, a key says itself (`requires`, record.ts); everything else unknown is kept and ignored.
+  const version = typeof doc === 'object' && doc !== null ? (doc as { version?: unknown }).version : undefined;
+  if (!(Number.isInteger(version) && (version as number) >= FORMAT_VERSION)) {
+    throw new KeysFileCorrupt(`expected an object with "version": ${FORMAT_VERSION} or later`);
   }
   const keys = (doc as { keys?: unknown }).keys;
   if (!Array.isArray(keys)) throw new KeysFileCorrupt('expected "keys" to be an array');
   const records: KeyRecord[] = [];
   for (let i = 0; i < keys.length; i++) {
     const k: unknown = keys[i];
-    // The message is built only on failure: nothing per key is allocated on the way.
-    if (!isValidRecord(k, costRoutes)) throw new KeysFileCorrupt(`keys[${i}]${recordProblem(k, costRoutes) ?? ''}`);
-    records.push(k);
+    const read = readRecord(k, costRoutes);
+    if (read.record === null) throw new KeysFileCorrupt(`keys[${i}]${read.problem}`);
+    records.push(read.record);
   }
   return records;
 }

@@ -4,7 +4,7 @@
 // held. Pure: the watch (pg-watch.ts) does the reading and decides when.
 import type { KeyRecord } from './keyset.ts';
 import { toRecord, type Row } from './pg-schema.ts';
-import { recordProblem } from './record.ts';
+import { readRecord } from './record.ts';
 
 /** A row skipped as invalid: why, and its hash (it still counts in the table's checksum). */
 export interface Skipped {
@@ -45,7 +45,7 @@ export function heldFrom(rows: readonly Row[], top: bigint, costRoutes: readonly
     const rec = toRecord(row);
     const h = BigInt(row.h);
     sum += h;
-    const problem = recordProblem(rec, costRoutes);
+    const problem = readRecord(rec, costRoutes).problem;
     if (problem !== null) invalid.set(row.id, { problem, h });
     else {
       hashes[records.length] = h;
@@ -88,7 +88,7 @@ export function heldAfter(held: Held, rows: readonly Row[], dead: readonly Tombs
     const h = e.row === null ? 0n : BigInt(e.row.h);
     sum += h;
     const rec = e.row === null ? null : toRecord(e.row);
-    const problem = rec === null ? null : recordProblem(rec, costRoutes);
+    const problem = rec === null ? null : readRecord(rec, costRoutes).problem;
     if (rec !== null && problem === null) {
       const to = at ?? next.length;
       if (at === undefined) index.set(e.id, to);

@@ -6,7 +6,7 @@
 // one that never delivered a set leaves the gateway with none.
 import type { Logger } from '../observe/log.ts';
 import type { Metrics } from '../observe/metrics.ts';
-import { KeySet, type KeyRecord } from './keyset.ts';
+import { KeySet, unsupportedOf, type KeyRecord } from './keyset.ts';
 import type { KeyStore } from './store.ts';
 import { asError } from '../lib/error.ts';
 
@@ -40,6 +40,7 @@ export class KeyHolder {
     try {
       this.#keys = new KeySet(await this.#store.load());
       this.#metrics.keysLoaded(Date.now());
+      this.#noteUnsupported(this.#keys, 0);
     } catch (err) {
       // A shared store may be down while a gateway starts: it answers 503
       // keystore_unavailable until the watch delivers a set.
@@ -93,11 +94,25 @@ export class KeyHolder {
   }
 
   #apply(records: readonly KeyRecord[]): void {
+    const before = this.#keys?.unsupported ?? 0;
     this.#keys = this.#keys === null ? new KeySet(records) : this.#keys.next(records);
+    this.#noteUnsupported(this.#keys, before);
     this.#up = true;
     this.#problem = null;
     this.#metrics.keysLoaded(Date.now());
     this.#logger.info({ keys: this.#keys.size }, 'keys reloaded');
+  }
+
+  /** Keys written by a newer keyward with rules this one cannot enforce: said when their number changes (docs/keys.md, "Versions"). */
+  #noteUnsupported(set: KeySet, before: number): void {
+    if (set.unsupported === before || set.unsupported === 0) return;
+    const now = Date.now();
+    const refused = (r: KeyRecord): boolean => unsupportedOf(r) !== null && r.revoked === null && (r.expires === null || Date.parse(r.expires) > now);
+    const some = set.records.filter(refused).slice(0, 10);
+    this.#logger.warn(
+      { keyStore: this.#store.location, keys: set.unsupported, ids: some.map((r) => r.id), problems: some.map((r) => unsupportedOf(r)) },
+      'keys with rules this version cannot enforce are refused (503 key_unsupported) until a newer keyward serves them',
+    );
   }
 
   #failed(err: Error): void {

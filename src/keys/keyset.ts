@@ -24,12 +24,21 @@ export interface KeyRecord {
   readonly previous?: readonly PreviousDigest[];
   /** Rate, concurrency, quota and budgets (docs/limits.md); absent: none. */
   readonly limits?: Limits;
+  /** The record format a keyward needs to serve this key (record.ts, RECORD_FORMAT); absent: 1. */
+  readonly requires?: number;
 }
+
+/** On a record this version reads but cannot enforce (record.ts, readRecord): why. A symbol, so it is never written back to the store. */
+export const UNSUPPORTED = Symbol('keyward.unsupported');
+
+/** Why this version cannot serve `r`, or null. */
+export const unsupportedOf = (r: KeyRecord): string | null => (r as { [UNSUPPORTED]?: string })[UNSUPPORTED] ?? null;
 
 /** What the request path learns about a caller: the record itself (ids, name, scope). */
 export type Principal = KeyRecord;
 
-export type Refusal = 'revoked' | 'expired';
+/** Why a known key is refused: revoked or expired (401), or written with rules this version cannot enforce (503, record.ts). */
+export type Refusal = 'revoked' | 'expired' | 'unsupported';
 
 /** A token that names a known key, and whether the key may be used now. */
 export interface Lookup {
@@ -124,6 +133,34 @@ function graceEnd(until: unknown): number {
   return Number.isNaN(ms) ? -Infinity : ms;
 }
 
+/**
+ * `records` with each unsupported one (record.ts) reduced to what this
+ * version reads of it: its identity, state and rotated-out tokens. Its
+ * rules (limits, scope) are never read by anything here, since the key is
+ * refused; the store keeps them as they were. The same array when none is.
+ */
+function servable(records: readonly KeyRecord[]): readonly KeyRecord[] {
+  let out: KeyRecord[] | null = null;
+  for (let i = 0; i < records.length; i++) {
+    const r = records[i] as KeyRecord;
+    const why = unsupportedOf(r);
+    if (why === null) continue;
+    out ??= records.slice();
+    const previous = Array.isArray(r.previous) ? { previous: r.previous } : {};
+    out[i] = {
+      id: r.id,
+      name: r.name,
+      digest: r.digest,
+      created: r.created,
+      expires: r.expires,
+      revoked: r.revoked,
+      ...previous,
+      [UNSUPPORTED]: why,
+    } as unknown as KeyRecord;
+  }
+  return out ?? records;
+}
+
 /** Same digests (current and previous, with their times) at the same position. */
 function sameDigests(a: KeyRecord, b: KeyRecord): boolean {
   if (a === b) return true;
@@ -150,24 +187,31 @@ export class KeySet {
   readonly #expires: Float64Array;
   /** Keys neither revoked nor (at build time) expired. */
   readonly size: number;
+  /** Keys this version cannot serve (record.ts, readRecord): refused with 503 key_unsupported. */
+  readonly unsupported: number;
 
   /** Every record of the set, revoked and expired ones included (the usage page names keys by them). */
   get records(): readonly KeyRecord[] {
     return this.#records;
   }
 
-  constructor(records: readonly KeyRecord[], now = Date.now(), table?: Table) {
+  constructor(stored: readonly KeyRecord[], now = Date.now(), table?: Table) {
+    const records = servable(stored);
     this.#records = records;
     this.#table = table ?? buildTable(records);
     this.#expires = new Float64Array(records.length);
     let active = 0;
+    let unsupported = 0;
     for (let i = 0; i < records.length; i++) {
       const r = records[i] as KeyRecord;
       const expires = r.expires === null ? Infinity : Date.parse(r.expires);
       this.#expires[i] = expires;
-      if (r.revoked === null && expires > now) active++;
+      if (r.revoked !== null || expires <= now) continue;
+      if (unsupportedOf(r) === null) active++;
+      else unsupported++;
     }
     this.size = active;
+    this.unsupported = unsupported;
   }
 
   /**
@@ -219,7 +263,15 @@ export class KeySet {
         if ((t.entryUntil[entry - 1] as number) <= now) return null;
         const index = t.entryRecord[entry - 1] as number;
         const principal = this.#records[index] as KeyRecord;
-        const refusal = principal.revoked !== null ? 'revoked' : (this.#expires[index] as number) <= now ? 'expired' : null;
+        // A revocation and an expiry apply whatever else the record holds.
+        const refusal =
+          principal.revoked !== null
+            ? 'revoked'
+            : (this.#expires[index] as number) <= now
+              ? 'expired'
+              : unsupportedOf(principal) === null
+                ? null
+                : 'unsupported';
         return { principal, refusal };
       }
       slot = (slot + 1) & t.mask;

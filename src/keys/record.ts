@@ -4,8 +4,14 @@
 // written whole by keyward, so a bad entry means a damaged file and the file
 // is refused whole; a table row can be written by anyone with SQL, so a bad
 // row is skipped alone and the rest of the set serves.
+//
+// Each version reads what the next one writes (docs/keys.md, "Versions"): a
+// record that reads whole but for its rules (a limit this version does not
+// know, a `requires` above the format it reads) is kept, marked unsupported,
+// and refused alone with 503: never served without its rules, and its
+// revocation and expiry still apply.
 import { limitsProblem } from './limits.ts';
-import type { KeyRecord } from './keyset.ts';
+import { UNSUPPORTED, type KeyRecord } from './keyset.ts';
 
 const isString = (v: unknown): v is string => typeof v === 'string';
 export const isDate = (v: unknown): v is string => isString(v) && !Number.isNaN(Date.parse(v));
@@ -15,9 +21,22 @@ const isDigest = (v: unknown): v is string => isString(v) && v.length === 71 && 
 // million-key file loading in well under a second (Date.parse would double it).
 const ISO_INSTANT = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})$/;
 
-/** The record check as a type predicate: what passes it is a KeyRecord. */
-export function isValidRecord(k: unknown, costRoutes: readonly string[]): k is KeyRecord {
-  return recordProblem(k, costRoutes) === null;
+/** The record format this version reads: a key whose `requires` is higher was written for a newer keyward. */
+export const RECORD_FORMAT = 1;
+
+/**
+ * A stored record as this version serves it: `problem` when its identity or
+ * state cannot be read (it opens nothing); otherwise the record itself,
+ * marked UNSUPPORTED when its rules cannot be read or enforced here (the
+ * mark is a symbol on the object: the CLI writes the record back as it
+ * was, unknown fields and all).
+ */
+export function readRecord(k: unknown, costRoutes: readonly string[]): { record: KeyRecord; problem: null } | { record: null; problem: string } {
+  const problem = identityProblem(k);
+  if (problem !== null) return { record: null, problem };
+  const why = rulesProblem(k as Record<string, unknown>, costRoutes);
+  if (why !== null) (k as { [UNSUPPORTED]?: string })[UNSUPPORTED] = why;
+  return { record: k as KeyRecord, problem: null };
 }
 
 /**
@@ -27,6 +46,11 @@ export function isValidRecord(k: unknown, costRoutes: readonly string[]): k is K
  * are written, not here. `costRoutes`: the routes a budget may name (routes.ts).
  */
 export function recordProblem(k: unknown, costRoutes: readonly string[]): string | null {
+  return identityProblem(k) ?? rulesProblem(k as Record<string, unknown>, costRoutes);
+}
+
+/** What keeps `k` from naming a key, its state, its scope and its tokens: a damaged record, which opens nothing. */
+function identityProblem(k: unknown): string | null {
   if (typeof k !== 'object' || k === null) return ' is not an object';
   const r = k as Record<string, unknown>;
   if (!isString(r.id) || r.id.length === 0) return '.id must be a non-empty string';
@@ -37,8 +61,6 @@ export function recordProblem(k: unknown, costRoutes: readonly string[]): string
   if (r.revoked !== null && !isDate(r.revoked)) return '.revoked must be a date or null';
   if (r.routes !== undefined && r.routes !== null && !(Array.isArray(r.routes) && r.routes.every(isString)))
     return '.routes must be a list of route names or null';
-  const limits = limitsProblem(r.limits, costRoutes);
-  if (limits !== null) return limits;
   if (r.previous !== undefined) {
     if (!Array.isArray(r.previous)) return '.previous must be a list';
     for (const p of r.previous as unknown[]) {
@@ -51,16 +73,34 @@ export function recordProblem(k: unknown, costRoutes: readonly string[]): string
   return null;
 }
 
-/** `records` split into the valid ones and the problems of the others, by id (or position when the id is unusable). */
+/**
+ * What keeps this version from enforcing `r`'s rules: its limits, or a
+ * record format above the one it reads. What a newer version adds to a key
+ * lands here; a malformed scope or rotated-out token (identityProblem) is a
+ * damaged record, not a newer one.
+ */
+function rulesProblem(r: Record<string, unknown>, costRoutes: readonly string[]): string | null {
+  if (r.requires !== undefined) {
+    if (!(Number.isInteger(r.requires) && (r.requires as number) >= 1)) return '.requires must be a whole number above 0';
+    if ((r.requires as number) > RECORD_FORMAT) return `.requires is record format ${r.requires as number}; this keyward reads format ${RECORD_FORMAT}`;
+  }
+  return limitsProblem(r.limits, costRoutes);
+}
+
+/**
+ * `records` split into those served (unsupported ones marked, readRecord)
+ * and the problems of those that cannot be read, by id (or position when
+ * the id is unusable).
+ */
 export function validRecords(records: readonly unknown[], costRoutes: readonly string[]): { valid: KeyRecord[]; invalid: Map<string, string> } {
   const valid: KeyRecord[] = [];
   const invalid = new Map<string, string>();
   for (let i = 0; i < records.length; i++) {
-    const problem = recordProblem(records[i], costRoutes);
-    if (problem === null) valid.push(records[i] as KeyRecord);
+    const read = readRecord(records[i], costRoutes);
+    if (read.record !== null) valid.push(read.record);
     else {
       const id = (records[i] as { id?: unknown } | null)?.id;
-      invalid.set(typeof id === 'string' && id !== '' ? id : `#${i}`, problem);
+      invalid.set(typeof id === 'string' && id !== '' ? id : `#${i}`, read.problem);
     }
   }
   return { valid, invalid };

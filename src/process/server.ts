@@ -40,6 +40,8 @@ export interface Readiness {
   readonly draining: boolean;
   /** Active keys in the loaded set; null when none could be loaded yet. */
   readonly keys: number | null;
+  /** Keys whose rules this version cannot enforce (refused with 503 key_unsupported); absent when none. */
+  readonly keysUnsupported?: number;
   /** The store is unreachable, or its last change could not be read, and the last good key set is serving. */
   readonly stale?: boolean;
   /** What is wrong with the store while a last good set serves (a keys file that stopped parsing). */
@@ -343,8 +345,12 @@ function readinessOf(keys: KeyHolder, draining: boolean, config: Config): Readin
   if (keys.current() === null)
     return { ready: false, draining, keys: set.size, stale: true, reason: 'key store unreachable for longer than KEYWARD_KEYS_MAX_STALENESS' };
   const stale = keys.up ? {} : { stale: true, ...(keys.problem === null ? {} : { problem: keys.problem }) };
+  const unsupported = set.unsupported === 0 ? {} : { keysUnsupported: set.unsupported };
+  // A keys file whose last change cannot be applied: the last good set serves, but a revocation in
+  // that change may be among what is not in force, so a load balancer is told (docs/keys.md, "Versions").
+  if (keys.problem !== null) return { ready: false, draining, keys: set.size, ...unsupported, ...stale, reason: 'keys file cannot be applied' };
   // Up, but nothing it could forward: a load balancer should not send traffic here yet.
   const idle = idleReason(config, set.size);
-  if (idle !== null) return { ready: false, draining, keys: set.size, ...stale, reason: idle };
-  return { ready: true, draining, keys: set.size, ...stale };
+  if (idle !== null) return { ready: false, draining, keys: set.size, ...unsupported, ...stale, reason: idle };
+  return { ready: true, draining, keys: set.size, ...unsupported, ...stale };
 }

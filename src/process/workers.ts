@@ -129,7 +129,10 @@ export function runPrimary(count: number, args: readonly string[], io: PrimaryIo
         if (stopping) resolve({ ready: false, draining: true, keys, reason: 'draining' });
         else if (answers.length < count) resolve({ ready: false, draining: false, keys, reason: `${answers.length} of ${count} workers ready` });
         else if (notReady !== undefined) resolve(notReady);
-        else resolve({ ready: true, draining: false, keys });
+        else {
+          const unsupported = Math.max(0, ...answers.map((a) => a.keysUnsupported ?? 0));
+          resolve({ ready: true, draining: false, keys, ...(unsupported > 0 ? { keysUnsupported: unsupported } : {}) });
+        }
       };
       const onMessage = (_w: Worker, m: { type?: string; id?: number; readiness?: Readiness }): void => {
         if (m?.type !== READINESS_RES || m.id !== id || m.readiness === undefined) return;

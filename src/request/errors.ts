@@ -23,6 +23,7 @@ export type ErrorCode =
   | 'route_not_configured'
   | 'shutting_down'
   | 'keystore_unavailable'
+  | 'key_unsupported'
   | 'ledger_unavailable'
   | 'admission_unavailable'
   | 'upstream_timeout';
@@ -67,6 +68,12 @@ const entries = {
   routeNotConfigured: { status: 503, code: 'route_not_configured', message: 'This route has no upstream credential configured.' },
   shuttingDown: { status: 503, code: 'shutting_down', message: 'The gateway is shutting down.' },
   keystoreUnavailable: { status: 503, code: 'keystore_unavailable', message: 'No key set is available.' },
+  // docs/keys.md, "Versions": a key is never served without the rules it was given.
+  keyUnsupported: {
+    status: 503,
+    code: 'key_unsupported',
+    message: 'This key has rules this gateway cannot enforce (it was written by a newer keyward); nothing was forwarded.',
+  },
   // docs/limits.md, "Limits under faults": a quota or budget is never decided without the ledger.
   ledgerUnavailable: { status: 503, code: 'ledger_unavailable', message: "The usage ledger cannot be read; this key's quota or budget cannot be checked." },
   // docs/limits.md, "One key, one limit": the process that decides limits did not answer in time.

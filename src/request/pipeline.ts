@@ -56,6 +56,8 @@ export interface PipelineDeps {
   keyStatus(principal: Principal, now: number): unknown;
 }
 
+/** A known key this version cannot serve: its rules were written by a newer keyward (503, never served without them). */
+const UNSUPPORTED_KEY = Symbol('keyward.unsupported-key');
 /** The gateway's own prefix on the public listener (docs/limits.md, "A key's own status"). */
 const OWN = '/keyward/';
 
@@ -206,6 +208,7 @@ class RequestPipeline implements Pipeline {
     const rt = this.#deps.runtime();
     const principal = this.#principal(ex, rt.table, keys);
     if (principal === null) return this.#refuse(ex, req, res, ERRORS.unauthorized);
+    if (principal === UNSUPPORTED_KEY) return this.#refuse(ex, req, res, ERRORS.keyUnsupported);
     if (expect === 'other') return this.#refuse(ex, req, res, ERRORS.expectationFailed);
     if (url.startsWith(OWN)) return this.#own(ex, req, res, principal, url);
     const step = routeOf(rt, req.method as string, url, req.headers, principal);
@@ -220,7 +223,8 @@ class RequestPipeline implements Pipeline {
   /** Requests Node hands over without a response object: answered on the socket, as unauthorized unless the key is good. */
   refuseRaw(req: GatewayRequest, socket: Duplex, err: GatewayError): void {
     const ex = new Exchange(this.#id(), req, req.url as string);
-    const reply = this.#principal(ex, this.#deps.runtime().table, this.#deps.keys()) === null ? ERRORS.unauthorized : err;
+    const principal = this.#principal(ex, this.#deps.runtime().table, this.#deps.keys());
+    const reply = principal === null ? ERRORS.unauthorized : principal === UNSUPPORTED_KEY ? ERRORS.keyUnsupported : err;
     ex.settle({ by: 'gateway', code: reply.code });
     ex.bytesOut = reply.body.length;
     writeRawError(socket as Socket, reply);
@@ -231,12 +235,17 @@ class RequestPipeline implements Pipeline {
     return `${this.#boot}-${(++this.#counter).toString(36)}`;
   }
 
-  /** The key, or null with the failure counted and recorded (the key is recorded when it is known, refused or not). */
-  #principal(ex: Exchange, table: RouteTable, keys: KeySet | null): Principal | null {
+  /**
+   * The key, or null with the failure counted and recorded (the key is
+   * recorded when it is known, refused or not), or UNSUPPORTED_KEY for a key
+   * whose rules this version cannot enforce (docs/keys.md, "Versions").
+   */
+  #principal(ex: Exchange, table: RouteTable, keys: KeySet | null): Principal | null | typeof UNSUPPORTED_KEY {
     const now = Date.now();
     const found = keys === null ? 'unknown' : authenticate(ex.req.headers, ex.url, table, keys, now, memoOf(ex.req.socket));
     if (typeof found === 'string') return this.#unauthenticated(ex, found);
     ex.principal = found.principal;
+    if (found.refusal === 'unsupported') return UNSUPPORTED_KEY;
     if (found.refusal !== null) return this.#unauthenticated(ex, found.refusal);
     this.#deps.lastUse.touch(found.principal.id, now);
     return found.principal;

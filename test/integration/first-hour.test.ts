@@ -227,9 +227,10 @@ test(
         assert.equal(line.err.type, 'KeysFileCorrupt');
         assert.equal(line.err.message, 'not valid JSON at line 1, column 2');
         assert.equal(line.keyStore, env.KEYWARD_KEYS_FILE);
-        // Still serving its last good set (ready), and saying the file is broken.
+        // Still serving its last good set, saying the file is broken, and not ready: a revocation in it is not in force.
         const broken = await readyz();
-        assert.equal(broken.status, 200);
+        assert.equal(broken.status, 503);
+        assert.equal(broken.body.reason, 'keys file cannot be applied');
         assert.equal(broken.body.stale, true);
         assert.equal(
           broken.body.problem,
@@ -239,6 +240,7 @@ test(
         replace(good);
         await eventually(async () => (await up()) === '1', 5_000, 'the fixed file in force');
         assert.equal((await readyz()).body.problem, undefined);
+        assert.equal((await readyz()).status, 200);
       } finally {
         gw.child.kill('SIGTERM');
         await deadline(gw.done, 10_000, 'exit');
