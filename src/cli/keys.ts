@@ -223,8 +223,10 @@ function rotateAction({ rest, command, help }: KeysContext): KeysAction {
   return async (store, io, noteForced) => {
     const { record, token, graceUntil } = await rotateKey(store, target, graceMs, Date.now(), { force: values.force === true });
     noteForced();
+    // The key's last use stays its own across a rotation, as `keys list` shows it.
+    const lastUsed = (await store.lastUse()).get(record.id) ?? null;
     if (values.json === true) {
-      line(io.stdout, JSON.stringify({ ...publicView(record), token, graceUntil }));
+      line(io.stdout, JSON.stringify({ ...publicView(record, lastUsed), token, graceUntil }));
     } else {
       line(
         io.stdout,

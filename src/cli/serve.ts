@@ -98,18 +98,35 @@ async function startServing(
       metrics,
       ...(w === null ? {} : { worker: { admit: w.primaryAdmit(), limitStatus: w.primaryStatus() } }),
     });
-    await gateway.listen();
     if (w !== null) {
+      await gateway.listen();
       metrics.serveToPrimary();
       w.answerReadiness(() => gateway.readiness());
       return { gateway, admin: null };
     }
-    if (config.admin === null) return { gateway, admin: null };
-    const admin = await startAdmin(
-      config.admin,
-      { readiness: () => gateway.readiness(), metrics: () => metrics.text(), metricsContentType: metrics.contentType, usage: (p) => gateway.usagePage(p) },
-      log.logger,
-    );
+    // Every port bound before anything says listening: the admin port first, then the public one
+    // (its announcement is the line that says the gateway serves), then the admin's own line.
+    const admin =
+      config.admin === null
+        ? null
+        : await startAdmin(
+            config.admin,
+            {
+              readiness: () => gateway.readiness(),
+              metrics: () => metrics.text(),
+              metricsContentType: metrics.contentType,
+              usage: (p) => gateway.usagePage(p),
+            },
+            log.logger,
+            false,
+          );
+    try {
+      await gateway.listen();
+    } catch (err) {
+      await admin?.close();
+      throw err;
+    }
+    admin?.announce();
     return { gateway, admin };
   } catch (err) {
     // A failure the message explains (a port in use, a damaged keys file) is

@@ -24,6 +24,8 @@ export interface AdminSources {
 
 export interface Admin {
   readonly port: number;
+  /** Log `admin listening`, when startAdmin was told to wait (the public port binds first). */
+  announce(): void;
   close(): Promise<void>;
 }
 
@@ -33,7 +35,12 @@ function json(res: http.ServerResponse, status: number, body: unknown): void {
   res.end(text);
 }
 
-export async function startAdmin(address: { host: string; port: number }, sources: AdminSources, logger: Logger): Promise<Admin> {
+/**
+ * The admin listener, bound. `announce`: log `admin listening` now; false
+ * leaves it to the caller (Admin.announce), so that nothing says listening
+ * before every port a process needs is bound.
+ */
+export async function startAdmin(address: { host: string; port: number }, sources: AdminSources, logger: Logger, announce = true): Promise<Admin> {
   const server = http.createServer({ requireHostHeader: false, headersTimeout: 10_000, requestTimeout: 30_000 }, (req, res) => {
     const url = req.url ?? '';
     const path = url.split('?')[0];
@@ -98,9 +105,11 @@ export async function startAdmin(address: { host: string; port: number }, source
   });
   await listenOn(server, address.port, address.host, 'KEYWARD_ADMIN_PORT');
   const port = (server.address() as AddressInfo).port;
-  logger.info({ address: address.host, port }, 'admin listening');
+  const said = (): void => logger.info({ address: address.host, port }, 'admin listening');
+  if (announce) said();
   return {
     port,
+    announce: announce ? () => undefined : said,
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -135,14 +135,20 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
 
   let closing: Promise<void> | null = null;
   const listenFd = options.listenFd ?? null;
+  /** The public port was bound and announced: a gateway that never served stops without a drain to speak of. */
+  let served = false;
 
   const gateway: Gateway = {
     server,
     metrics,
-    listen: () => listen(server, config, listenFd, (address) => announce(config, keys, store, listenFd, logger, address)),
+    listen: () =>
+      listen(server, config, listenFd, (address) => {
+        served = true;
+        announce(config, keys, store, listenFd, logger, address);
+      }),
     shutdown: () => {
       draining = true;
-      closing ??= drain({ server, runtime: () => runtime, keys, ledger, leases, spend, settler, lastUse, sweeper, store, logger });
+      closing ??= drain({ server, runtime: () => runtime, keys, ledger, leases, spend, settler, lastUse, sweeper, store, logger, served });
       detach(
         closing.then(() => pages?.close()),
         neverRejects,
@@ -244,6 +250,8 @@ interface DrainParts {
   readonly sweeper: Sweeper;
   readonly store: KeyStore;
   readonly logger: Logger;
+  /** Whether the gateway ever served: one that never bound its port closes its stores without saying `draining` or `stopped`. */
+  readonly served: boolean;
 }
 
 /** Readiness with the ledger's problem, if any: still ready (keys without a quota or budget are served), and saying why the others are refused. */
@@ -254,13 +262,13 @@ function withLedger(r: Readiness, store: UsageStore): Readiness {
 }
 
 /** Stop accepting, let requests in flight finish up to the drain deadline, then close the stores; never longer (docs/operations.md, "Signals"). */
-function drain({ server, runtime, keys, ledger, leases, spend, settler, lastUse, sweeper, store, logger }: DrainParts): Promise<void> {
+function drain({ server, runtime, keys, ledger, leases, spend, settler, lastUse, sweeper, store, logger, served }: DrainParts): Promise<void> {
   return new Promise<void>((resolve) => {
     const { drainTimeoutMs } = runtime().config;
     const endBy = Date.now() + drainTimeoutMs;
     keys.stop();
     detach(ledger.leave(), neverRejects);
-    logger.info({ drainTimeoutMs }, 'draining');
+    if (served) logger.info({ drainTimeoutMs }, 'draining');
     // Connections become idle as their last response ends; close them as they do.
     const sweep = setInterval(() => server.closeIdleConnections(), 100);
     const deadline = setTimeout(() => {
@@ -295,7 +303,7 @@ function drain({ server, runtime, keys, ledger, leases, spend, settler, lastUse,
           )
           .finally(async () => {
             await within(store.close?.().catch(() => undefined) ?? Promise.resolve(), FINAL_WRITE_MS, undefined);
-            logger.info('stopped');
+            if (served) logger.info('stopped');
             resolve();
           }),
         (err) => logger.error({ err }, 'drain: a final write failed'),

@@ -159,14 +159,17 @@ test("a port in use names the option that chose it: KEYWARD_PORT, KEYWARD_ADMIN_
   const taken = String((busy.address() as AddressInfo).port);
   try {
     const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json') };
-    const pub = await runCli(['serve'], { ...env, KEYWARD_PORT: taken });
+    const pub = await runCli(['serve'], { ...env, KEYWARD_PORT: taken, KEYWARD_ADMIN_PORT: '0' });
     assert.equal(pub.code, 1);
+    // Nothing says listening before every port is bound, and nothing drains what never served.
+    assert.doesNotMatch(pub.stdout, /"msg":"(keyward listening|admin listening|draining|stopped)"/);
     assert.match(
       pub.stderr,
       new RegExp(`KEYWARD_PORT: 127\\.0\\.0\\.1:${taken} is already in use \\(EADDRINUSE: another keyward\\?\\); set KEYWARD_PORT to a free port`),
     );
     const admin = await runCli(['serve'], { ...env, KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: taken });
     assert.equal(admin.code, 1);
+    assert.doesNotMatch(admin.stdout, /"msg":"(keyward listening|admin listening|draining|stopped)"/);
     assert.match(
       admin.stderr,
       new RegExp(`KEYWARD_ADMIN_PORT: 127\\.0\\.0\\.1:${taken} is already in use \\(EADDRINUSE: another keyward\\?\\); set KEYWARD_ADMIN_PORT to a free port`),
@@ -177,6 +180,7 @@ test("a port in use names the option that chose it: KEYWARD_PORT, KEYWARD_ADMIN_
     const demo = await runCli(['demo'], { KEYWARD_PORT: taken, TMPDIR: tmp });
     assert.equal(demo.code, 1);
     assert.match(demo.stderr, /KEYWARD_PORT: .* is already in use/);
+    assert.doesNotMatch(demo.stderr, /"msg":"(keyward listening|draining|stopped)"/);
     const badPort = await runCli(['demo'], { KEYWARD_PORT: 'eighty', TMPDIR: tmp });
     assert.equal(badPort.code, 2);
     assert.deepEqual(

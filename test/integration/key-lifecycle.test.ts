@@ -175,3 +175,22 @@ test('the keys CLI is strict: repeated flags, unknown routes, expiry beyond ten 
     await gw.close();
   }
 });
+
+test('rotate --json gives the last use keys list shows, not null', async () => {
+  const up = await startUpstream();
+  const gw = await startGateway({ seo: up.url, lastUseFlushMs: 50 });
+  const env = { KEYWARD_KEYS_FILE: gw.store.location };
+  try {
+    assert.equal((await request(`${gw.url}/seo/v3/x`, { headers: { authorization: `Bearer ${gw.token}` } })).status, 200);
+    const listed = async (): Promise<Listed | undefined> =>
+      (JSON.parse((await runCli(['keys', 'list', '--json'], env)).stdout) as Listed[]).find((k) => k.id === gw.keyId);
+    await eventually(async () => (await listed())?.lastUsed !== null, 5_000, 'the last use written');
+    const used = (await listed())?.lastUsed;
+    const rotated = await runCli(['keys', 'rotate', gw.keyId, '--json'], env);
+    assert.equal(rotated.code, 0, rotated.stderr);
+    assert.equal((JSON.parse(rotated.stdout) as Listed).lastUsed, used);
+  } finally {
+    await gw.close();
+    await up.close();
+  }
+});
