@@ -3,6 +3,7 @@
 // the process comes in through `Io`.
 import { readFileSync } from 'node:fs';
 import { nearest } from './config/unknown.ts';
+import { readConfigHelp } from './cli/help-config.ts';
 import { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, helpTexts, line, parse, UsageError, type Io } from './cli/args.ts';
 import { dbCommand } from './cli/db.ts';
 import { keysCommand } from './cli/keys.ts';
@@ -51,7 +52,12 @@ export async function run(argv: string[], io: Io, providers: readonly UpstreamSp
       case 'help':
       case '--help':
       case '-h':
-        io.stdout.write(HELP['']);
+        // `keyward help config`: every option; `keyward help <command>`: that command's help.
+        if (rest[0] === 'config') {
+          io.stdout.write(readConfigHelp());
+          return EXIT_OK;
+        }
+        io.stdout.write(rest[0] !== undefined && rest[0] in HELP ? (HELP[rest[0] as keyof typeof HELP] as string) : HELP['']);
         return EXIT_OK;
       case 'version':
       case '--version':

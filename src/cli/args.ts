@@ -40,12 +40,23 @@ const FIXED_HELP = {
   dev-db         run a throwaway PostgreSQL to try a fleet on one machine (development only)
   version        the installed version (also --version)
 
-keyward <command> --help tells more.
+keyward <command> --help tells more; keyward help config lists every option
+(KEYWARD_*) with its default and unit.
 `,
   serve: `usage: keyward serve
 
 Runs the gateway. Configuration comes from the environment (KEYWARD_*), and
-from KEYWARD_CONFIG_FILE if set; see the README. SIGHUP reloads it, SIGTERM drains.
+from KEYWARD_CONFIG_FILE if set. SIGHUP reloads it, SIGTERM drains.
+
+The options most set (keyward help config lists every one, with its default):
+  KEYWARD_HOST, KEYWARD_PORT      listen address and port (127.0.0.1:8080)
+  KEYWARD_KEYS_FILE               the keys (default ./keys.json, or $STATE_DIRECTORY/keys.json)
+  KEYWARD_DATABASE_URL            a fleet's PostgreSQL, instead of the keys file
+  KEYWARD_SCRAPER_TOKEN, KEYWARD_SEO_LOGIN + KEYWARD_SEO_PASSWORD, KEYWARD_SPEECH_KEY
+                                  the upstream credentials (each also as NAME_FILE)
+  KEYWARD_ADMIN_HOST, KEYWARD_ADMIN_PORT
+                                  health, readiness, metrics and the usage page (127.0.0.1:9097, off)
+  KEYWARD_LOG_LEVEL               info
 `,
   demo: `usage: keyward demo
 
