@@ -11,6 +11,7 @@ import { createKey } from '../keys/manage.ts';
 import type { KeyStore } from '../keys/store.ts';
 import { createLogger, type LogHandle } from '../observe/log.ts';
 import { createGateway, type Gateway } from '../process/server.ts';
+import { startAdmin, type Admin } from '../process/admin.ts';
 import { providerEnv, type Example, type UpstreamSpec } from '../request/routes.ts';
 import { STANDIN_RUN, startStandins } from './standins.ts';
 import { detach } from '../lib/detach.ts';
@@ -65,11 +66,22 @@ async function demoKeys(store: KeyStore, specs: readonly UpstreamSpec[]): Promis
   return { token, budgeted, runs };
 }
 
-/** What the demo prints: the gateway's address, the token, and a curl line per example. */
+/** Where the demo keeps its keys and serves its admin listener, for the lines to paste. */
+interface DemoPlaces {
+  readonly keysFile: string;
+  /** The admin listener's base URL; null when KEYWARD_ADMIN_PORT=off. */
+  readonly admin: string | null;
+}
+
+/** A value quoted for a POSIX shell, whatever it holds. */
+const shellQuote = (v: string): string => `'${v.replace(/'/g, `'\\''`)}'`;
+
+/** What the demo prints: the gateway's address, the token, a curl line per example, and where to try the CLI and the usage page. */
 function demoText(
   base: string,
   specs: readonly UpstreamSpec[],
   { token, budgeted, runs }: { token: string; budgeted: DemoKey | null; runs: DemoKey | null },
+  places: DemoPlaces,
 ): string {
   const auth = `-H 'Authorization: Bearer ${token}'`;
   // The refused request: the first plain GET of any provider.
@@ -105,6 +117,13 @@ function demoText(
           `curl -s -H 'Authorization: Bearer ${runs.key.token}' ${base}/keyward/key`,
           '',
         ]),
+    '# keys of this demo, with the CLI in another terminal (a change is in force within a second):',
+    `export KEYWARD_KEYS_FILE=${shellQuote(places.keysFile)}`,
+    'keyward keys create --name tried --quota 3/day',
+    ...(places.admin === null
+      ? []
+      : ['', `# health, readiness, metrics and the usage page (what each key forwarded and spent): ${places.admin}/usage`, `curl -s ${places.admin}/readyz`]),
+    '',
     'Request logs follow on stderr. Ctrl-C stops the demo.',
     '',
   ].join('\n');
@@ -116,9 +135,11 @@ export async function runDemo(io: Io, specs: readonly UpstreamSpec[]): Promise<n
   const standins = await startStandins(secrets, specs);
   const dir = mkdtempSync(join(tmpdir(), 'keyward-demo-'));
   let gateway: Gateway | null = null;
+  let admin: Admin | null = null;
   let log: LogHandle | null = null;
   // Whatever stops the start (a port in use, a bad KEYWARD_PORT) takes the stand-ins and the folder with it.
   const cleanUp = async (): Promise<void> => {
+    await admin?.close();
     await gateway?.shutdown();
     await standins.close();
     await log?.flush();
@@ -130,6 +151,9 @@ export async function runDemo(io: Io, specs: readonly UpstreamSpec[]): Promise<n
       KEYWARD_HOST: io.env.KEYWARD_HOST,
       KEYWARD_PORT: io.env.KEYWARD_PORT,
       KEYWARD_LOG_LEVEL: io.env.KEYWARD_LOG_LEVEL,
+      // Any free port unless one is asked for: a demo must not collide with a gateway on 9097.
+      KEYWARD_ADMIN_HOST: io.env.KEYWARD_ADMIN_HOST,
+      KEYWARD_ADMIN_PORT: io.env.KEYWARD_ADMIN_PORT ?? '0',
       KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
       ...Object.fromEntries(specs.flatMap((spec) => Object.entries(providerEnv(spec, standins.urls[spec.name] ?? '', secrets[spec.name] ?? [])))),
     };
@@ -140,8 +164,24 @@ export async function runDemo(io: Io, specs: readonly UpstreamSpec[]): Promise<n
     log = createLogger(config.logLevel, undefined, 2);
     const g = await createGateway(config, store, log.logger);
     gateway = g;
+    // Every port bound before the gateway says it listens (as `serve` does).
+    const a =
+      config.admin === null
+        ? null
+        : await startAdmin(
+            config.admin,
+            { readiness: () => g.readiness(), metrics: () => g.metrics.text(), metricsContentType: g.metrics.contentType, usage: (p) => g.usagePage(p) },
+            log.logger,
+            false,
+          );
+    admin = a;
     const address = await g.listen();
-    text = demoText(`http://${address.address.includes(':') ? `[${address.address}]` : address.address}:${address.port}`, specs, keys);
+    a?.announce();
+    const host = (h: string): string => (h.includes(':') ? `[${h}]` : h);
+    text = demoText(`http://${host(address.address)}:${address.port}`, specs, keys, {
+      keysFile: config.keysFile,
+      admin: a === null || config.admin === null ? null : `http://${host(config.admin.host)}:${a.port}`,
+    });
   } catch (err) {
     await cleanUp();
     throw err;

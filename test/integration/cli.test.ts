@@ -271,13 +271,13 @@ test(
   },
   async () => {
     const dir = tempDir();
-    const demo = await startCli(['demo'], { KEYWARD_PORT: '0' }, 'Ctrl-C stops the demo.', 'stdout', dir);
+    const demo = await startCli(['demo'], { KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: '0' }, 'Ctrl-C stops the demo.', 'stdout', dir);
     try {
       const commands = demo
         .output()
         .split('\n')
         .filter((l) => l.startsWith('curl '));
-      assert.equal(commands.length, 9);
+      assert.equal(commands.length, 10);
       const outputs: string[] = [];
       for (const command of commands.slice(0, 7)) {
         const { stdout } = await deadline(exec('sh', ['-c', command], { cwd: dir, encoding: 'utf8' }), 15_000, command);
@@ -293,7 +293,23 @@ test(
       assert.equal((JSON.parse(outputs[6] ?? '') as { code: string }).code, 'budget_exceeded');
       // The scraper's budget (0.5 usd a day, runs of 0.3 booked once they end): two runs, each waited for until
       // booked (the key's status), then the third is refused. The second was capped at the 0.2 left, and cost that.
-      const [run, status] = commands.slice(7) as [string, string];
+      const [run, status, readyz] = commands.slice(7) as [string, string, string];
+      // The lines to paste: the demo's keys file for the CLI, and its admin listener with the usage page.
+      const exported = /^export KEYWARD_KEYS_FILE='([^']+)'$/m.exec(demo.output())?.[1] as string;
+      const tried = await runCli(['keys', 'create', '--name', 'tried', '--quota', '3/day', '--json'], { KEYWARD_KEYS_FILE: exported });
+      assert.equal(tried.code, 0, tried.stderr);
+      const triedToken = (JSON.parse(tried.stdout) as { token: string }).token;
+      const base = /gateway on (http:\/\/\S+),/.exec(demo.output())?.[1] as string;
+      await eventually(
+        async () =>
+          (await exec('sh', ['-c', `curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer ${triedToken}' ${base}/seo/v3/appendix/user_data`]))
+            .stdout === '200',
+        5_000,
+        'a key made with the pasted line works at once',
+      );
+      assert.equal((JSON.parse((await exec('sh', ['-c', readyz])).stdout) as { ready: boolean }).ready, true);
+      const usage = /usage page \(what each key forwarded and spent\): (\S+)$/m.exec(demo.output())?.[1] as string;
+      assert.match((await exec('sh', ['-c', `curl -s ${usage}`])).stdout, /tried/);
       const scraperUsed = async (): Promise<number> => {
         const s = JSON.parse((await exec('sh', ['-c', status], { cwd: dir, encoding: 'utf8' })).stdout) as {
           limits: Array<{ kind: string; route: string | null; used: number }>;
