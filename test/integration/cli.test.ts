@@ -309,7 +309,8 @@ test(
       );
       assert.equal((JSON.parse((await exec('sh', ['-c', readyz])).stdout) as { ready: boolean }).ready, true);
       const usage = /usage page \(what each key forwarded and spent\): (\S+)$/m.exec(demo.output())?.[1] as string;
-      assert.match((await exec('sh', ['-c', `curl -s ${usage}`])).stdout, /tried/);
+      // The ledger writes its counts in batches: the key's request shows once they are in.
+      await eventually(async () => (await exec('sh', ['-c', `curl -s ${usage}`])).stdout.includes('tried'), 15_000, 'the key on the usage page');
       const scraperUsed = async (): Promise<number> => {
         const s = JSON.parse((await exec('sh', ['-c', status], { cwd: dir, encoding: 'utf8' })).stdout) as {
           limits: Array<{ kind: string; route: string | null; used: number }>;
