@@ -43,6 +43,12 @@ export interface Spend {
   readonly webhook: Webhook | null;
   /** Alerts fired and not delivered before the last stop are sent (within the retry window). */
   start(): Promise<void>;
+  /**
+   * Resolves once no delivery is under way and every delivery made is
+   * marked in the store: a drain waits for it (bounded), or the next start
+   * would send a delivered alert again.
+   */
+  quiet(): Promise<void>;
   stop(): void;
 }
 
@@ -61,12 +67,12 @@ export function createSpend(o: SpendOptions): Spend {
   // A store that fails (a SQLite ledger another process is writing, a database not reachable yet) is asked again.
   const retrier = new Retrier();
   // A firing marked delivered, asked again if the store fails: else the next start would send it twice.
-  const webhook = webhookFor(o, (id) =>
-    detach(
-      retrier.run(() => alertStore.alertDelivered(id), 500, 6),
-      neverRejects,
-    ),
-  );
+  const marking = new Set<Promise<unknown>>();
+  const webhook = webhookFor(o, (id) => {
+    const marked = retrier.run(() => alertStore.alertDelivered(id), 500, 6).finally(() => marking.delete(marked));
+    marking.add(marked);
+    detach(marked, neverRejects);
+  });
   // Read at scrape time, once the alerts below exist.
   const counters = alertCounters(o.registry, () => alerts.pending);
   const alerts = new Alerts({
@@ -87,6 +93,10 @@ export function createSpend(o: SpendOptions): Spend {
     start: async () => {
       if (webhook === null) return;
       await retrier.run(() => resend(o, alertStore, webhook), 1_000, Infinity);
+    },
+    quiet: async () => {
+      await webhook?.idle();
+      await Promise.allSettled([...marking]);
     },
     stop: () => {
       retrier.stop();

@@ -51,6 +51,8 @@ export class Webhook {
   #timer: NodeJS.Timeout | null = null;
   #sending = false;
   #stopped = false;
+  /** The attempt under way, if any: a drain waits for it, so that a delivery is not sent again by the next start. */
+  #attempting: Promise<void> | null = null;
 
   constructor(options: WebhookOptions) {
     this.#o = options;
@@ -68,6 +70,11 @@ export class Webhook {
     this.#queue.push({ id, body, firedAt, attempts: 0, next: 0 });
     this.#ids.add(id);
     this.#pump();
+  }
+
+  /** Resolves once no attempt is under way (at once when none is). */
+  idle(): Promise<void> {
+    return this.#attempting ?? Promise.resolve();
   }
 
   stop(): void {
@@ -92,13 +99,13 @@ export class Webhook {
       return;
     }
     this.#sending = true;
-    detach(
-      this.#attempt(head).finally(() => {
-        this.#sending = false;
-        this.#pump();
-      }),
-      neverRejects,
-    );
+    const attempt = this.#attempt(head).finally(() => {
+      this.#sending = false;
+      this.#attempting = null;
+      this.#pump();
+    });
+    this.#attempting = attempt;
+    detach(attempt, neverRejects);
   }
 
   async #attempt(p: Pending): Promise<void> {

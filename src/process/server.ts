@@ -244,7 +244,7 @@ interface DrainParts {
   readonly keys: KeyHolder;
   readonly ledger: Ledger;
   readonly leases: { stop(): Promise<unknown> } | null;
-  readonly spend: { stop(): void } | null;
+  readonly spend: { quiet(): Promise<void>; stop(): void } | null;
   readonly settler: { stop(): Promise<void> } | null;
   readonly lastUse: LastUse;
   readonly sweeper: Sweeper;
@@ -288,12 +288,16 @@ function drain({ server, runtime, keys, ledger, leases, spend, settler, lastUse,
       for (const f of runtime().forwarders.values()) f.close();
       // Requests may have taken the whole drain: the ledger still gets a moment to write or keep its counts.
       const left = Math.max(FINAL_WRITE_MS, endBy - Date.now());
-      // Leases give back what they did not use, so the others may admit it at once.
-      spend?.stop();
       // Pending runs stay in the store: the next start (or another gateway) settles them.
       // Its questions end first, so that no claim outlives this gateway while the store still takes writes.
+      // An alert delivery under way finishes and is marked first, or the next start would send it again.
       detach(
-        within(settler?.stop() ?? Promise.resolve(), Math.min(left, FINAL_WRITE_MS), undefined)
+        within(spend?.quiet() ?? Promise.resolve(), Math.min(left, FINAL_WRITE_MS), undefined)
+          .then(() => {
+            // Leases give back what they did not use, so the others may admit it at once.
+            spend?.stop();
+            return within(settler?.stop() ?? Promise.resolve(), Math.min(left, FINAL_WRITE_MS), undefined);
+          })
           .then(() =>
             Promise.all([
               within(lastUse.stop(), left, undefined),

@@ -82,22 +82,42 @@ test('a scraper budget across three gateways (one with workers): each run capped
     let watching = true;
     const watch = (async () => {
       while (watching) {
-        highest = Math.max(highest, (await booked(f)).cost);
+        try {
+          highest = Math.max(highest, (await booked(f)).cost);
+        } catch (err) {
+          // The database is closed when the test ends early: the test's own error is the one to report.
+          if (watching) throw err;
+        }
         await new Promise((resolve) => setTimeout(resolve, 50));
       }
     })();
-    for (let i = 0; i < 4; i++) {
-      const r = await start(gws[i % 3] as FleetGateway, key.token, 'quick-0.30');
-      assert.equal(r.status, 201, `run ${i + 1}: ${JSON.stringify(r.json())}`);
-      await eventually(async () => (await booked(f)).pending === 0 && (await booked(f)).requests === i + 1, 30_000, `run ${i + 1} booked`);
+    try {
+      for (let i = 0; i < 4; i++) {
+        // A gateway may refuse while another still holds an unused part of what is left (docs/limits.md, "Quotas and
+        // budgets: leases, exact"): the run is asked of the others then, as a client would, for up to 10 s.
+        let r = await start(gws[i % 3] as FleetGateway, key.token, 'quick-0.30');
+        for (let k = 1, until = Date.now() + 10_000; r.status === 429 && Date.now() < until; k++) {
+          await new Promise((resolve) => setTimeout(resolve, 100));
+          r = await start(gws[(i + k) % 3] as FleetGateway, key.token, 'quick-0.30');
+        }
+        assert.equal(r.status, 201, `run ${i + 1}: ${JSON.stringify(r.json())}`);
+        await eventually(async () => (await booked(f)).pending === 0 && (await booked(f)).requests === i + 1, 30_000, `run ${i + 1} booked`);
+      }
+    } finally {
+      watching = false;
+      await watch;
     }
-    watching = false;
-    await watch;
     const runs = [...p.runs.values()];
     for (const r of runs) assert.match(r.query, /^\?build=latest&maxTotalChargeUsd=\d+(?:\.\d+)?$/, 'the query kept, the cap appended');
     const caps = runs.map((r) => Number(new URLSearchParams(r.query).get('maxTotalChargeUsd')));
-    // Each cap is the key's run cap or what was truly left, whichever is less: taken from what the gateway's lease holds.
-    assert.deepEqual(caps, [0.5, 0.5, 0.4, 0.1]);
+    // Each cap is the key's run cap or what the gateway's lease holds of what is left, whichever is less: never more
+    // than either. (On a quiet machine [0.5, 0.5, 0.4, 0.1]; under load a lease may hold part of what is left, and a
+    // run is capped lower: [0.5, 0.5, 0.2, 0.2].)
+    let left = 1;
+    for (const [i, cap] of caps.entries()) {
+      assert.ok(cap > 0 && cap <= 0.5 && cap <= left + 1e-9, `run ${i + 1} capped at ${cap} with ${left} left: ${caps.join(', ')}`);
+      left = Math.round((left - Math.min(cap, 0.3)) * 1e6) / 1e6;
+    }
     const spent = runs.reduce((a, r) => a + r.cost, 0);
     assert.equal(Math.round(spent * 1e6) / 1e6, 1);
     assert.equal((await booked(f)).cost, 1, 'each run booked once at what the platform charged');
