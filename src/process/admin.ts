@@ -36,6 +36,27 @@ function json(res: http.ServerResponse, status: number, body: unknown): void {
 }
 
 /**
+ * The metrics text, asked twice before a 500: with workers, one that does
+ * not answer the primary within prom-client's 5 s (a machine under load)
+ * fails the whole scrape, and the next ask usually finds it free.
+ */
+function serveMetrics(res: http.ServerResponse, sources: AdminSources, logger: Logger): void {
+  void sources
+    .metrics()
+    .catch(() => sources.metrics())
+    .then(
+      (text) => {
+        res.writeHead(200, { 'content-type': sources.metricsContentType, 'cache-control': 'no-store' });
+        res.end(text);
+      },
+      (err: Error) => {
+        logger.error({ err }, 'metrics not gathered');
+        json(res, 500, { error: 'Metrics could not be gathered.', code: 'metrics_unavailable' });
+      },
+    );
+}
+
+/**
  * The admin listener, bound. `announce`: log `admin listening` now; false
  * leaves it to the caller (Admin.announce), so that nothing says listening
  * before every port a process needs is bound.
@@ -55,17 +76,7 @@ export async function startAdmin(address: { host: string; port: number }, source
         );
         return;
       case '/metrics':
-        void sources.metrics().then(
-          (text) => {
-            res.writeHead(200, { 'content-type': sources.metricsContentType, 'cache-control': 'no-store' });
-            res.end(text);
-          },
-          (err: Error) => {
-            logger.error({ err }, 'metrics not gathered');
-            json(res, 500, { error: 'Metrics could not be gathered.', code: 'metrics_unavailable' });
-          },
-        );
-        return;
+        return serveMetrics(res, sources, logger);
       case '/usage': {
         const page = sources.usage;
         if (page === undefined) return json(res, 404, { error: 'Not found.', code: 'not_found' });
