@@ -5,14 +5,14 @@
 // its whole process tree, every thread (bench/proc.ts), per MiB streamed.
 // bench/README.md, "Streams with a C client", says why the Node-client rows
 // alone misled.
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { dataset } from './dataset.ts';
 import { cpuUs, tree } from './proc.ts';
 import { fmt, median, pct, range, roundOrder, spreadOf } from './stats.ts';
-import { freePort, upstreamHeaders, waitReady, type Secrets, type System } from './systems.ts';
+import { freePort, stopper, upstreamHeaders, waitReady, type Secrets, type System } from './systems.ts';
 
 const MiB = 1024 * 1024;
 /** The core the gateway under test has to itself, and the one the client and the upstream share. */
@@ -95,16 +95,7 @@ http {
   writeFileSync(join(dir, 'nginx.conf'), conf);
   const child = spawn('taskset', ['-c', LOAD_CORE, nginxBin, '-p', dir, '-c', join(dir, 'nginx.conf')], { stdio: ['ignore', 'ignore', 'inherit'] });
   await waitReady(`http://127.0.0.1:${port}`, 10_000, child);
-  return { port, stop: () => stopChild(child) };
-}
-
-function stopChild(child: ChildProcess): Promise<void> {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) return resolve();
-    child.once('exit', () => resolve());
-    child.kill('SIGTERM');
-    setTimeout(() => child.kill('SIGKILL'), 5_000).unref();
-  });
+  return { port, stop: stopper(child) };
 }
 
 export interface Round {

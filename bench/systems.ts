@@ -74,7 +74,7 @@ export async function waitReady(base: string, timeoutMs: number, child?: ChildPr
   }
 }
 
-function stopper(child: ChildProcess): () => Promise<void> {
+export function stopper(child: ChildProcess): () => Promise<void> {
   return () =>
     new Promise((resolve) => {
       if (child.exitCode !== null || child.signalCode !== null) return resolve();

@@ -4,7 +4,7 @@ import type { parseArgs } from 'node:util';
 import { effectiveEnv, storeConfig } from '../config/load.ts';
 import { nearest } from '../config/unknown.ts';
 import { parseKeysFile, serialiseKeysFile } from '../keys/file-store.ts';
-import { unsupportedOf, type KeyRecord } from '../keys/keyset.ts';
+import { awaitsNewer, unsupportedOf, type KeyRecord } from '../keys/keyset.ts';
 import { createKey, importKeys, KeyUsageError, listKeys, revokeKey, rotateKey, updateKey, type KeyChanges } from '../keys/manage.ts';
 import { openKeyStore } from '../keys/open.ts';
 import { costRoutes } from '../request/routes.ts';
@@ -169,8 +169,7 @@ function listAction({ rest, help }: KeysContext): KeysAction {
     ];
     for (const l of table(rows)) line(io.stdout, l);
     const now = Date.now();
-    // Revoked and expired keys are refused whatever they hold: only the others wait for a newer keyward.
-    const newer = records.filter((r) => unsupportedOf(r) !== null && r.revoked === null && (r.expires === null || Date.parse(r.expires) > now));
+    const newer = records.filter((r) => awaitsNewer(r, now));
     if (newer.length > 0)
       line(
         io.stderr,

@@ -6,7 +6,7 @@
 // one that never delivered a set leaves the gateway with none.
 import type { Logger } from '../observe/log.ts';
 import type { Metrics } from '../observe/metrics.ts';
-import { KeySet, unsupportedOf, type KeyRecord } from './keyset.ts';
+import { awaitsNewer, KeySet, unsupportedOf, type KeyRecord } from './keyset.ts';
 import type { KeyStore } from './store.ts';
 import { asError } from '../lib/error.ts';
 
@@ -107,8 +107,7 @@ export class KeyHolder {
   #noteUnsupported(set: KeySet, before: number): void {
     if (set.unsupported === before || set.unsupported === 0) return;
     const now = Date.now();
-    const refused = (r: KeyRecord): boolean => unsupportedOf(r) !== null && r.revoked === null && (r.expires === null || Date.parse(r.expires) > now);
-    const some = set.records.filter(refused).slice(0, 10);
+    const some = set.records.filter((r) => awaitsNewer(r, now)).slice(0, 10);
     this.#logger.warn(
       { keyStore: this.#store.location, keys: set.unsupported, ids: some.map((r) => r.id), problems: some.map((r) => unsupportedOf(r)) },
       'keys with rules this version cannot enforce are refused (503 key_unsupported) until a newer keyward serves them',

@@ -34,6 +34,10 @@ export const UNSUPPORTED = Symbol('keyward.unsupported');
 /** Why this version cannot serve `r`, or null. */
 export const unsupportedOf = (r: KeyRecord): string | null => (r as { [UNSUPPORTED]?: string })[UNSUPPORTED] ?? null;
 
+/** A key refused only because its rules need a newer keyward: revoked and expired keys are refused whatever they hold. */
+export const awaitsNewer = (r: KeyRecord, now: number): boolean =>
+  unsupportedOf(r) !== null && r.revoked === null && (r.expires === null || Date.parse(r.expires) > now);
+
 /** What the request path learns about a caller: the record itself (ids, name, scope). */
 export type Principal = KeyRecord;
 
