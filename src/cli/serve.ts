@@ -214,9 +214,10 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io): Pr
     logger: log.logger,
     registry,
     // The primary does not reload its configuration: the routes as it started.
-    target: (name) => {
+    target: (name, label) => {
+      const credential = config.routes.find((route) => route.name === name)?.credentials.find((c) => c.label === label);
       const r = config.routes.find((route) => route.name === name);
-      return r === undefined || r.credential === null ? null : { target: r.target, credential: r.credential, upstreamCa: config.upstreamCa };
+      return r === undefined || credential === undefined ? null : { target: r.target, credential: credential.header, upstreamCa: config.upstreamCa };
     },
     keyOf: (id) => recent.get(id) ?? null,
   });

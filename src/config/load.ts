@@ -44,6 +44,14 @@ export interface Config {
   readonly egressFilter: boolean;
   /** Decoded bytes one compressed response may make the gateway scan. */
   readonly maxDecodedBytes: number;
+  /** Several credentials on a route (docs/credentials.md): which available one a request gets. */
+  readonly credentialOrder: 'spread' | 'first';
+  /** A credential answered 429 without a usable Retry-After is set aside this long, ms. */
+  readonly credentialCooldownMs: number;
+  /** A credential answered 402 (its account out of credit) is set aside this long, ms. */
+  readonly credentialPaymentCooldownMs: number;
+  /** Largest request body kept so a request refused on one credential can be sent again on another, bytes. */
+  readonly replayMaxBodyBytes: number;
   /** Decoded bytes per compressed byte received, past the first MiB. */
   readonly maxRatio: number;
   /** Open client connections; new ones beyond it are closed at once. */
@@ -258,6 +266,10 @@ function read(env: Env, readFile: ReadFile, cwd: string, providers: readonly Ups
     // What one compressed response may make the gateway decode (docs/security.md).
     maxDecodedBytes: o.size('KEYWARD_EGRESS_MAX_DECODED', '256MiB', { min: 1024 * 1024, max: 1024 ** 4, hint: '1MiB to 1TiB (e.g. 256MiB)' }),
     maxRatio: decodeRatio(o),
+    credentialOrder: o.oneOf<'spread' | 'first'>('KEYWARD_CREDENTIAL_ORDER', 'spread', ['spread', 'first']),
+    credentialCooldownMs: o.duration('KEYWARD_CREDENTIAL_COOLDOWN', '30s'),
+    credentialPaymentCooldownMs: o.duration('KEYWARD_CREDENTIAL_PAYMENT_COOLDOWN', '1h'),
+    replayMaxBodyBytes: o.size('KEYWARD_REPLAY_MAX_BODY', '1MiB', { min: 0, max: 1024 ** 3, hint: '0 to 1GiB (e.g. 1MiB)' }),
     maxConnections: maxConnections(o),
     upstreamCa: upstreamCa(o, readFile),
     tls: serverTls(o, readFile),

@@ -2,7 +2,7 @@
 // table in routes.ts resolved against the options (its URL, its secrets,
 // whether its SDK's own credential place is accepted).
 import { METHOD_OVERRIDE_HEADERS, requestStripSet } from '../request/headers.ts';
-import type { Route, UpstreamSpec } from '../request/routes.ts';
+import type { Credential, Route, UpstreamSpec } from '../request/routes.ts';
 import type { Options, ReadFile } from './options.ts';
 import { secret } from './secrets.ts';
 
@@ -37,17 +37,54 @@ function upstreamUrl(o: Options, spec: UpstreamSpec): { target: URL; basePath: s
   return { target: new URL(url.origin), basePath: url.pathname.replace(/\/+$/, '') };
 }
 
+/** The most credentials one route may hold (docs/credentials.md). */
+export const MAX_CREDENTIALS = 32;
+
+/** Credential `n`'s option for one of a provider's secrets: `KEYWARD_SPEECH_KEY` for 1, `KEYWARD_SPEECH_KEY_2` for 2. */
+export function numberedEnv(name: string, n: number): string {
+  return n === 1 ? name : `${name}_${n}`;
+}
+
+/**
+ * A route's credentials, numbered from 1 without gaps (docs/credentials.md).
+ * Each problem names the options, never a value: a gap, a login without its
+ * password, the same credential twice.
+ */
+function credentials(o: Options, spec: UpstreamSpec, readFile: ReadFile): Credential[] {
+  const found: Array<Credential & { readonly names: readonly string[] }> = [];
+  let gap: number | null = null;
+  for (let n = 1; n <= MAX_CREDENTIALS; n++) {
+    const names = spec.secretEnvs.map((e) => numberedEnv(e, n));
+    const values = names.map((name) => secret(o, name, readFile));
+    const given = values.filter((s): s is string => s !== null);
+    if (given.length === 0) {
+      gap ??= n;
+      continue;
+    }
+    if (given.length < values.length) {
+      o.problem(`${names.filter((_, i) => values[i] === null).join(', ')} must be set along with ${names.filter((_, i) => values[i] !== null).join(', ')}`);
+      continue;
+    }
+    if (gap !== null) {
+      o.problem(`${names.join(', ')} is set but ${numberedEnv(spec.secretEnvs[0] as string, gap)} is not: credentials are numbered from 1 without gaps`);
+      continue;
+    }
+    const header = spec.credential(given);
+    const same = found.find((c) => c.header[1] === header[1]);
+    if (same !== undefined) {
+      o.problem(`${names.join(', ')} repeat ${same.names.join(', ')}: the same credential twice on route ${spec.name}`);
+      continue;
+    }
+    found.push({ label: n, header, forms: spec.secretForms(given), names });
+  }
+  return found.map(({ label, header, forms }) => ({ label, header, forms }));
+}
+
 function route(o: Options, spec: UpstreamSpec, index: number, readFile: ReadFile, native: ReadonlySet<string>): Route | null {
   const where = upstreamUrl(o, spec);
-  const secrets = spec.secretEnvs.map((n) => secret(o, n, readFile));
-  const given = secrets.filter((s): s is string => s !== null);
-  if (given.length > 0 && given.length < secrets.length) {
-    const missing = spec.secretEnvs.filter((_, i) => secrets[i] === null);
-    o.problem(`${missing.join(', ')} must be set along with ${spec.secretEnvs.filter((_, i) => secrets[i] !== null).join(', ')}`);
-  }
+  const creds = credentials(o, spec, readFile);
   if (where === null) return null;
-  const complete = given.length === secrets.length;
-  const credential = complete ? spec.credential(given) : null;
+  const credential = creds[0]?.header ?? null;
   return {
     name: spec.name,
     index,
@@ -56,7 +93,8 @@ function route(o: Options, spec: UpstreamSpec, index: number, readFile: ReadFile
     target: where.target,
     basePath: where.basePath,
     credential,
-    secretForms: complete ? spec.secretForms(given) : [],
+    credentials: creds,
+    secretForms: creds.flatMap((c) => c.forms),
     native: native.has(spec.name) ? spec.native : null,
     dropQuery: new Set(spec.dropQuery.map((q) => q.toLowerCase())),
     overrideQuery: new Set(spec.overrideQuery.map((q) => q.toLowerCase())),

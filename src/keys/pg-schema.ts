@@ -199,6 +199,32 @@ export const MIGRATIONS: readonly string[] = [
      claimed_until timestamptz not null default '-infinity'
    );
    create index keyward_runs_due on keyward_runs (next_at);`,
+  // 10: several credentials per route (docs/credentials.md): which are set
+  // aside until when (401: 'infinity', until each gateway's next reload),
+  // shared by every gateway; a scraper run's credential, asked about with
+  // it; requests, statuses and cost per credential and day.
+  `create table keyward_credentials_aside (
+     route text not null,
+     label integer not null,
+     status integer not null,
+     until timestamptz not null,
+     at timestamptz not null default now(),
+     primary key (route, label)
+   );
+   alter table keyward_runs add column credential integer not null default 1;
+   create table keyward_credential_usage (
+     route text not null,
+     credential integer not null,
+     day date not null,
+     requests bigint not null default 0,
+     s2xx bigint not null default 0,
+     s3xx bigint not null default 0,
+     s4xx bigint not null default 0,
+     s5xx bigint not null default 0,
+     other bigint not null default 0,
+     cost double precision not null default 0,
+     primary key (route, credential, day)
+   );`,
 ];
 
 export interface Row {

@@ -193,7 +193,7 @@ export class Ledger implements PeriodUse {
     bytesOut: number,
     cost: number,
     now = this.now(),
-    run: { readonly id: string; readonly path: string } | null = null,
+    run: { readonly id: string; readonly path: string; readonly credential?: number } | null = null,
   ): void {
     const row = this.#row(keyId, route, now);
     row.requests++;
@@ -210,7 +210,7 @@ export class Ledger implements PeriodUse {
     this.#counted(keyId, route, 1, cost, now);
     // A scraper run whose cost comes later: `cost` is what its start booked, settled in place later (runs.ts).
     if (run !== null && !this.#runs.has(run.id))
-      this.#runs.set(run.id, { id: run.id, keyId, route, day: row.day, booked: cost, path: run.path, at: Math.round(now) });
+      this.#runs.set(run.id, { id: run.id, keyId, route, day: row.day, booked: cost, path: run.path, at: Math.round(now), credential: run.credential ?? 1 });
   }
 
   /** A run was settled: its day's cost moved by `delta` (in the store already), so the period totals move too. */

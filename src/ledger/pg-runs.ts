@@ -22,7 +22,7 @@ export class PgRunStore implements RunStore {
         sql<DueRun[]>`
         update keyward_runs set claimed_by = ${gateway}, claimed_until = now() + make_interval(secs => ${forMs / 1000})
         where id in (select id from keyward_runs where next_at <= now() and claimed_until < now() order by next_at limit ${limit} for update skip locked)
-        returning id, key_id as "keyId", route, day::text as day, booked, path, (extract(epoch from at) * 1000)::float8 as at, attempts`,
+        returning id, key_id as "keyId", route, day::text as day, booked, path, (extract(epoch from at) * 1000)::float8 as at, attempts, credential`,
     );
   }
 

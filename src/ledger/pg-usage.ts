@@ -121,10 +121,11 @@ export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQu
         if (runs.length > 0) {
           const rc = <K extends keyof PendingRun>(k: K): Array<PendingRun[K]> => runs.map((r) => r[k]);
           await tx`
-            insert into keyward_runs (id, key_id, route, day, booked, path, at)
-            select u.id, u.key_id, u.route, u.day, u.booked, u.path, to_timestamp(u.at / 1000.0)
-            from unnest(${rc('id')}::text[], ${rc('keyId')}::text[], ${rc('route')}::text[], ${rc('day')}::date[], ${rc('booked')}::float8[], ${rc('path')}::text[], ${rc('at')}::float8[])
-              as u(id, key_id, route, day, booked, path, at)
+            insert into keyward_runs (id, key_id, route, day, booked, path, at, credential)
+            select u.id, u.key_id, u.route, u.day, u.booked, u.path, to_timestamp(u.at / 1000.0), u.credential
+            from unnest(${rc('id')}::text[], ${rc('keyId')}::text[], ${rc('route')}::text[], ${rc('day')}::date[], ${rc('booked')}::float8[], ${rc('path')}::text[], ${rc('at')}::float8[],
+              ${runs.map((r) => r.credential ?? 1)}::int[])
+              as u(id, key_id, route, day, booked, path, at, credential)
             on conflict (id) do nothing`;
         }
       }),

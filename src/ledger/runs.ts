@@ -26,6 +26,8 @@ export interface PendingRun {
   readonly path: string;
   /** When it was started, ms. */
   readonly at: number;
+  /** The route's credential (its label) that started it: the run is asked about with it (absent: 1). */
+  readonly credential?: number;
 }
 
 export interface DueRun extends PendingRun {

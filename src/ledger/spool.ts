@@ -74,6 +74,8 @@ function runProblem(r: unknown, known: Known): string | null {
   if (typeof o.id !== 'string' || !/^[A-Za-z0-9_-]{1,64}$/.test(o.id)) return 'a run without a run id';
   if (typeof o.path !== 'string' || !o.path.startsWith('/') || o.path.length > 2048) return `run ${o.id}: no path to ask`;
   if (!Number.isSafeInteger(o.at) || (o.at as number) < 0) return `run ${o.id}: no start time`;
+  if (o.credential !== undefined && (!Number.isSafeInteger(o.credential) || (o.credential as number) < 1 || (o.credential as number) > 32))
+    return `run ${o.id}: credential ${JSON.stringify(o.credential)} is not a number from 1 to 32`;
   if (typeof o.booked !== 'number' || !Number.isFinite(o.booked) || o.booked < 0 || o.booked > MOST_COST)
     return `run ${o.id}: booked ${String(o.booked)} is not a figure from 0 to ${MOST_COST}`;
   return rowProblem({ ...o, requests: 0, s2xx: 0, s3xx: 0, s4xx: 0, s5xx: 0, other: 0, limited: 0, bytesIn: 0, bytesOut: 0, cost: o.booked }, known);

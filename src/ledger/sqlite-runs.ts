@@ -11,11 +11,17 @@ export const RUN_SCHEMA = `
     id text primary key, key_id text not null, route text not null, day text not null,
     booked real not null, path text not null, at integer not null,
     attempts integer not null default 0, next_at integer not null default 0,
-    claimed_by text, claimed_until integer not null default 0
+    claimed_by text, claimed_until integer not null default 0, credential integer not null default 1
   )`;
 
+/** A ledger written before runs kept their credential (docs/credentials.md) gains the column; its runs were all credential 1's. */
+export function addRunCredential(db: DatabaseSync): void {
+  const columns = db.prepare('select name from pragma_table_info(?)').all('runs') as Array<{ name: string }>;
+  if (!columns.some((c) => c.name === 'credential')) db.exec('alter table runs add column credential integer not null default 1');
+}
+
 /** A run recorded with its start's batch; one recorded already (a batch sent again) is left as it is. */
-export const RUN_INSERT = 'insert into runs (id, key_id, route, day, booked, path, at) values (?, ?, ?, ?, ?, ?, ?) on conflict (id) do nothing';
+export const RUN_INSERT = 'insert into runs (id, key_id, route, day, booked, path, at, credential) values (?, ?, ?, ?, ?, ?, ?, ?) on conflict (id) do nothing';
 
 export class SqliteRunStore implements RunStore {
   readonly #db: DatabaseSync;
@@ -33,7 +39,7 @@ export class SqliteRunStore implements RunStore {
         this.#db
           .prepare(
             `update runs set claimed_by = ?, claimed_until = ? where id in (select id from runs where next_at <= ? and claimed_until < ? order by next_at limit ?)
-             returning id, key_id as keyId, route, day, booked, path, at, attempts`,
+             returning id, key_id as keyId, route, day, booked, path, at, attempts, credential`,
           )
           .all(gateway, now + forMs, now, now, limit) as unknown as DueRun[],
     );

@@ -9,7 +9,7 @@ import { rowColumns } from './columns.ts';
 import type { LeaseStore } from '../limits/leases.ts';
 import { LEASE_SCHEMA, SqliteLeaseStore } from './sqlite-leases.ts';
 import type { RunStore } from './runs.ts';
-import { RUN_INSERT, RUN_SCHEMA, SqliteRunStore } from './sqlite-runs.ts';
+import { addRunCredential, RUN_INSERT, RUN_SCHEMA, SqliteRunStore } from './sqlite-runs.ts';
 import type { AlertRow, AlertStore, BatchId, DayTotal, KeyTotal, ReportQueries, UsageRow, UsageStore } from './store.ts';
 import { asError } from '../lib/error.ts';
 import { LedgerMark } from './sqlite-mark.ts';
@@ -83,6 +83,7 @@ export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
     this.#db.exec(SCHEMA);
     this.#db.exec(LEASE_SCHEMA);
     this.#db.exec(RUN_SCHEMA);
+    addRunCredential(this.#db);
     this.#mark = new LedgerMark(this.#db, path);
     this.leases = new SqliteLeaseStore(this.#db, Date.now, this.#mark);
     this.runs = new SqliteRunStore(this.#db, this.#mark);
@@ -99,7 +100,7 @@ export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
         // Pending runs in the same transaction as the rows that booked their start: both or neither.
         if (batch.runs !== undefined && batch.runs.length > 0) {
           const run = this.#db.prepare(RUN_INSERT);
-          for (const r of batch.runs) run.run(r.id, r.keyId, r.route, r.day, r.booked, r.path, r.at);
+          for (const r of batch.runs) run.run(r.id, r.keyId, r.route, r.day, r.booked, r.path, r.at, r.credential ?? 1);
         }
       }
       const writes = this.#mark.count();

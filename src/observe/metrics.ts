@@ -56,6 +56,11 @@ export class Metrics {
   #lastReload = 0;
   #keystore: KeystoreView | null = null;
   #ledgerUp: () => boolean = () => true;
+  /** A route's credentials now (docs/credentials.md): available of total, null when not configured. */
+  #credentials: (route: string) => { available: number; total: number } | null = () => null;
+  readonly #setAside = new Map<string, number>();
+  readonly #retries = new Map<string, number>();
+  #exhausted: Float64Array = new Float64Array(0);
 
   /** `routes`: the configured routes' names, in their order (config.routes): the counters are sized from them, once. */
   constructor(options: { defaults?: boolean; routes: readonly string[] }) {
@@ -69,8 +74,9 @@ export class Metrics {
     this.#bytes = new Float64Array(ROUTE_NAMES.length * 2);
     this.#inFlight = new Int32Array(ROUTE_NAMES.length);
     this.#limited = new Float64Array(ROUTE_NAMES.length * LIMIT_REASONS.length);
+    this.#exhausted = new Float64Array(ROUTE_NAMES.length);
     // prom-client types registerMetric for its own classes; these are read the same way (get()).
-    for (const m of [...this.#requestMetrics(), ...this.#stateMetrics()]) this.registry.registerMetric(m as never);
+    for (const m of [...this.#requestMetrics(), ...this.#stateMetrics(), ...this.#credentialMetrics()]) this.registry.registerMetric(m as never);
     if (options.defaults !== false) collectDefaultMetrics({ register: this.registry });
   }
 
@@ -142,6 +148,59 @@ export class Metrics {
     ];
   }
 
+  /** Several credentials per route (docs/credentials.md): where they stand, set asides, retries, refusals. */
+  #credentialMetrics(): ScrapedMetric[] {
+    const ROUTE_NAMES = this.routeNames;
+    const NO_ROUTE = this.noRoute;
+    return [
+      scraped(
+        'keyward_upstream_credentials',
+        "A route's upstream credentials by state (available, set aside).",
+        'gauge',
+        () =>
+          ROUTE_NAMES.slice(0, NO_ROUTE).flatMap((name) => {
+            const c = this.#credentials(name);
+            return c === null
+              ? []
+              : [
+                  { labels: { route: name, state: 'available' }, value: c.available },
+                  { labels: { route: name, state: 'set_aside' }, value: c.total - c.available },
+                ];
+          }),
+        'max',
+      ),
+      scraped(
+        'keyward_upstream_credential_set_aside_total',
+        'Upstream credentials set aside after the upstream answered 401, 402 or 429 with them, by route, credential (its number) and status.',
+        'counter',
+        () =>
+          [...this.#setAside].map(([key, value]) => {
+            const [rt, credential, status] = key.split('\0') as [string, string, string];
+            return { labels: { route: rt, credential, status }, value };
+          }),
+      ),
+      scraped(
+        'keyward_upstream_retries_total',
+        'Requests sent again on another credential, by route and the status that refused the previous one.',
+        'counter',
+        () =>
+          [...this.#retries].map(([key, value]) => {
+            const [rt, status] = key.split('\0') as [string, string];
+            return { labels: { route: rt, status }, value };
+          }),
+      ),
+      scraped(
+        'keyward_upstream_credentials_exhausted_total',
+        'Requests answered 503 upstream_credentials_exhausted: every credential of the route set aside.',
+        'counter',
+        () =>
+          ROUTE_NAMES.slice(0, NO_ROUTE).flatMap((name, s) =>
+            this.#exhausted[s] === 0 ? [] : [{ labels: { route: name }, value: this.#exhausted[s] as number }],
+          ),
+      ),
+    ];
+  }
+
   /** The gateway's state: in flight, keys, the key store and the ledger. */
   #stateMetrics(): ScrapedMetric[] {
     const ROUTE_NAMES = this.routeNames;
@@ -206,6 +265,27 @@ export class Metrics {
   /** Whether the usage ledger can be read (`keyward_ledger_up`). */
   watchLedger(up: () => boolean): void {
     this.#ledgerUp = up;
+  }
+
+  /** Where each route's credentials stand (`keyward_upstream_credentials`). */
+  watchCredentials(view: (route: string) => { available: number; total: number } | null): void {
+    this.#credentials = view;
+  }
+
+  /** A credential set aside by this process (`keyward_upstream_credential_set_aside_total`). */
+  credentialSetAside(route: string, label: number, status: number): void {
+    const key = `${route}\0${label}\0${status}`;
+    this.#setAside.set(key, (this.#setAside.get(key) ?? 0) + 1);
+  }
+
+  /** A request sent again on another credential after `status`. */
+  credentialRetry(route: number, status: number): void {
+    const key = `${this.routeNames[route]}\0${status}`;
+    this.#retries.set(key, (this.#retries.get(key) ?? 0) + 1);
+  }
+
+  credentialsExhausted(route: number): void {
+    this.#exhausted[route] = (this.#exhausted[route] as number) + 1;
   }
 
   watchKeystore(view: KeystoreView): void {

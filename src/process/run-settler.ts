@@ -26,8 +26,8 @@ export interface SettlerParts {
   readonly spend: Spend | null;
   readonly logger: Logger;
   readonly registry: Registry;
-  /** Where a route's upstream is now, with its credential; null when not configured. */
-  readonly target: (route: string) => RunTarget | null;
+  /** Where a route's upstream is now, with the credential (by label) that started the run; null when not configured. */
+  readonly target: (route: string, credential: number) => RunTarget | null;
   /** A key and its policy by id, for the alerts a settled run may fire; null when not known here. */
   readonly keyOf: (keyId: string) => { readonly key: { readonly id: string; readonly name: string }; readonly policy: Policy } | null;
   readonly settle?: Pick<SettlerOptions, 'everyMs' | 'backoff' | 'giveUpMs'>;
@@ -45,8 +45,11 @@ export function runSettler(p: SettlerParts): Settler | null {
     store: runs,
     gateway: p.ledger.id,
     ask: (run) => {
-      let a = askers.get(run.route);
-      if (a === undefined) askers.set(run.route, (a = asker(() => p.target(run.route))));
+      // A run belongs to the account that started it: asked with that credential (docs/credentials.md).
+      const credential = run.credential ?? 1;
+      const which = `${run.route}\0${credential}`;
+      let a = askers.get(which);
+      if (a === undefined) askers.set(which, (a = asker(() => p.target(run.route, credential))));
       return a(run.path);
     },
     max: Math.max(0, ...p.config.routes.map((r) => (r.cost?.runs === undefined ? 0 : r.cost.max))),

@@ -3,6 +3,7 @@
 // swapped whole on reload, and what a reload can and cannot change.
 import type { Config } from '../config/load.ts';
 import { secretForms, Secrets } from '../request/egress.ts';
+import type { CredentialBoard } from '../request/credentials.ts';
 import { Forwarder } from '../request/forward.ts';
 import { routeTable } from '../request/routes.ts';
 import type { Generation, Target } from '../request/runtime.ts';
@@ -13,14 +14,15 @@ export interface Runtime extends Generation {
   readonly forwarders: ReadonlyMap<string, Forwarder>;
 }
 
-export function buildRuntime(config: Config): Runtime {
-  // Every route's secrets are kept out of every response (egress.ts).
+/** `board`: the gateway's credentials set aside (kept across generations). */
+export function buildRuntime(config: Config, board: CredentialBoard): Runtime {
+  // Every route's secrets, every credential's, are kept out of every response (egress.ts).
   const secrets = new Secrets(config.egressFilter ? secretForms(config.routes).forms : []);
-  const forwarders = new Map(config.routes.map((r) => [r.name, new Forwarder(r, config, secrets)]));
+  const forwarders = new Map(config.routes.map((r) => [r.name, new Forwarder(r, config, secrets, board)]));
   const targets = new Map<string, Target>();
   for (const r of config.routes) {
     const forwarder = forwarders.get(r.name);
-    if (r.credential !== null && forwarder !== undefined) targets.set(r.name, { credential: r.credential, forwarder });
+    if (r.credential !== null && forwarder !== undefined) targets.set(r.name, { forwarder });
   }
   return { config, table: routeTable(config.routes), forwarders, targets };
 }

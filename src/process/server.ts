@@ -21,6 +21,8 @@ import type { RunTarget } from '../ledger/run-ask.ts';
 import { serveEvents } from './events.ts';
 import { startUsage, type UsageOptions } from './usage-part.ts';
 import { buildRuntime, idleReason, restartOnlyChanges, type Runtime } from './runtime.ts';
+import { CredentialBoard } from '../request/credentials.ts';
+import { shareInFleet, shareWithPrimary } from './credential-share.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import { Sweeper } from '../request/timers.ts';
 import { keyStatus } from '../views/key-status.ts';
@@ -47,6 +49,10 @@ export interface Readiness {
   /** What is wrong with the store while a last good set serves (a keys file that stopped parsing). */
   readonly problem?: string;
   readonly reason?: string;
+  /** Routes with several credentials: how many are available of how many (docs/credentials.md); absent when no route has several. */
+  readonly credentials?: Readonly<Record<string, { readonly available: number; readonly total: number }>>;
+  /** Routes whose every credential is set aside (requests there get 503 upstream_credentials_exhausted); absent when none. */
+  readonly credentialsExhausted?: readonly string[];
 }
 
 export interface Gateway {
@@ -94,15 +100,11 @@ function serverOptions(config: Config): http.ServerOptions {
 export async function createGateway(config: Config, store: KeyStore, logger: Logger, options: GatewayOptions = {}): Promise<Gateway> {
   const metrics = options.metrics ?? new Metrics({ routes: config.routes.map((r) => r.name) });
   let draining = false;
-  let runtime = buildRuntime(config);
+  const board = new CredentialBoard();
+  let runtime = buildRuntime(config, board);
   const keys = new KeyHolder(store, logger, metrics, () => runtime.config.keysMaxStalenessMs);
   await keys.start();
-  const lastUse = new LastUse(
-    store,
-    options.lastUseFlushMs ?? 10_000,
-    (err) => logger.warn({ err }, 'last-use times not written'),
-    (seconds) => metrics.task('last_use_write', seconds),
-  );
+  const lastUse = lastUseWriter(store, options, logger, metrics);
   const sweeper = new Sweeper(
     () => runtime.config,
     expire,
@@ -112,8 +114,9 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     ...options,
     keyIds: () => (keys.loaded === null ? null : new Set(keys.loaded.records.map((r) => r.id))),
     keyOf: (id) => keys.loaded?.records.find((r) => r.id === id) ?? null,
-    runTarget: (name) => runTargetOf(runtime, name),
+    runTarget: (name, label) => runTargetOf(runtime, name, label),
   });
+  const sharing = credentialsSeenAndShared(board, metrics, logger, () => runtime, store, options);
   metrics.watchLedger(() => usageStore.damaged === undefined);
   const pages = usageStore instanceof MemoryUsageStore ? null : pageThread(pageSource(config, units));
 
@@ -128,6 +131,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     complete: createCompletion(logger, metrics, () => credentialParams(runtime), ledger),
     admit,
     ledger,
+    credentials: board,
     keyStatus: (principal, now) => keyStatus(statusSources, principal, units, now),
   });
 
@@ -148,6 +152,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
       }),
     shutdown: () => {
       draining = true;
+      sharing.stop();
       closing ??= drain({ server, runtime: () => runtime, keys, ledger, leases, spend, settler, lastUse, sweeper, store, logger, served });
       detach(
         closing.then(() => pages?.close()),
@@ -158,15 +163,26 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     reloadKeys: () => keys.reload(),
     reconfigure: (next: Config) => {
       const previous = runtime;
-      runtime = buildRuntime(next);
+      sharing.reloaded();
+      runtime = buildRuntime(next, board);
       applyToServer(server, previous, next, sweeper, logger);
     },
-    readiness: () => withLedger(readinessOf(keys, draining, runtime.config), usageStore),
+    readiness: () => withCredentials(withLedger(readinessOf(keys, draining, runtime.config), usageStore), runtime.config, board),
     keyCount: () => keys.loaded?.size ?? 0,
     // In memory (no ledger file could be opened) the figures are this process's own, and few: built here.
     usagePage: pages === null ? ownUsagePage(usageStore, keys, config, units) : (params) => pages.page(params),
   };
   return gateway;
+}
+
+/** Last-use times, kept in memory and written to the store every 10 s (or `lastUseFlushMs`). */
+function lastUseWriter(store: KeyStore, options: GatewayOptions, logger: Logger, metrics: Metrics): LastUse {
+  return new LastUse(
+    store,
+    options.lastUseFlushMs ?? 10_000,
+    (err) => logger.warn({ err }, 'last-use times not written'),
+    (seconds) => metrics.task('last_use_write', seconds),
+  );
 }
 
 /** The HTTP or HTTPS server, its events handed to the pipeline. */
@@ -181,11 +197,68 @@ function createServer(config: Config, pipeline: Pipeline, logger: Logger): http.
   return server;
 }
 
-/** A scraper run is asked about where the configuration in force points its route, with its credential. */
-function runTargetOf(runtime: Runtime, name: string): RunTarget | null {
+/** A scraper run is asked about where the configuration in force points its route, with the credential that started it. */
+function runTargetOf(runtime: Runtime, name: string, label: number): RunTarget | null {
   const route = runtime.config.routes.find((r) => r.name === name);
-  const target = runtime.targets.get(name);
-  return route === undefined || target === undefined ? null : { target: route.target, credential: target.credential, upstreamCa: runtime.config.upstreamCa };
+  const credential = route?.credentials.find((c) => c.label === label);
+  return route === undefined || credential === undefined
+    ? null
+    : { target: route.target, credential: credential.header, upstreamCa: runtime.config.upstreamCa };
+}
+
+/** Routes with several credentials: how many are available, and which have none (docs/credentials.md, "Seen"). */
+function withCredentials(r: Readiness, config: Config, board: CredentialBoard): Readiness {
+  const several = config.routes.filter((route) => route.credentials.length > 1);
+  if (several.length === 0) return r;
+  const now = Date.now();
+  const credentials: Record<string, { available: number; total: number }> = {};
+  for (const route of several) credentials[route.name] = { available: board.availableCount(route, now), total: route.credentials.length };
+  const exhausted = several.filter((route) => credentials[route.name]?.available === 0).map((route) => route.name);
+  return { ...r, credentials, ...(exhausted.length > 0 ? { credentialsExhausted: exhausted } : {}) };
+}
+
+/**
+ * Credentials set aside, seen (metrics, the log) and shared (workers, a
+ * fleet); `reloaded` brings back those refused with 401, here and from peers
+ * that saw them before (credential-share.ts).
+ */
+function credentialsSeenAndShared(
+  board: CredentialBoard,
+  metrics: Metrics,
+  logger: Logger,
+  runtime: () => Runtime,
+  store: KeyStore,
+  options: GatewayOptions,
+): { stop(): void; reloaded(): void } {
+  let reloadedAt = Date.now();
+  const since = (): number => reloadedAt;
+  if (options.worker !== undefined) shareWithPrimary(board, since);
+  const stop =
+    store.database === undefined
+      ? () => undefined
+      : shareInFleet(board, store.database, since, (err) =>
+          logger.warn({ err }, 'credentials set aside could not be shared through the database; applied here'),
+        );
+  metrics.watchCredentials((route) => {
+    const r = runtime().config.routes.find((x) => x.name === route);
+    return r === undefined || r.credentials.length === 0 ? null : { available: board.availableCount(r, Date.now()), total: r.credentials.length };
+  });
+  board.onAside((a, shared) => {
+    if (shared) return;
+    metrics.credentialSetAside(a.route, a.label, a.status);
+    const fields = { route: a.route, credential: a.label, status: a.status, until: a.until === Infinity ? null : new Date(a.until).toISOString() };
+    // A 401 means the account's secret is wrong or revoked: someone must act.
+    if (a.status === 401) logger.error(fields, 'upstream refused a credential (401); set aside until the configuration is reloaded');
+    else logger.warn(fields, 'upstream credential set aside');
+  });
+  board.onRetry((route, status) => metrics.credentialRetry(route.index, status));
+  return {
+    stop,
+    reloaded: () => {
+      reloadedAt = Date.now();
+      board.reloaded();
+    },
+  };
 }
 
 /** The query parameters that carry a credential on some route (never logged). */

@@ -42,7 +42,7 @@ export interface UsageOptions {
   /** Every key id in the loaded set (spooled usage of another key is set aside); null: not known. */
   readonly keyIds?: () => ReadonlySet<string> | null;
   /** Where a route's upstream is now, to ask it about a scraper run (runs.ts); absent: runs are not settled here. */
-  readonly runTarget?: (route: string) => RunTarget | null;
+  readonly runTarget?: (route: string, credential: number) => RunTarget | null;
   /** The settler's pace (runs.ts SETTLE): tests shorten it. */
   readonly settle?: Pick<SettlerOptions, 'everyMs' | 'backoff' | 'giveUpMs'>;
   /** A key's record by id (a settled run's alerts); null when not in the set. */

@@ -20,6 +20,7 @@ import { remoteAdmit, remoteStatus, serveAdmissions, type Admit } from '../limit
 import type { LimitState, Limiter } from '../limits/limiter.ts';
 import type { Principal } from '../keys/keyset.ts';
 import type { Policy } from '../limits/policy.ts';
+import { relayAmongWorkers } from './credential-share.ts';
 
 /** In a worker: admission for keys with limits, asked of the primary. */
 export function primaryAdmit(): Admit {
@@ -90,6 +91,26 @@ export function answerReadiness(readiness: () => Readiness): void {
   });
 }
 
+/** The machine's readiness from its workers' answers: ready when all `count` are. */
+function machineReadiness(answers: readonly Readiness[], count: number, stopping: boolean): Readiness {
+  const notReady = answers.find((a) => !a.ready);
+  const keys = answers.length > 0 ? Math.min(...answers.map((a) => a.keys ?? 0)) : null;
+  if (stopping) return { ready: false, draining: true, keys, reason: 'draining' };
+  if (answers.length < count) return { ready: false, draining: false, keys, reason: `${answers.length} of ${count} workers ready` };
+  if (notReady !== undefined) return notReady;
+  const unsupported = Math.max(0, ...answers.map((a) => a.keysUnsupported ?? 0));
+  // Every worker holds the same credentials set aside: the first answer's stand for the machine's.
+  const { credentials, credentialsExhausted } = answers[0] ?? {};
+  return {
+    ready: true,
+    draining: false,
+    keys,
+    ...(unsupported > 0 ? { keysUnsupported: unsupported } : {}),
+    ...(credentials === undefined ? {} : { credentials }),
+    ...(credentialsExhausted === undefined ? {} : { credentialsExhausted }),
+  };
+}
+
 /**
  * Run the primary: fork `count` workers running `args`, relay their logs,
  * pass signals on. `env` is added to each worker's environment.
@@ -102,6 +123,10 @@ export function runPrimary(count: number, args: readonly string[], io: PrimaryIo
   // start took on a busy machine.
   const listened = new WeakSet<Worker>();
   cluster.on('listening', (w) => listened.add(w));
+  // Credentials set aside by one worker, passed to the others (credential-share.ts).
+  const credentials = relayAmongWorkers(() => started.keys());
+  cluster.on('message', (w, m) => credentials.seen(w, m));
+  cluster.on('online', (w) => credentials.joined(w));
   let stopping = false;
   let exitCode = 0;
   let asked = 0;
@@ -124,15 +149,7 @@ export function runPrimary(count: number, args: readonly string[], io: PrimaryIo
       const finish = (): void => {
         cluster.off('message', onMessage);
         clearTimeout(timer);
-        const notReady = answers.find((a) => !a.ready);
-        const keys = answers.length > 0 ? Math.min(...answers.map((a) => a.keys ?? 0)) : null;
-        if (stopping) resolve({ ready: false, draining: true, keys, reason: 'draining' });
-        else if (answers.length < count) resolve({ ready: false, draining: false, keys, reason: `${answers.length} of ${count} workers ready` });
-        else if (notReady !== undefined) resolve(notReady);
-        else {
-          const unsupported = Math.max(0, ...answers.map((a) => a.keysUnsupported ?? 0));
-          resolve({ ready: true, draining: false, keys, ...(unsupported > 0 ? { keysUnsupported: unsupported } : {}) });
-        }
+        resolve(machineReadiness(answers, count, stopping));
       };
       const onMessage = (_w: Worker, m: { type?: string; id?: number; readiness?: Readiness }): void => {
         if (m?.type !== READINESS_RES || m.id !== id || m.readiness === undefined) return;
@@ -166,6 +183,7 @@ export function runPrimary(count: number, args: readonly string[], io: PrimaryIo
     io.signals.on('SIGTERM', stopAll);
     io.signals.on('SIGINT', stopAll);
     io.signals.on('SIGHUP', () => {
+      credentials.reloaded();
       for (const w of started.keys()) w.process.kill('SIGHUP');
     });
   });

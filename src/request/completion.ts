@@ -99,7 +99,7 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
  * booked, never settled, as does a synchronous run's (its answer names no
  * run).
  */
-function runBooking(ex: Exchange, status: number | null): { id: string; path: string } | null {
+function runBooking(ex: Exchange, status: number | null): { id: string; path: string; credential: number } | null {
   const reserved = ex.admission?.reserved ?? 0;
   const run = ex.run;
   // What is booked now is what the limits settle at: a reported cost, though nobody reported it.
@@ -110,5 +110,5 @@ function runBooking(ex: Exchange, status: number | null): { id: string; path: st
     return null;
   }
   ex.cost = reserved;
-  return { id: run.id, path: `${ex.runPath ?? ''}/actor-runs/${run.id}` };
+  return { id: run.id, path: `${ex.runPath ?? ''}/actor-runs/${run.id}`, credential: ex.credential?.label ?? 1 };
 }

@@ -21,6 +21,7 @@ export type ErrorCode =
   | 'headers_too_large'
   | 'upstream_unreachable'
   | 'route_not_configured'
+  | 'upstream_credentials_exhausted'
   | 'shutting_down'
   | 'keystore_unavailable'
   | 'key_unsupported'
@@ -66,6 +67,12 @@ const entries = {
   upstreamUnreachable: { status: 502, code: 'upstream_unreachable', message: 'Upstream unreachable.' },
   upstreamUnscannable: { status: 502, code: 'upstream_unreachable', message: 'The upstream answered in a content coding the gateway cannot inspect.' },
   routeNotConfigured: { status: 503, code: 'route_not_configured', message: 'This route has no upstream credential configured.' },
+  // docs/credentials.md, "None available": every credential of the route is set aside; nothing forwarded, nothing counted.
+  credentialsExhausted: {
+    status: 503,
+    code: 'upstream_credentials_exhausted',
+    message: 'Every upstream credential of this route is set aside for now; nothing was forwarded.',
+  },
   shuttingDown: { status: 503, code: 'shutting_down', message: 'The gateway is shutting down.' },
   keystoreUnavailable: { status: 503, code: 'keystore_unavailable', message: 'No key set is available.' },
   // docs/keys.md, "Versions": a key is never served without the rules it was given.

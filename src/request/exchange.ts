@@ -8,7 +8,7 @@ import type { Principal } from '../keys/keyset.ts';
 import type { AuthFailure } from '../observe/metrics.ts';
 import type { Failure } from './outcome.ts';
 import type { Admission } from '../limits/limiter.ts';
-import type { Route } from './routes.ts';
+import type { Credential, Route } from './routes.ts';
 
 export class Exchange {
   readonly id: string;
@@ -51,6 +51,17 @@ export class Exchange {
   upstreamResponse: IncomingMessage | null = null;
   /** Sent again after a reused upstream connection failed (forward.ts); never twice. */
   retried = false;
+  /** The route's credential the request went out with (docs/credentials.md); null until forwarded. */
+  credential: Credential | null = null;
+  /** Credentials refused on the way, `label:status` each, for the log line; null when the first one answered. */
+  refusedBy: string[] | null = null;
+  /**
+   * The request's body as read so far, kept so that it can be sent again on
+   * another credential (a route with several, a body within
+   * KEYWARD_REPLAY_MAX_BODY); null when it cannot be.
+   */
+  replay: Buffer[] | null = null;
+  replayBytes = 0;
   /** The key's admission under its limits, released when the response closes; null without limits. */
   admission: Admission | null = null;
   /** What the upstream reported the call cost, in the route's unit (0: nothing reported). */

@@ -27,6 +27,8 @@ import { freeSockets, upstreamAgent } from './agent.ts';
 import type { Duplex } from 'node:stream';
 import { ProxyServer } from 'http-proxy-3';
 import { maskHeaders, type SecretForm, type Secrets } from './egress.ts';
+import { asideUntil, isAsideStatus, type CredentialBoard, type CredentialSettings } from './credentials.ts';
+import { Readable } from 'node:stream';
 import { ERRORS, UPSTREAM_ANSWERS, upstreamReason, type UpstreamReason } from './errors.ts';
 import { exchangeOf, type Exchange, type GatewayRequest } from './exchange.ts';
 import { downstreamResponseHeaders } from './headers.ts';
@@ -39,7 +41,7 @@ import { answer } from './reply.ts';
 import type { Route } from './routes.ts';
 import type { Expiry } from './timers.ts';
 
-export interface ForwardOptions extends DecodeLimits {
+export interface ForwardOptions extends DecodeLimits, CredentialSettings {
   readonly connectTimeoutMs: number;
   /** Extra PEM CAs for upstream TLS, added to the system's roots. */
   readonly upstreamCa: string | null;
@@ -176,9 +178,18 @@ function upstreamFailed(ex: Exchange, res: ServerResponse, reason: UpstreamReaso
 /** Statuses and methods whose response has no body (RFC 9110 §6.4.1): stray bytes after the head are not theirs. */
 const bodiless = (status: number, method: string | undefined): boolean => status === 204 || status === 304 || method === 'HEAD';
 
-function onProxyRes(proxyRes: http.IncomingMessage, req: http.IncomingMessage, res: ServerResponse, secrets: Secrets, limits: DecodeLimits): void {
+/** `refused`: true when the answer refused its credential and the request went again on another (credentials.ts); this answer is then not the client's. */
+function onProxyRes(
+  proxyRes: http.IncomingMessage,
+  req: http.IncomingMessage,
+  res: ServerResponse,
+  secrets: Secrets,
+  limits: DecodeLimits,
+  refused: (ex: Exchange, proxyRes: http.IncomingMessage) => boolean,
+): void {
   const ex = exchangeOf(req);
   ex.ttfbMs = performance.now() - ex.forwardStart;
+  if (isAsideStatus(proxyRes.statusCode) && refused(ex, proxyRes)) return;
   if (ex.afterRun !== null) return readForRun(ex, proxyRes);
   if (ex.settled || ex.closed || res.headersSent) {
     proxyRes.destroy();
@@ -354,8 +365,17 @@ export class Forwarder {
   readonly #agent: http.Agent;
   readonly #onError: (err: ErrorWithCode, req: http.IncomingMessage, res: ServerResponse | Socket) => void;
 
-  /** `secrets`: the configuration's upstream secrets, with their scan tables (built once per configuration, shared by its forwarders). */
-  constructor(route: Route, options: ForwardOptions, secrets: Secrets) {
+  readonly #board: CredentialBoard;
+  readonly #settings: CredentialSettings;
+
+  /**
+   * `secrets`: the configuration's upstream secrets, with their scan tables
+   * (built once per configuration, shared by its forwarders); `board`: the
+   * gateway's credentials set aside.
+   */
+  constructor(route: Route, options: ForwardOptions, secrets: Secrets, board: CredentialBoard) {
+    this.#board = board;
+    this.#settings = options;
     this.#agent = upstreamAgent(route.target, options);
     this.#proxy = new ProxyServer({
       target: route.target,
@@ -377,7 +397,8 @@ export class Forwarder {
     const internals = this.#proxy as unknown as { webPasses: Array<{ name: string }> };
     internals.webPasses = internals.webPasses.filter((pass) => pass.name !== 'deleteLength');
     this.#proxy.on('proxyReq', onProxyReq);
-    this.#proxy.on('proxyRes', (proxyRes, req, res) => onProxyRes(proxyRes, req, res, secrets, options));
+    const refused = (ex: Exchange, proxyRes: http.IncomingMessage): boolean => this.#refused(ex, proxyRes);
+    this.#proxy.on('proxyRes', (proxyRes, req, res) => onProxyRes(proxyRes, req, res, secrets, options, refused));
     const retry = (ex: Exchange): void => {
       // The other idle connections are at least as old: drop them too, so the retry opens a fresh one.
       this.#dropIdle();
@@ -395,6 +416,46 @@ export class Forwarder {
   forward(req: GatewayRequest, res: ServerResponse, ex: Exchange): void {
     ex.forwardStart = performance.now();
     this.#proxy.web(req, res, this.#onError);
+  }
+
+  /**
+   * An answer of 401, 402 or 429 on a route with several credentials
+   * (docs/credentials.md): the credential is set aside, decided on the status
+   * line before any byte of this answer reaches the client; then, when the
+   * request can be sent again whole and another credential is available, it
+   * goes again byte for byte on that one, and this answer is read away (its
+   * connection stays pooled). The client's deadlines run on: `answerSince`
+   * is kept, so the answer timeout spans every try.
+   */
+  #refused(ex: Exchange, proxyRes: http.IncomingMessage): boolean {
+    const route = ex.route;
+    const used = ex.credential;
+    const status = proxyRes.statusCode;
+    if (route === null || used === null || route.credentials.length < 2 || !isAsideStatus(status)) return false;
+    const now = Date.now();
+    this.#board.setAside({ route: route.name, label: used.label, status, until: asideUntil(status, proxyRes.headers['retry-after'], now, this.#settings) });
+    const refusedBy = (ex.refusedBy ??= []);
+    refusedBy.push(`${used.label}:${status}`);
+    // A body not read in full (or past the replay limit) cannot be sent again; nor a request nobody waits for.
+    if (ex.replay === null || !ex.req.complete || ex.afterRun !== null || ex.settled || ex.closed) return false;
+    const tried = new Set(refusedBy.map((t) => Number(t.slice(0, t.indexOf(':')))));
+    const next = this.#board.choose(route, this.#settings.credentialOrder, tried, now);
+    if (next === null) return false;
+    this.#board.retried(route, status);
+    proxyRes.resume();
+    this.#board.give(route, used);
+    this.#board.take(route, next);
+    ex.credential = next;
+    ex.req.headers[next.header[0]] = next.header[1];
+    ex.ttfbMs = -1;
+    // The refused exchange is over: a late failure of its connection is not this request's.
+    const old = ex.proxyReq;
+    old?.removeAllListeners('error');
+    old?.on('error', ignore);
+    ex.proxyReq = null;
+    const body = ex.replay.length === 0 ? {} : { buffer: Readable.from(ex.replay, { objectMode: false }) };
+    this.#proxy.web(ex.req, ex.response, body, this.#onError);
+    return true;
   }
 
   #dropIdle(): void {

@@ -19,7 +19,7 @@ import { isWellFormed, redactTokens, tokenDigestBytes, TokenMemo } from '../keys
 import { neverConnected } from './outcome.ts';
 import type { AuthFailure, Metrics } from '../observe/metrics.ts';
 import { askedRunCap, dropParams, withRunCap } from './query.ts';
-import { matchRoute, type Route, type RouteTable } from './routes.ts';
+import { matchRoute, type Credential, type Route, type RouteTable } from './routes.ts';
 import type { Generation, Target } from './runtime.ts';
 import type { Sweeper } from './timers.ts';
 import type { Ledger } from '../ledger/ledger.ts';
@@ -28,6 +28,7 @@ import type { Admission, LimitCode, PaidStart, Refused, Undecided } from '../lim
 import { policyFor } from '../limits/policy.ts';
 import { scraperCall, type ScraperCall } from './scraper-calls.ts';
 import { keepReadingForRun } from './forward.ts';
+import type { CredentialBoard } from './credentials.ts';
 import { detach, neverRejects } from '../lib/detach.ts';
 
 const LIMIT_ERRORS: Readonly<Record<LimitCode, GatewayError>> = {
@@ -52,6 +53,8 @@ export interface PipelineDeps {
   /** Admission against a key's limits: in this process, or asked of the primary (workers). */
   readonly admit: Admit;
   readonly ledger: Ledger;
+  /** The routes' credentials set aside (docs/credentials.md). */
+  readonly credentials: CredentialBoard;
   /** GET /keyward/key's body for this key (views/key-status.ts): at once, or once the primary or the store answered. */
   keyStatus(principal: Principal, now: number): unknown;
 }
@@ -183,11 +186,13 @@ class RequestPipeline implements Pipeline {
   /** Shared by every request (a listener per request, not a closure per request). */
   readonly #onResponseClose: (this: ServerResponse) => void;
   readonly #countChunk: (this: GatewayRequest, chunk: Buffer) => void;
+  readonly #keepForReplay: (this: GatewayRequest, chunk: Buffer) => void;
 
   constructor(deps: PipelineDeps) {
     this.#deps = deps;
     this.#onResponseClose = responseClosed(deps);
     this.#countChunk = chunkCounter(deps);
+    this.#keepForReplay = replayKeeper(deps);
   }
 
   handle(req: GatewayRequest, res: ServerResponse, expect: Expect): void {
@@ -217,6 +222,9 @@ class RequestPipeline implements Pipeline {
       if (step.error === ERRORS.forbidden && step.route !== null) this.#deps.metrics.limited(step.route.index, 'scope');
       return this.#refuse(ex, req, res, step.error);
     }
+    // Before the key's limits: a request no credential can carry consumes nothing.
+    if (step.route.credentials.length > 1 && this.#deps.credentials.availableCount(step.route, Date.now()) === 0)
+      return this.#exhausted(ex, req, res, step.route);
     this.#admit({ ex, req, res, expect, principal, route: step.route, target: step.target, path: step.path, forwardQuery: step.forwardQuery, call: step.call });
   }
 
@@ -290,13 +298,24 @@ class RequestPipeline implements Pipeline {
 
   /** Rewrite and forward. */
   #forward({ ex, req, res, expect, route, target, path, forwardQuery, call }: Admitted): void {
+    const rt = this.#deps.runtime();
+    let credential = route.credentials[0] as Credential;
+    if (route.credentials.length > 1) {
+      // Chosen after admission (a worker may have waited for its primary meanwhile).
+      const chosen = this.#deps.credentials.choose(route, rt.config.credentialOrder, null, Date.now());
+      if (chosen === null) return this.#exhausted(ex, req, res, route);
+      this.#deps.credentials.take(route, chosen);
+      credential = chosen;
+      ex.replay = replayable(req, rt.config.replayMaxBodyBytes) ? [] : null;
+    }
+    ex.credential = credential;
     // A scraper run-start: its run is settled later, and a key with a budget here has the run capped at what its admission reserved.
     if (call !== null) forwardQuery = paidStart(ex, route, call, forwardQuery);
     const suffix = forwardQuery === '' ? path : `${path}?${forwardQuery}`;
     ex.logPath = redactTokens(route.prefix + suffix.slice(1));
     req.url = route.basePath + suffix;
     // http-proxy-3 copies req.headers into the upstream request, whatever their declared type.
-    req.headers = upstreamRequestHeaders(req.headers, route, target.credential) as typeof req.headers;
+    req.headers = upstreamRequestHeaders(req.headers, route, credential.header) as typeof req.headers;
     if (expect === 'continue') res.writeContinue();
     this.#deps.metrics.inFlight(route.index, 1);
     this.#deps.sweeper.track(ex);
@@ -305,6 +324,14 @@ class RequestPipeline implements Pipeline {
       ex.bytesIn = 0;
       req.on('data', this.#countChunk);
     }
+    if (ex.replay !== null && hasBody(req)) req.on('data', this.#keepForReplay);
+  }
+
+  /** 503: every credential of the route is set aside (docs/credentials.md, "None available"). */
+  #exhausted(ex: Exchange, req: GatewayRequest, res: ServerResponse, route: Route): void {
+    this.#deps.metrics.credentialsExhausted(route.index);
+    const wait = this.#deps.credentials.retryAfter(route, Date.now());
+    answer(ex, res, ERRORS.credentialsExhausted, hasBody(req) || this.#deps.draining(), wait === null ? null : { 'retry-after': wait });
   }
 
   /**
@@ -355,9 +382,10 @@ class RequestPipeline implements Pipeline {
 }
 
 /** The response's `close`: the exchange ends (completion, the admission's slot back, an unfinished upload's upstream request ended). */
-function responseClosed({ sweeper, complete }: PipelineDeps): (this: ServerResponse) => void {
+function responseClosed({ sweeper, complete, credentials }: PipelineDeps): (this: ServerResponse) => void {
   const end = (ex: Exchange, status: number | null, aborted: boolean): void => {
     if (ex.forwardStart > 0) sweeper.untrack(ex);
+    if (ex.route !== null && ex.credential !== null && ex.route.credentials.length > 1) credentials.give(ex.route, ex.credential);
     complete(ex, status, aborted);
     // In the same tick as the ledger's count: the slot comes back, and what
     // was reserved becomes what was counted (or comes back, if the request
@@ -379,6 +407,32 @@ function responseClosed({ sweeper, complete }: PipelineDeps): (this: ServerRespo
     // or its socket stays open until the upstream gives up.
     if (!req.complete && ex.proxyReq !== null && !ex.proxyReq.destroyed) ex.proxyReq.destroy();
     end(ex, this.headersSent ? this.statusCode : null, !this.writableFinished);
+  };
+}
+
+/**
+ * Whether a request on a route with several credentials can be sent again
+ * whole: no body, or a declared or chunked one, kept while it stays within
+ * KEYWARD_REPLAY_MAX_BODY (docs/credentials.md, "Retry"). A larger declared
+ * body is never kept.
+ */
+function replayable(req: GatewayRequest, max: number): boolean {
+  const cl = req.headers['content-length'];
+  return cl === undefined || Number(cl) <= max;
+}
+
+/** Keeps a body's chunks as they pass, so it can be sent again byte for byte; gives up past the limit. */
+function replayKeeper(deps: PipelineDeps): (this: GatewayRequest, chunk: Buffer) => void {
+  return function keepForReplay(this: GatewayRequest, chunk: Buffer): void {
+    const ex = exchangeOf(this);
+    if (ex.replay === null) return;
+    ex.replayBytes += chunk.length;
+    if (ex.replayBytes > deps.runtime().config.replayMaxBodyBytes) {
+      ex.replay = null;
+      this.removeListener('data', keepForReplay);
+      return;
+    }
+    ex.replay.push(chunk);
   };
 }
 

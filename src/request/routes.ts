@@ -159,6 +159,19 @@ export function providerEnv(spec: UpstreamSpec, url: string, secrets: readonly s
   return env;
 }
 
+/**
+ * One of a route's credentials (docs/credentials.md): its label is its
+ * number, never anything derived from the secret; logs, metrics and the
+ * ledger name it by that.
+ */
+export interface Credential {
+  readonly label: number;
+  /** The header the upstream authenticates with. */
+  readonly header: readonly [name: string, value: string];
+  /** Its secrets' forms, for the egress filter. */
+  readonly forms: ReadonlyArray<{ readonly form: string; readonly value: string }>;
+}
+
 /** A route as the request path uses it: the spec resolved against the configuration. */
 export interface Route {
   readonly name: string;
@@ -170,9 +183,11 @@ export interface Route {
   readonly target: URL;
   /** The base URL's own path without a trailing slash ('' for none): kept as the upstream prefix. */
   readonly basePath: string;
-  /** `null` when a secret is missing: the route answers 503 route_not_configured. */
+  /** Credential 1's header; `null` when a secret is missing: the route answers 503 route_not_configured. */
   readonly credential: readonly [name: string, value: string] | null;
-  /** The forms of this route's secrets the egress filter masks; empty when not configured. */
+  /** Every credential of the route, by label (1, 2, …; docs/credentials.md); empty when not configured. */
+  readonly credentials: readonly Credential[];
+  /** The forms of every credential's secrets the egress filter masks; empty when not configured. */
   readonly secretForms: ReadonlyArray<{ readonly form: string; readonly value: string }>;
   /** Set when KEYWARD_NATIVE_AUTH lists the route: where else the client token may come from. */
   readonly native: NativeCredential | null;

@@ -3,6 +3,7 @@
 // once from a frozen configuration by process/runtime.ts and swapped whole
 // on reload; a request keeps the one it started under.
 import type { Forwarder } from './forward.ts';
+import type { CredentialSettings } from './credentials.ts';
 import type { RouteTable } from './routes.ts';
 
 export interface Generation {
@@ -10,11 +11,10 @@ export interface Generation {
   /** Each configured route's credential and forwarder; a route without its secrets has none. */
   readonly targets: ReadonlyMap<string, Target>;
   /** The settings the pipeline itself reads. */
-  readonly config: { readonly maxBodyBytes: number };
+  readonly config: { readonly maxBodyBytes: number; readonly replayMaxBodyBytes: number } & CredentialSettings;
 }
 
-/** Where an admitted request goes: the credential the route injects, and its forwarder. */
+/** Where an admitted request goes: its forwarder (the credential is chosen per request, credentials.ts). */
 export interface Target {
-  readonly credential: readonly [name: string, value: string];
   readonly forwarder: Forwarder;
 }

@@ -24,6 +24,7 @@ import { createLogger } from '../../src/observe/log.ts';
 import { Metrics } from '../../src/observe/metrics.ts';
 import { createPipeline } from '../../src/request/pipeline.ts';
 import { ERRORS } from '../../src/request/errors.ts';
+import { CredentialBoard } from '../../src/request/credentials.ts';
 import { buildRuntime } from '../../src/process/runtime.ts';
 import { Sweeper } from '../../src/request/timers.ts';
 import { Ledger } from '../../src/ledger/ledger.ts';
@@ -51,13 +52,15 @@ test('a key set that vanishes after its first read in a request neither crashes 
     const metrics = new Metrics({ routes: config.routes.map((r) => r.name) });
     const logger = createLogger('silent', new Writable({ write: (_c, _e, cb) => cb() })).logger;
     const ledger = new Ledger(new MemoryUsageStore(), () => undefined);
-    const runtime = buildRuntime(config);
+    const board = new CredentialBoard();
+    const runtime = buildRuntime(config, board);
     // Present at the first read of each request, gone at any later one (the staleness limit ran out in between).
     let perRequest = 0;
     const twice = createPipeline({
       runtime: () => runtime,
       keys: () => (++perRequest % 2 === 1 ? set : null),
       draining: () => false,
+      credentials: board,
       ledgerDamaged: () => false,
       sweeper: new Sweeper(() => config, expire),
       metrics,

@@ -6,6 +6,7 @@ import { test } from 'node:test';
 import { loadConfig } from '../../src/config/load.ts';
 import { KeySet, type KeyRecord } from '../../src/keys/keyset.ts';
 import { generateToken, tokenDigest, tokenDigestBytes, TokenMemo } from '../../src/keys/token.ts';
+import { CredentialBoard } from '../../src/request/credentials.ts';
 import { buildRuntime } from '../../src/process/runtime.ts';
 import { ERRORS } from '../../src/request/errors.ts';
 import { authenticate, routeOf } from '../../src/request/pipeline.ts';
@@ -17,7 +18,7 @@ const config = loadConfig(
   '/',
   UPSTREAMS,
 );
-const rt = buildRuntime(config);
+const rt = buildRuntime(config, new CredentialBoard());
 const token = generateToken();
 const revokedToken = generateToken();
 const key: KeyRecord = {
@@ -81,7 +82,7 @@ test('routeOf: a route, the query without the client credential, and the target 
   assert.equal(step.route.name, 'scraper');
   assert.equal(step.path, '/v2/acts/a/runs');
   assert.equal(step.forwardQuery, 'limit=2');
-  assert.equal(step.target.credential[1], 'Bearer scraper-secret');
+  assert.equal(step.route.credentials[0]?.header[1], 'Bearer scraper-secret');
 });
 
 test('routeOf: each refusal in the order the pipeline meets them, with the route when one matched', () => {
