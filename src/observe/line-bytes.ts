@@ -24,6 +24,10 @@ export interface RequestFields {
   readonly error: string | null;
   /** Why a token was refused (401): missing, malformed, unknown, revoked or expired; null otherwise. */
   readonly authFailure: string | null;
+  /** On a route with several credentials: the number of the one that answered (docs/credentials.md); null otherwise. */
+  readonly credential: number | null;
+  /** The credentials refused before it, `number:status` joined by commas (`1:429,2:402`); null when none was. */
+  readonly refusedBy: string | null;
   readonly aborted: boolean;
 }
 
@@ -47,14 +51,35 @@ const DURATION = ascii(',"durationMs":');
 const TTFB = ascii(',"ttfbMs":');
 const ERROR = ascii(',"error":');
 const AUTH_FAILURE = ascii(',"authFailure":');
+const CREDENTIAL = ascii(',"credential":');
+const REFUSED_BY = ascii(',"refusedBy":');
 const ABORTED = ascii(',"aborted":');
-const KEYS = [REQ_ID, TRACE_ID, CLIENT, KEY_ID, KEY_NAME, ROUTE, METHOD, PATH, STATUS, BYTES_IN, BYTES_OUT, DURATION, TTFB, ERROR, AUTH_FAILURE, ABORTED];
+const KEYS = [
+  REQ_ID,
+  TRACE_ID,
+  CLIENT,
+  KEY_ID,
+  KEY_NAME,
+  ROUTE,
+  METHOD,
+  PATH,
+  STATUS,
+  BYTES_IN,
+  BYTES_OUT,
+  DURATION,
+  TTFB,
+  ERROR,
+  AUTH_FAILURE,
+  CREDENTIAL,
+  REFUSED_BY,
+  ABORTED,
+];
 const NULL = ascii('null');
 const TRUE = ascii('true');
 const FALSE = ascii('false');
 const END = ascii(',"msg":"request completed"}\n');
-/** Every constant byte of a line, and room for its five numbers and its time. */
-const FIXED = LEVEL_OPEN.length + KEYS.reduce((n, k) => n + k.length, 0) + FALSE.length + END.length + 6 * 24 + TIME.length;
+/** Every constant byte of a line, and room for its six numbers and its time. */
+const FIXED = LEVEL_OPEN.length + KEYS.reduce((n, k) => n + k.length, 0) + FALSE.length + END.length + 7 * 24 + TIME.length;
 
 /**
  * The most bytes the line for these fields can take: six bytes for each
@@ -65,7 +90,7 @@ const FIXED = LEVEL_OPEN.length + KEYS.reduce((n, k) => n + k.length, 0) + FALSE
 export function lineBound(time: string | null, bindings: string, f: RequestFields): number {
   let text = f.reqId.length + f.method.length + f.path.length + (f.traceId?.length ?? 4);
   text += (f.client?.length ?? 4) + (f.keyId?.length ?? 4) + (f.keyName?.length ?? 4) + (f.route?.length ?? 4);
-  text += (f.error?.length ?? 4) + (f.authFailure?.length ?? 4);
+  text += (f.error?.length ?? 4) + (f.authFailure?.length ?? 4) + (f.refusedBy?.length ?? 4);
   return FIXED + 6 * text + 3 * (bindings.length + (time?.length ?? 0)) + 2 * 8;
 }
 
@@ -99,6 +124,8 @@ export function writeLine(buf: Buffer, at: number, level: number, time: string |
   at = num(buf, put(buf, at, TTFB), f.ttfbMs);
   at = text(buf, put(buf, at, ERROR), f.error);
   at = text(buf, put(buf, at, AUTH_FAILURE), f.authFailure);
+  at = num(buf, put(buf, at, CREDENTIAL), f.credential);
+  at = text(buf, put(buf, at, REFUSED_BY), f.refusedBy);
   at = put(buf, put(buf, at, ABORTED), f.aborted ? TRUE : FALSE);
   return put(buf, at, END);
 }

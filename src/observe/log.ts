@@ -204,5 +204,5 @@ export function requestLogger(logger: Logger): (level: RequestLevel, f: RequestF
 
 /** The request line as pino would write it: level, time, the logger's bindings, the fields, msg. */
 export function templateLine(level: number, time: string, bindings: string, f: RequestFields): string {
-  return `{"level":${level}${time}${bindings},"reqId":${str(f.reqId)},"traceId":${str(f.traceId)},"client":${str(f.client)},"keyId":${str(f.keyId)},"keyName":${str(f.keyName)},"route":${str(f.route)},"method":${str(f.method)},"path":${str(f.path)},"status":${f.status},"bytesIn":${f.bytesIn},"bytesOut":${f.bytesOut},"durationMs":${f.durationMs},"ttfbMs":${f.ttfbMs},"error":${str(f.error)},"authFailure":${str(f.authFailure)},"aborted":${f.aborted},"msg":"request completed"}\n`;
+  return `{"level":${level}${time}${bindings},"reqId":${str(f.reqId)},"traceId":${str(f.traceId)},"client":${str(f.client)},"keyId":${str(f.keyId)},"keyName":${str(f.keyName)},"route":${str(f.route)},"method":${str(f.method)},"path":${str(f.path)},"status":${f.status},"bytesIn":${f.bytesIn},"bytesOut":${f.bytesOut},"durationMs":${f.durationMs},"ttfbMs":${f.ttfbMs},"error":${str(f.error)},"authFailure":${str(f.authFailure)},"credential":${f.credential},"refusedBy":${str(f.refusedBy)},"aborted":${f.aborted},"msg":"request completed"}\n`;
 }

@@ -57,6 +57,9 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
       durationMs: Math.round(durationMs * 1000) / 1000,
       ttfbMs: ex.ttfbMs >= 0 ? Math.round(ex.ttfbMs * 1000) / 1000 : null,
       error: failureLabel(ex.failure),
+      // On a route with several: the credential that answered (its number), and those refused before it.
+      credential: ex.route !== null && ex.route.credentials.length > 1 ? (ex.credential?.label ?? null) : null,
+      refusedBy: ex.refusedBy === null ? null : ex.refusedBy.join(','),
       authFailure: ex.authFailure,
       aborted,
     };

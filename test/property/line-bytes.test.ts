@@ -38,6 +38,8 @@ const fields: fc.Arbitrary<RequestFields> = fc.record({
   ttfbMs: maybe(ms),
   error: maybe(text),
   authFailure: maybe(text),
+  credential: maybe(fc.integer({ min: 1, max: 32 })),
+  refusedBy: maybe(text),
   aborted: fc.boolean(),
 });
 const bindings = fc.constantFrom(',"service":"keyward","pid":4242', '', ',"service":"kéyward","pid":1');
@@ -76,6 +78,8 @@ test('with no time piece the line carries the epoch time in ms, written as digit
     ttfbMs: 0.5,
     error: null,
     authFailure: null,
+    credential: null,
+    refusedBy: null,
     aborted: false,
   };
   const before = Date.now();
@@ -93,7 +97,7 @@ test('a line too long for the batch buffer is written whole, as a string, after 
     import { createLogger, requestLogger } from ${JSON.stringify(new URL('../../src/observe/log.ts', import.meta.url).href)};
     const log = createLogger('info');
     const line = requestLogger(log.logger);
-    const f = { reqId: 'a', traceId: null, client: null, keyId: null, keyName: null, route: null, method: 'GET', path: '/', status: 200, bytesIn: 0, bytesOut: 0, durationMs: 1, ttfbMs: null, error: null, authFailure: null, aborted: false };
+    const f = { reqId: 'a', traceId: null, client: null, keyId: null, keyName: null, route: null, method: 'GET', path: '/', status: 200, bytesIn: 0, bytesOut: 0, durationMs: 1, ttfbMs: null, error: null, authFailure: null, credential: null, refusedBy: null, aborted: false };
     line('info', f);
     line('warn', { ...f, reqId: 'b', keyName: 'x'.repeat(20000) });
     line('error', { ...f, reqId: 'c', path: '/\\u00e9' });

@@ -36,6 +36,8 @@ const fields: fc.Arbitrary<RequestFields> = fc.record({
   ttfbMs: maybe(fc.double({ min: 0, max: 1e7, noNaN: true })),
   error: maybe(text),
   authFailure: maybe(text),
+  credential: maybe(fc.integer({ min: 1, max: 32 })),
+  refusedBy: maybe(text),
   aborted: fc.boolean(),
 });
 
@@ -78,6 +80,8 @@ test('the template follows the logger level, also when it changes', () => {
     ttfbMs: null,
     error: null,
     authFailure: null,
+    credential: null,
+    refusedBy: null,
     aborted: false,
   };
   line('info', f);
