@@ -63,13 +63,15 @@ The options most set (keyward help config lists every one, with its default):
 Starts stand-ins for the three upstreams, the gateway and a demo key, and
 prints curl commands that work as printed. Ctrl-C stops it.
 `,
-  usage: `usage: keyward usage [--key ID|NAME] [--route R] [--since 7d|YYYY-MM-DD] [--until 1d|YYYY-MM-DD] [--by day|month] [--json|--csv]
+  usage: `usage: keyward usage [--key ID|NAME] [--route R] [--since 7d|YYYY-MM-DD] [--until 1d|YYYY-MM-DD] [--by day|month|credential] [--json|--csv]
 
 The usage ledger: per key, route and UTC day, the requests forwarded, their
 status classes, the requests refused by the key's limits, body bytes and the
 cost the upstream reported. Default: the last 30 days, as a table, with a
 TOTAL row (its cost summed per unit). --until is the last day included;
 --by month adds up each key's and route's days per calendar month.
+--by credential gives each upstream credential's answers and cost per day
+instead (routes with several credentials), to check each account's bill.
 `,
   'dev-db': `usage: keyward dev-db [--dir DIR] [--port N]
 

@@ -8,7 +8,8 @@ import { readUsageStore } from '../ledger/open.ts';
 import { usagePath } from '../ledger/sqlite-store.ts';
 import { csv, table } from './table.ts';
 import { EXIT_OK, helpTexts, line, parse, readText, UsageError, type Io } from './args.ts';
-import type { UsageRow } from '../ledger/store.ts';
+import type { CredentialRow, UsageRow } from '../ledger/store.ts';
+import { printCredentialRows } from './usage-credentials.ts';
 import { micro } from '../lib/format.ts';
 
 const DAY_MS = 86_400_000;
@@ -93,7 +94,10 @@ export async function usageCommand(args: string[], io: Io, providers: readonly U
     help,
   );
   if (values.json === true && values.csv === true) throw new UsageError('--json and --csv: choose one', help);
-  if (values.by !== undefined && values.by !== 'day' && values.by !== 'month') throw new UsageError('--by must be day or month', help);
+  if (values.by !== undefined && values.by !== 'day' && values.by !== 'month' && values.by !== 'credential')
+    throw new UsageError('--by must be day, month or credential', help);
+  if (values.by === 'credential' && values.key !== undefined)
+    throw new UsageError('--by credential: a credential is an account of the route, shared by every key; leave out --key', help);
   const until = typeof values.until === 'string' ? sinceDay(values.until, Date.now(), help, '--until') : null;
   const route = typeof values.route === 'string' ? values.route : undefined;
   if (route !== undefined && !providers.some((u) => u.name === route)) throw new UsageError(`--route: unknown route ${route}`, help);
@@ -102,6 +106,7 @@ export async function usageCommand(args: string[], io: Io, providers: readonly U
   const keysFile = keysFilePath(env, io.cwd);
   const keys = openKeyStore(storeConfig(env, io.cwd, readText, providers));
   let rows: UsageRow[] = [];
+  let credentialRows: CredentialRow[] = [];
   let pending = pendingOf([]);
   try {
     const records = await keys.load();
@@ -117,8 +122,11 @@ export async function usageCommand(args: string[], io: Io, providers: readonly U
     line(io.stderr, `keyward: usage ledger ${ledger === null ? usagePath(keysFile) : keys.database === undefined ? ledger.location : `in ${ledger.location}`}`);
     if (ledger !== null) {
       try {
-        rows = await ledger.rows(filter);
-        pending = pendingOf((await ledger.runs?.pendingRuns()) ?? []);
+        if (values.by === 'credential') credentialRows = (await ledger.credentialRows?.({ since, ...(route === undefined ? {} : { route }) })) ?? [];
+        else {
+          rows = await ledger.rows(filter);
+          pending = pendingOf((await ledger.runs?.pendingRuns()) ?? []);
+        }
       } finally {
         // The shared ledger's connection is the key store's, closed below.
         await ledger.close();
@@ -127,7 +135,9 @@ export async function usageCommand(args: string[], io: Io, providers: readonly U
     if (until !== null) {
       if (until < since) throw new UsageError(`--until ${until} is before --since ${since}`, help);
       rows = rows.filter((r) => r.day <= until);
+      credentialRows = credentialRows.filter((r) => r.day <= until);
     }
+    if (values.by === 'credential') return printCredentialRows(credentialRows, units, values, { since, until }, io);
     if (values.by === 'month') rows = byMonth(rows);
     return print(rows, names, units, pending, values, { since, until, by: values.by === 'month' ? 'month' : 'day' }, io);
   } finally {

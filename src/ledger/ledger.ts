@@ -12,7 +12,7 @@ import type { PeriodUse } from '../limits/limiter.ts';
 import { readSpool, writeSpool, type Batch, type Known, type SetAside } from './spool.ts';
 import { periodOf, type Period } from '../limits/policy.ts';
 import type { PendingRun } from './runs.ts';
-import type { UsageRow, UsageStore } from './store.ts';
+import type { CredentialRow, UsageRow, UsageStore } from './store.ts';
 import { detach } from '../lib/detach.ts';
 import { asError } from '../lib/error.ts';
 
@@ -112,6 +112,8 @@ export class Ledger implements PeriodUse {
   #pending = new Map<string, UsageRow>();
   /** Scraper runs started since the last flush, by id (a run is one run, however often it is named): written with the rows that booked them. */
   #runs = new Map<string, PendingRun>();
+  /** Each credential's answers since the last flush (routes with several credentials). */
+  #credentialRows = new Map<string, CredentialRow>();
   /** The pending row of each key and route for the current day, found with two lookups and no string. */
   #current = new Map<string, Map<string, UsageRow>>();
   /** This month's totals known here (stored, re-read in a fleet, plus counted since), for quotas and budgets. */
@@ -213,6 +215,27 @@ export class Ledger implements PeriodUse {
       this.#runs.set(run.id, { id: run.id, keyId, route, day: row.day, booked: cost, path: run.path, at: Math.round(now), credential: run.credential ?? 1 });
   }
 
+  /**
+   * One answer of a route's credential (routes with several; docs/credentials.md):
+   * a request refused by it and sent again on another counts once for each.
+   */
+  credentialAnswer(route: string, credential: number, status: number | null, cost: number, now = this.now()): void {
+    const day = periodOf('day', now).key;
+    const k = `${route}\u0000${credential}\u0000${day}`;
+    let row = this.#credentialRows.get(k);
+    if (row === undefined) {
+      row = { route, credential, day, requests: 0, s2xx: 0, s3xx: 0, s4xx: 0, s5xx: 0, other: 0, cost: 0 };
+      this.#credentialRows.set(k, row);
+    }
+    row.requests++;
+    if (status === null || status < 200 || status > 599) row.other++;
+    else if (status < 300) row.s2xx++;
+    else if (status < 400) row.s3xx++;
+    else if (status < 500) row.s4xx++;
+    else row.s5xx++;
+    if (Number.isFinite(cost)) row.cost += cost;
+  }
+
   /** A run was settled: its day's cost moved by `delta` (in the store already), so the period totals move too. */
   adjust(keyId: string, route: string, day: string, delta: number, now = this.now()): void {
     if (!Number.isFinite(delta) || delta === 0 || !day.startsWith(periodOf('month', now).key)) return;
@@ -297,14 +320,14 @@ export class Ledger implements PeriodUse {
   }
 
   #unwritten(): boolean {
-    return this.#queue.length > 0 || this.#pending.size > 0 || this.#runs.size > 0;
+    return this.#queue.length > 0 || this.#pending.size > 0 || this.#runs.size > 0 || this.#credentialRows.size > 0;
   }
 
   /** Keep what is not written yet on disk (a batch in flight too: applied once, whichever copy arrives first). */
   #keep(): void {
     if (this.#spool === null) return;
     const batches = [...this.#queue];
-    if (this.#pending.size > 0) batches.push(this.#batch());
+    if (this.#pending.size > 0 || this.#credentialRows.size > 0) batches.push(this.#batch());
     this.#pending = new Map();
     this.#current.clear();
     this.#queue = batches;
@@ -323,7 +346,7 @@ export class Ledger implements PeriodUse {
   }
 
   async #write(): Promise<void> {
-    if (this.#pending.size > 0) {
+    if (this.#pending.size > 0 || this.#credentialRows.size > 0) {
       this.#queue.push(this.#batch());
       this.#pending = new Map();
       // Rows in the batch are no longer the ones to count into.
@@ -358,9 +381,15 @@ export class Ledger implements PeriodUse {
   #batch(): Batch {
     const runs = [...this.#runs.values()];
     this.#runs.clear();
-    return runs.length === 0
-      ? { gateway: this.#id, seq: ++this.#seq, rows: [...this.#pending.values()] }
-      : { gateway: this.#id, seq: ++this.#seq, rows: [...this.#pending.values()], runs };
+    const credentials = [...this.#credentialRows.values()];
+    this.#credentialRows = new Map();
+    return {
+      gateway: this.#id,
+      seq: ++this.#seq,
+      rows: [...this.#pending.values()],
+      ...(runs.length === 0 ? {} : { runs }),
+      ...(credentials.length === 0 ? {} : { credentials }),
+    };
   }
 
   /** The pending row of a key and route for today. */

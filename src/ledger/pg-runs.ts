@@ -37,6 +37,7 @@ export class PgRunStore implements RunStore {
         await tx`
           insert into keyward_usage (key_id, route, day, cost) values (${run.keyId}, ${run.route}, ${run.day}::date, greatest(0, ${delta}::float8))
           on conflict (key_id, route, day) do update set cost = greatest(0, keyward_usage.cost + ${delta}::float8)`;
+        await tx`update keyward_credential_usage set cost = greatest(0, cost + ${delta}::float8) where route = ${run.route} and credential = ${run.credential ?? 1} and day = ${run.day}::date`;
         await tx`update keyward_allowances set granted = greatest(0, granted + ${delta}::float8) where key_id = ${run.keyId} and kind = ${`budget:${run.route}`} and period in (${day}, ${month})`;
         return true;
       }),

@@ -8,7 +8,7 @@ import { PgLeaseStore } from './pg-leases.ts';
 import { PgRunStore } from './pg-runs.ts';
 import { rowColumns } from './columns.ts';
 import type { PendingRun } from './runs.ts';
-import type { AlertRow, AlertStore, BatchId, DayTotal, FleetView, KeyTotal, ReportQueries, UsageRow, UsageStore } from './store.ts';
+import type { AlertRow, AlertStore, BatchId, CredentialRow, DayTotal, FleetView, KeyTotal, ReportQueries, UsageRow, UsageStore } from './store.ts';
 
 /** A gateway not seen for this long has left the fleet. */
 const ALIVE_S = 10;
@@ -94,7 +94,7 @@ export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQu
   readonly leases: PgLeaseStore;
 
   async add(rows: readonly UsageRow[], batch: BatchId): Promise<void> {
-    if (rows.length === 0) return;
+    if (rows.length === 0 && (batch.credentials ?? []).length === 0) return;
     await this.#pool.migrate();
     const col = <K extends keyof UsageRow>(k: K): Array<UsageRow[K]> => rows.map((r) => r[k]);
     await this.#pool.within((sql) =>
@@ -116,6 +116,19 @@ export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQu
             s5xx = keyward_usage.s5xx + excluded.s5xx, other = keyward_usage.other + excluded.other,
             limited = keyward_usage.limited + excluded.limited, bytes_in = keyward_usage.bytes_in + excluded.bytes_in,
             bytes_out = keyward_usage.bytes_out + excluded.bytes_out, cost = keyward_usage.cost + excluded.cost`;
+        const creds = batch.credentials ?? [];
+        if (creds.length > 0) {
+          const cc = <K extends keyof CredentialRow>(k: K): Array<CredentialRow[K]> => creds.map((r) => r[k]);
+          await tx`
+            insert into keyward_credential_usage (route, credential, day, requests, s2xx, s3xx, s4xx, s5xx, other, cost)
+            select * from unnest(${cc('route')}::text[], ${cc('credential')}::int[], ${cc('day')}::date[], ${cc('requests')}::bigint[],
+              ${cc('s2xx')}::bigint[], ${cc('s3xx')}::bigint[], ${cc('s4xx')}::bigint[], ${cc('s5xx')}::bigint[], ${cc('other')}::bigint[], ${cc('cost')}::float8[])
+            on conflict (route, credential, day) do update set
+              requests = keyward_credential_usage.requests + excluded.requests, s2xx = keyward_credential_usage.s2xx + excluded.s2xx,
+              s3xx = keyward_credential_usage.s3xx + excluded.s3xx, s4xx = keyward_credential_usage.s4xx + excluded.s4xx,
+              s5xx = keyward_credential_usage.s5xx + excluded.s5xx, other = keyward_credential_usage.other + excluded.other,
+              cost = keyward_credential_usage.cost + excluded.cost`;
+        }
         // Pending runs in the same transaction as the rows that booked their start: both or neither.
         const runs = batch.runs ?? [];
         if (runs.length > 0) {
@@ -129,6 +142,18 @@ export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQu
             on conflict (id) do nothing`;
         }
       }),
+    );
+  }
+
+  async credentialRows(filter: { since?: string; route?: string }): Promise<CredentialRow[]> {
+    await this.#pool.migrate();
+    return this.#pool.within(
+      (sql) => sql<CredentialRow[]>`
+        select route, credential, day::text as day, requests::int as requests, s2xx::int as s2xx, s3xx::int as s3xx, s4xx::int as s4xx,
+          s5xx::int as s5xx, other::int as other, cost
+        from keyward_credential_usage
+        where day >= ${filter.since ?? '1970-01-01'}::date and (${filter.route ?? null}::text is null or route = ${filter.route ?? null})
+        order by day, route, credential`,
     );
   }
 

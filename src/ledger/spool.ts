@@ -25,7 +25,7 @@ const COUNTS = ['requests', 's2xx', 's3xx', 's4xx', 's5xx', 'other', 'limited', 
 const MOST_COST = 1e12;
 
 /** Whether `route`/`keyId` are ones this gateway knows (its routes, its keys): a reason, or null. */
-export type Known = (keyId: string, route: string) => string | null;
+export type Known = (keyId: string | null, route: string) => string | null;
 
 /**
  * Why a spooled row cannot be written, or null: the same rules as the
@@ -57,6 +57,13 @@ function batchProblem(b: unknown, known: Known): string | null {
     const p = rowProblem(r, known);
     if (p !== null) return p;
   }
+  if (o.credentials !== undefined) {
+    if (!Array.isArray(o.credentials)) return 'credentials is not a list';
+    for (const r of o.credentials) {
+      const p = credentialProblem(r, known);
+      if (p !== null) return p;
+    }
+  }
   if (o.runs !== undefined) {
     if (!Array.isArray(o.runs)) return 'runs is not a list';
     for (const r of o.runs) {
@@ -65,6 +72,16 @@ function batchProblem(b: unknown, known: Known): string | null {
     }
   }
   return null;
+}
+
+/** Why a spooled credential row cannot be written, or null: the row rules (no key of its own) and a credential number from 1 to 32. */
+function credentialProblem(r: unknown, known: Known): string | null {
+  if (typeof r !== 'object' || r === null) return 'not a credential row';
+  const o = r as Record<string, unknown>;
+  if (!Number.isSafeInteger(o.credential) || (o.credential as number) < 1 || (o.credential as number) > 32)
+    return `credential ${JSON.stringify(o.credential)} is not a number from 1 to 32`;
+  const asRow = { ...o, keyId: '', limited: 0, bytesIn: 0, bytesOut: 0 };
+  return rowProblem(asRow, (_key, route) => known(null, route));
 }
 
 /** Why a spooled pending run cannot be recorded, or null: the row rules for its day, key and route, a run id, what was booked, the path asked. */

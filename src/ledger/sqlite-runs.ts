@@ -56,6 +56,10 @@ export class SqliteRunStore implements RunStore {
             'insert into usage (key_id, route, day, cost) values (?, ?, ?, max(0, ?)) on conflict (key_id, route, day) do update set cost = max(0, cost + ?)',
           )
           .run(run.keyId, run.route, run.day, delta, delta);
+        // The account that ran it (routes with several credentials keep its figures; docs/credentials.md).
+        this.#db
+          .prepare('update credential_usage set cost = max(0, cost + ?) where route = ? and credential = ? and day = ?')
+          .run(delta, run.route, run.credential ?? 1, run.day);
         const [day, month] = periodsOf(run.day);
         this.#db
           .prepare('update allowances set granted = max(0, granted + ?) where key_id = ? and kind = ? and period in (?, ?)')

@@ -10,7 +10,7 @@ import type { LeaseStore } from '../limits/leases.ts';
 import { LEASE_SCHEMA, SqliteLeaseStore } from './sqlite-leases.ts';
 import type { RunStore } from './runs.ts';
 import { addRunCredential, RUN_INSERT, RUN_SCHEMA, SqliteRunStore } from './sqlite-runs.ts';
-import type { AlertRow, AlertStore, BatchId, DayTotal, KeyTotal, ReportQueries, UsageRow, UsageStore } from './store.ts';
+import type { AlertRow, AlertStore, BatchId, CredentialRow, DayTotal, KeyTotal, ReportQueries, UsageRow, UsageStore } from './store.ts';
 import { asError } from '../lib/error.ts';
 import { LedgerMark } from './sqlite-mark.ts';
 
@@ -24,6 +24,13 @@ const SCHEMA = `
     primary key (key_id, route, day)
   );
   create table if not exists batches (gateway text primary key, seq integer not null, at text not null);
+  create table if not exists credential_usage (
+    route text not null, credential integer not null, day text not null,
+    requests integer not null default 0, s2xx integer not null default 0, s3xx integer not null default 0,
+    s4xx integer not null default 0, s5xx integer not null default 0, other integer not null default 0,
+    cost real not null default 0,
+    primary key (route, credential, day)
+  );
   create index if not exists usage_day on usage (day);
   create table if not exists alerts (
     id text primary key, key_id text not null, body text not null, at integer not null,
@@ -35,6 +42,13 @@ const BATCH = `
   insert into batches (gateway, seq, at) values (?, ?, ?)
   on conflict (gateway) do update set seq = excluded.seq, at = excluded.at where batches.seq < excluded.seq
   returning seq`;
+
+const CREDENTIAL_UPSERT = `
+  insert into credential_usage (route, credential, day, requests, s2xx, s3xx, s4xx, s5xx, other, cost)
+  values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+  on conflict (route, credential, day) do update set
+    requests = requests + excluded.requests, s2xx = s2xx + excluded.s2xx, s3xx = s3xx + excluded.s3xx,
+    s4xx = s4xx + excluded.s4xx, s5xx = s5xx + excluded.s5xx, other = other + excluded.other, cost = cost + excluded.cost`;
 
 const UPSERT = `
   insert into usage (key_id, route, day, requests, s2xx, s3xx, s4xx, s5xx, other, limited, bytes_in, bytes_out, cost)
@@ -97,6 +111,10 @@ export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
       if (this.#db.prepare(BATCH).get(batch.gateway, batch.seq, new Date().toISOString()) !== undefined) {
         for (const r of rows)
           upsert.run(r.keyId, r.route, r.day, r.requests, r.s2xx, r.s3xx, r.s4xx, r.s5xx, r.other, r.limited, r.bytesIn, r.bytesOut, r.cost);
+        if (batch.credentials !== undefined && batch.credentials.length > 0) {
+          const c = this.#db.prepare(CREDENTIAL_UPSERT);
+          for (const r of batch.credentials) c.run(r.route, r.credential, r.day, r.requests, r.s2xx, r.s3xx, r.s4xx, r.s5xx, r.other, r.cost);
+        }
         // Pending runs in the same transaction as the rows that booked their start: both or neither.
         if (batch.runs !== undefined && batch.runs.length > 0) {
           const run = this.#db.prepare(RUN_INSERT);
@@ -113,6 +131,16 @@ export class SqliteUsageStore implements UsageStore, AlertStore, ReportQueries {
       return Promise.reject(asError(err));
     }
     return Promise.resolve();
+  }
+
+  credentialRows(filter: { since?: string; route?: string }): Promise<CredentialRow[]> {
+    const found = this.#db
+      .prepare(
+        `select route, credential, day, requests, s2xx, s3xx, s4xx, s5xx, other, cost from credential_usage
+         where day >= ? and (? is null or route = ?) order by day, route, credential`,
+      )
+      .all(filter.since ?? '', filter.route ?? null, filter.route ?? null);
+    return Promise.resolve(found as unknown as CredentialRow[]);
   }
 
   rows(filter: { since?: string; keyId?: string; route?: string }): Promise<UsageRow[]> {

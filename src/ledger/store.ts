@@ -41,6 +41,23 @@ export interface BatchId {
   readonly seq: number;
   /** Scraper runs started by this batch's requests: recorded as pending in the same write (runs.ts). */
   readonly runs?: readonly PendingRun[];
+  /** Each credential's answers on routes with several (docs/credentials.md), written in the same transaction. */
+  readonly credentials?: readonly CredentialRow[];
+}
+
+/** One credential's answers and cost on one UTC day (docs/credentials.md, "Seen"): each provider account's bill, checkable. */
+export interface CredentialRow {
+  readonly route: string;
+  /** Its label: the credential's number. */
+  readonly credential: number;
+  readonly day: string;
+  requests: number;
+  s2xx: number;
+  s3xx: number;
+  s4xx: number;
+  s5xx: number;
+  other: number;
+  cost: number;
 }
 
 /** Where the ledger is kept: the SQLite file beside the keys file, or PostgreSQL. */
@@ -64,6 +81,8 @@ export interface UsageStore {
   readonly leases?: LeaseStore;
   /** Where scraper runs wait to be settled (runs.ts); absent: their start's booking stays (memory). */
   readonly runs?: RunStore;
+  /** Stored credential rows from `since` (a UTC day) on, optionally for one route; absent: none kept (memory). */
+  credentialRows?(filter: { since?: string; route?: string }): Promise<CredentialRow[]>;
   /** Stored rows from `since` (a UTC day) on, optionally for one key or route. */
   rows(filter: { since?: string; keyId?: string; route?: string }): Promise<UsageRow[]>;
   close(): Promise<void>;

@@ -89,7 +89,8 @@ export async function startUsage(config: Config, store: KeyStore, logger: Logger
       known: (keyId, route) => {
         if (!config.routes.some((r) => r.name === route)) return `route ${route} is not one of this gateway's`;
         ids ??= options.keyIds?.() ?? null;
-        return ids !== null && !ids.has(keyId) ? `key ${keyId} is not in the key set` : null;
+        // A credential row belongs to no key (keyId null): its route is all there is to check.
+        return ids !== null && keyId !== null && !ids.has(keyId) ? `key ${keyId} is not in the key set` : null;
       },
       onKept: (file, requests) => logger.warn({ file, requests }, 'usage not written before the drain deadline; kept on disk and written at the next start'),
     },

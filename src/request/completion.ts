@@ -82,7 +82,9 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
     if (ledger !== null && ex.forwardStart > 0 && key !== null && ex.route !== null && !neverConnected(ex.failure)) {
       // The upstream's own status only: one the gateway answered for it counts as `other`.
       const run = ex.runPath === null && !ex.syncRun ? null : runBooking(ex, status);
-      ledger.record(key.id, ex.route.name, ex.ttfbMs >= 0 && !ex.settled ? status : null, bytesIn ?? 0, ex.bytesOut, ex.cost, undefined, run);
+      const upstreamStatus = ex.ttfbMs >= 0 && !ex.settled ? status : null;
+      ledger.record(key.id, ex.route.name, upstreamStatus, bytesIn ?? 0, ex.bytesOut, ex.cost, undefined, run);
+      if (ex.credential !== null && ex.route.credentials.length > 1) credentialAnswers(ledger, ex, upstreamStatus);
       if (ex.costBad && !badCost.has(ex.route.name)) {
         badCost.add(ex.route.name);
         logger.warn({ route: ex.route.name }, 'the upstream reported a cost that is not a number; counted as no cost (said once per route)');
@@ -90,6 +92,16 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
     }
     metrics.request(route, req.method as string, status ?? 0, durationMs / 1000, ex.ttfbMs / 1000, bytesIn ?? 0, ex.bytesOut);
   };
+}
+
+/** Each credential's answers to one request (docs/credentials.md, "Seen"): those that refused it, and the one that answered. */
+function credentialAnswers(ledger: Ledger, ex: Exchange, status: number | null): void {
+  const route = (ex.route as NonNullable<Exchange['route']>).name;
+  for (const r of ex.refusedBy ?? []) {
+    const colon = r.indexOf(':');
+    ledger.credentialAnswer(route, Number(r.slice(0, colon)), Number(r.slice(colon + 1)), 0);
+  }
+  ledger.credentialAnswer(route, (ex.credential as NonNullable<Exchange['credential']>).label, status, ex.cost);
 }
 
 /**

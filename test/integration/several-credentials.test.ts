@@ -8,6 +8,7 @@ import { test } from 'node:test';
 import { loadConfig } from '../../src/config/load.ts';
 import { ConfigError } from '../../src/config/options.ts';
 import { UPSTREAMS } from '../../src/request/routes.ts';
+import { runCli } from '../support/cli.ts';
 import { request } from '../support/client.ts';
 import { deadline, eventually } from '../support/deadline.ts';
 import { startGateway, type TestGateway } from '../support/gateway.ts';
@@ -186,17 +187,29 @@ test('429 on one credential: set aside for its Retry-After, the request sent aga
       5_000,
       'three requests of the key in the ledger, not four',
     );
+    // Each account's answers: credential 1 refused once and answered once; credential 2 answered twice.
+    const byCredential = await runCli(['usage', '--by', 'credential', '--json'], { KEYWARD_KEYS_FILE: gw.config.keysFile });
+    assert.equal(byCredential.code, 0, byCredential.stderr);
+    const rows = JSON.parse(byCredential.stdout) as Array<{ route: string; credential: number; requests: number; status: Record<string, number> }>;
+    assert.deepEqual(
+      rows.map((r) => [r.route, r.credential, r.requests, r.status['2xx'], r.status['4xx']]),
+      [
+        ['speech', 1, 2, 1, 1],
+        ['speech', 2, 2, 2, 0],
+      ],
+    );
+    const text = await runCli(['usage', '--by', 'credential'], { KEYWARD_KEYS_FILE: gw.config.keysFile });
+    assert.match(text.stdout, /CREDENTIAL/);
+    assert.ok(!text.stdout.includes(keys[1] as string), 'named by number, never by secret');
+    const both = await runCli(['usage', '--by', 'credential', '--key', 'tester'], { KEYWARD_KEYS_FILE: gw.config.keysFile });
+    assert.equal(both.code, 2);
   });
 });
 
 async function usageRequests(gw: TestGateway): Promise<number> {
-  const { SqliteUsageStore } = await import('../../src/ledger/sqlite-store.ts');
-  const store = new SqliteUsageStore(`${gw.config.keysFile}.usage.sqlite`);
-  try {
-    return (await store.rows({})).reduce((n, r) => n + r.requests, 0);
-  } finally {
-    store.close();
-  }
+  const r = await runCli(['usage', '--json'], { KEYWARD_KEYS_FILE: gw.config.keysFile });
+  assert.equal(r.code, 0, r.stderr);
+  return (JSON.parse(r.stdout) as Array<{ requests: number }>).reduce((n, row) => n + row.requests, 0);
 }
 
 test('402 and 401 set aside (401 until a reload, logged at error); every credential aside: 503 with Retry-After, nothing forwarded, no quota consumed', async () => {
