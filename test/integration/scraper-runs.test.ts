@@ -176,7 +176,14 @@ test('pending runs survive a restart and a platform that is down: settled once b
     const table = (await runCli(['usage', '--route', 'scraper'], env)).stdout;
     assert.match(table, /\b0\*\s+usd/);
     assert.match(table, /^\* 2 scraper runs still pending: booked at their reservations until they end/m);
-    const second = await startGateway({ dir, keyName: 'after-restart', scraper: p.up.url, env: { KEYWARD_USAGE_FLUSH: '100ms' }, settle: QUICK });
+    const second = await startGateway({
+      dir,
+      keyName: 'after-restart',
+      scraper: p.up.url,
+      env: { KEYWARD_USAGE_FLUSH: '100ms' },
+      settle: QUICK,
+      secrets: { scraper: [first.secrets.scraperToken] },
+    });
     try {
       assert.equal(ledger(second).pending, 2);
       p.down = false;
@@ -393,5 +400,38 @@ test('overlapping run-starts asking for more than a tenth: each reserves what it
   } finally {
     await gw.close();
     await p.close();
+  }
+});
+
+test('with several scraper credentials each run is asked about with the credential that started it, also after a restart', async () => {
+  const p = await startPlatform();
+  p.slowMs = 2_500;
+  const dir = mkdtempSync(join(tmpdir(), 'keyward-runs-creds-'));
+  const second = `apify_api_SECONDACCOUNT${Math.random().toString(36).slice(2, 10)}`;
+  const env = { KEYWARD_USAGE_FLUSH: '100ms', KEYWARD_SCRAPER_TOKEN_2: second, KEYWARD_CREDENTIAL_ORDER: 'spread' };
+  try {
+    const gw = await startGateway({ scraper: p.up.url, env, settle: QUICK, dir });
+    const token = gw.token;
+    for (const actor of ['slow-0.30', 'slow-0.20']) assert.equal((await start(gw, actor)).status, 201);
+    const owners = [...p.runs.values()].map((r) => r.owner);
+    assert.deepEqual(new Set(owners), new Set([`Bearer ${gw.secrets.scraperToken}`, `Bearer ${second}`]), 'one run on each account');
+    await eventually(() => ledger(gw).requests === 2, 5_000, 'both starts in the ledger');
+    await gw.close();
+    // The next start finds the runs pending, each with its credential.
+    const again = await startGateway({ scraper: p.up.url, env, settle: QUICK, dir, keyName: 'after-restart', secrets: { scraper: [gw.secrets.scraperToken] } });
+    try {
+      await eventually(() => ledger(again).pending === 0, 15_000, 'both runs settled');
+      assert.deepEqual(ledger(again), { cost: 0.5, requests: 2, pending: 0 });
+      assert.equal(p.foreign, 0, "no run asked about with another account's token");
+      const usage = await runCli(['usage', '--by', 'credential', '--json'], { KEYWARD_KEYS_FILE: join(dir, 'keys.json') });
+      const costs = (JSON.parse(usage.stdout) as Array<{ credential: number; cost: number }>).map((r) => Math.round(r.cost * 100) / 100).sort();
+      assert.deepEqual(costs, [0.2, 0.3], "each account's cost settled on its own row");
+      assert.equal(p.up.raw().includes(token), false);
+    } finally {
+      await again.close();
+    }
+  } finally {
+    await p.close();
+    rmSync(dir, { recursive: true, force: true });
   }
 });

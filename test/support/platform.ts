@@ -13,7 +13,9 @@ import { startUpstream, type MockUpstream } from './upstream.ts';
 export interface Platform {
   up: MockUpstream;
   /** Runs started, by id: their actor, cap, and how often they were asked about. */
-  readonly runs: Map<string, { actor: string; cap: number; started: number; asked: number; cost: number; query: string }>;
+  readonly runs: Map<string, { actor: string; cap: number; started: number; asked: number; cost: number; query: string; owner: string }>;
+  /** Questions about a run asked with another account's token (answered 404, as the platform does). */
+  foreign: number;
   /** The queries of synchronous runs, in order. */
   readonly syncQueries: string[];
   down: boolean;
@@ -43,13 +45,14 @@ export async function startPlatform(): Promise<Platform> {
     slowMs: 1_500,
     startDelayMs: 0,
     later: [],
+    foreign: 0,
     close: () => p.up.close(),
   };
-  const startRun = (actor: string, url: URL, id: string): void => {
+  const startRun = (actor: string, url: URL, id: string, owner = ''): void => {
     const capText = url.searchParams.get('maxTotalChargeUsd');
     const cap = capText === null ? Infinity : Number(capText);
     const price = Number(/-(\d+\.\d+)$/.exec(actor)?.[1] ?? '0.25');
-    p.runs.set(id, { actor, cap, started: Date.now(), asked: 0, cost: Math.min(price, cap), query: url.search });
+    p.runs.set(id, { actor, cap, started: Date.now(), asked: 0, cost: Math.min(price, cap), query: url.search, owner });
   };
   const handler = (req: IncomingMessage, res: ServerResponse): void => {
     req.resume();
@@ -61,7 +64,7 @@ export async function startPlatform(): Promise<Platform> {
       if (req.method === 'POST' && start !== null) {
         const actor = start[1] as string;
         const id = `run${String(++next).padStart(5, '0')}x${Math.random().toString(36).slice(2, 8)}`;
-        startRun(actor, url, id);
+        startRun(actor, url, id, req.headers.authorization ?? '');
         const answer = (): void => json(res, 201, { data: { id, actId: actor, status: 'READY', usageTotalUsd: 0, startedAt: new Date().toISOString() } });
         if (p.startDelayMs > 0) return void setTimeout(answer, p.startDelayMs);
         return answer();
@@ -93,7 +96,10 @@ export async function startPlatform(): Promise<Platform> {
           return void res.end('{"data": not json');
         }
         const run = p.runs.get(asked[1] as string);
-        if (run === undefined) return json(res, 404, { error: { type: 'record-not-found', message: 'Actor run was not found' } });
+        // A run belongs to the account that started it: another account's token does not find it.
+        const foreign = run !== undefined && run.owner !== '' && run.owner !== req.headers.authorization;
+        if (foreign) p.foreign++;
+        if (run === undefined || foreign) return json(res, 404, { error: { type: 'record-not-found', message: 'Actor run was not found' } });
         run.asked++;
         const ended = run.actor.startsWith('quick') || run.actor.startsWith('fails') || (run.actor.startsWith('slow') && Date.now() - run.started >= p.slowMs);
         const status = !ended ? 'RUNNING' : run.actor.startsWith('fails') ? 'FAILED' : 'SUCCEEDED';
