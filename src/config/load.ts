@@ -220,9 +220,12 @@ export function storeConfig(
   return { databaseUrl, databaseTimeoutMs, keysFile, costRoutes };
 }
 
-/** Every KEYWARD_* name the configuration reads. */
+/** Credential 3 to 32 of a route (`KEYWARD_SPEECH_KEY_7`): named by credential 2's row wherever options are listed. */
+const LATER_CREDENTIAL = /_(?:[3-9]|[12]\d|3[0-2])(?:_FILE)?$/;
+
+/** Every KEYWARD_* name the configuration reads (of the numbered credentials, the `_2` forms stand for the rest). */
 export function knownVariables(providers: readonly UpstreamSpec[]): string[] {
-  return [...baseline(providers), 'KEYWARD_KEYS_FILE'].filter((n) => n.startsWith('KEYWARD_'));
+  return [...baseline(providers), 'KEYWARD_KEYS_FILE'].filter((n) => n.startsWith('KEYWARD_') && !LATER_CREDENTIAL.test(n));
 }
 
 const BASELINES = new WeakMap<readonly UpstreamSpec[], ReadonlySet<string>>();
