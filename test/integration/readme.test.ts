@@ -196,6 +196,24 @@ test(
   },
 );
 
+test('README "Several credentials per upstream" works as pasted: both accounts loaded and reported by number', { timeout: 60_000 }, async () => {
+  const dir = workspace('keyward-readme-creds-');
+  const { freePort } = await import('../../src/process/listen.ts');
+  const run = startScript(block('Several credentials per upstream'), dir, { PORT: String(await freePort()), ADMIN_PORT: String(await freePort()) });
+  try {
+    const result = await deadline(run.done, 50_000, 'walkthrough');
+    assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
+    const ready = JSON.parse(result.stdout.split('\n')[0] as string) as { ready: boolean; credentials: unknown };
+    assert.equal(ready.ready, true);
+    assert.deepEqual(ready.credentials, { speech: { available: 2, total: 2 } });
+    assert.match(result.stdout, /No credential usage recorded since/);
+    assert.ok(!result.stdout.includes('sk_second_account_key') && !result.stderr.includes('sk_second_account_key'));
+    await assertIgnored(dir);
+  } finally {
+    await stopScript(run, dir);
+  }
+});
+
 /**
  * The install section, run with every absolute path under a temporary
  * prefix. Left out, as a container without systemd or root allows: useradd,
