@@ -23,8 +23,8 @@ const f: RequestFields = {
   ttfbMs: 0.987,
   error: null,
   authFailure: null,
-    credential: null,
-    refusedBy: null,
+  credential: null,
+  refusedBy: null,
   aborted: false,
 };
 

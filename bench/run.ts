@@ -28,6 +28,7 @@ import {
   direct,
   EVERY_LIMIT,
   keyward,
+  moreCredentialsEnv,
   naive,
   nginx,
   nginxBinary,
@@ -144,12 +145,14 @@ const worktrees: string[] = [];
 const NO_LOG = 'keyward, no log line';
 const NO_FILTER = 'keyward, egress filter off';
 const LIMITED = 'keyward, key with every limit';
+const THREE = 'keyward, three credentials per route';
 /** Systems measured in some scenarios only (the rest would add minutes and say nothing new). */
 const ONLY: ReadonlyMap<string, readonly string[]> = new Map([
   [QUIET, ['small']],
   [NO_LOG, ['small']],
   [NO_FILTER, ['small', 'stream', 'json']],
   [LIMITED, ['small']],
+  [THREE, ['small', 'stream', 'json']],
 ]);
 const runs = (system: string, scenario: string): boolean => ONLY.get(system)?.includes(scenario) ?? true;
 
@@ -216,6 +219,8 @@ async function main(): Promise<void> {
     systems.push(await keyward(up.port, secrets, keysFile(10), NO_FILTER, { KEYWARD_EGRESS_FILTER: 'off' }));
     // The same gateway whose bench key has every limit (none reached): admission and the ledger per request.
     systems.push(await keyward(up.port, secrets, keysFile(10, EVERY_LIMIT), LIMITED));
+    // Three credentials on every route, none refused: what choosing one per request and a larger scan table cost.
+    systems.push(await keyward(up.port, secrets, keysFile(10), THREE, moreCredentialsEnv(secrets)));
     for (const [label, env, limited] of variants()) {
       systems.push(
         await keyward(up.port, secrets, keysFile(10, limited ? EVERY_LIMIT : undefined), `keyward ${label}${limited ? ', key with every limit' : ''}`, env),
@@ -361,6 +366,7 @@ async function withCClient(): Promise<ReturnType<typeof section> | null> {
   try {
     gateways.push(await keyward(upstream.port, secrets, keysFile(10)));
     gateways.push(await keyward(upstream.port, secrets, keysFile(10), NO_FILTER, { KEYWARD_EGRESS_FILTER: 'off' }));
+    gateways.push(await keyward(upstream.port, secrets, keysFile(10), THREE, moreCredentialsEnv(secrets)));
     for (const [label, env, limited] of variants())
       gateways.push(
         await keyward(
@@ -388,6 +394,7 @@ async function withCClient(): Promise<ReturnType<typeof section> | null> {
       gateways.map((g) => g.name),
       NAIVE,
       NO_FILTER,
+      THREE,
     );
   } finally {
     await Promise.all(gateways.map((g) => g.stop()));
@@ -494,6 +501,16 @@ function report(
   against('small request: p99 at 64 connections vs the naive peer', 'small', 'keyward', NAIVE, 'p99Ms', 1.5, '<=');
   against('10 MiB binary stream, Node clients (second opinion): throughput vs the naive peer', 'stream', 'keyward', NAIVE, 'mbps', 0.95, '>=');
   against('10 MiB JSON dataset, Node clients (second opinion): throughput vs the naive peer', 'json', 'keyward', NAIVE, 'mbps', 0.95, '>=');
+  against('small request: three credentials per route vs one, CPU per request', 'small', THREE, 'keyward', 'cpuUsPerReq', 1.05, '<=');
+  against(
+    '10 MiB binary stream, Node clients (second opinion): three credentials per route vs one, throughput',
+    'stream',
+    THREE,
+    'keyward',
+    'mbps',
+    0.95,
+    '>=',
+  );
   against('10 MiB binary stream, Node clients (second opinion): egress filter on vs off, throughput', 'stream', 'keyward', NO_FILTER, 'mbps', 0.95, '>=');
   against('10 MiB JSON dataset, Node clients (second opinion): egress filter on vs off, throughput', 'json', 'keyward', NO_FILTER, 'mbps', 0.95, '>=');
   if (cStreams !== null) {

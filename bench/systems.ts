@@ -15,16 +15,38 @@ export type Route = string;
 export interface Secrets {
   /** Each provider's upstream secrets, by route name (one per `secretEnvs` entry). */
   readonly upstream: Readonly<Record<string, readonly string[]>>;
+  /** Credentials 2 and 3 of each route (docs/credentials.md), for the row with three per route; the stand-ins accept each. */
+  readonly more: Readonly<Record<string, ReadonlyArray<readonly string[]>>>;
   readonly clientToken: string;
+}
+
+/** The options that give every route its credentials 2 and 3 (`KEYWARD_SPEECH_KEY_2`, …). */
+export function moreCredentialsEnv(s: Secrets): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const spec of UPSTREAMS)
+    (s.more[spec.name] ?? []).forEach((secrets, i) => spec.secretEnvs.forEach((name, j) => (env[`${name}_${i + 2}`] = secrets[j] ?? '')));
+  return env;
+}
+
+/** Every header value an upstream of `route` accepts as its credential: credential 1's first, then the others'. */
+export function acceptedCredentials(s: Pick<Secrets, 'upstream' | 'more'>, route: Route): { readonly name: string; readonly values: readonly string[] } {
+  const spec = UPSTREAMS.find((u) => u.name === route);
+  if (spec === undefined) throw new Error(`no provider ${route}`);
+  const all = [s.upstream[route] ?? [], ...(s.more[route] ?? [])].map((secrets) => spec.credential(secrets));
+  return { name: all[0]?.[0] ?? '', values: all.map(([, v]) => v) };
 }
 
 /** Made-up upstream secrets for every provider of the table, and a client token. */
 export function benchSecrets(tag: string, clientToken: string): Secrets {
-  return { upstream: Object.fromEntries(UPSTREAMS.map((spec) => [spec.name, spec.sampleSecrets(`bench${tag}`)])), clientToken };
+  return {
+    upstream: Object.fromEntries(UPSTREAMS.map((spec) => [spec.name, spec.sampleSecrets(`bench${tag}`)])),
+    more: Object.fromEntries(UPSTREAMS.map((spec) => [spec.name, [spec.sampleSecrets(`bench${tag}c2`), spec.sampleSecrets(`bench${tag}c3`)]])),
+    clientToken,
+  };
 }
 
 /** The secrets as one variable for the stand-in and the naive peer (their own processes). */
-const secretsEnv = (s: Secrets): Record<string, string> => ({ BENCH_SECRETS: JSON.stringify(s.upstream) });
+const secretsEnv = (s: Secrets): Record<string, string> => ({ BENCH_SECRETS: JSON.stringify(s.upstream), BENCH_MORE_SECRETS: JSON.stringify(s.more) });
 
 export interface System {
   readonly name: string;

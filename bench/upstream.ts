@@ -6,15 +6,20 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { UPSTREAMS } from '../src/request/routes.ts';
 import { dataset } from './dataset.ts';
+import { acceptedCredentials } from './systems.ts';
 
 const env = process.env;
-const secrets = JSON.parse(env.BENCH_SECRETS ?? '{}') as Record<string, string[]>;
-/** Whether `req` carries exactly the credential the provider table says `route` gets, and no client Authorization besides. */
+const given = {
+  upstream: JSON.parse(env.BENCH_SECRETS ?? '{}') as Record<string, string[]>,
+  more: JSON.parse(env.BENCH_MORE_SECRETS ?? '{}') as Record<string, string[][]>,
+};
+const byRoute = new Map(UPSTREAMS.map((u) => [u.name, acceptedCredentials(given, u.name)]));
+/** Whether `req` carries one of the credentials the provider table says `route` gets (1 to 3), and no client Authorization besides. */
 function credentialed(req: http.IncomingMessage, route: string): boolean {
-  const spec = UPSTREAMS.find((u) => u.name === route);
-  if (spec === undefined) return false;
-  const [name, value] = spec.credential(secrets[route] ?? []);
-  return req.headers[name] === value && (name === 'authorization' || req.headers.authorization === undefined);
+  const a = byRoute.get(route);
+  if (a === undefined) return false;
+  const got = req.headers[a.name];
+  return typeof got === 'string' && a.values.includes(got) && (a.name === 'authorization' || req.headers.authorization === undefined);
 }
 
 export const SMALL_BODY = Buffer.from(
