@@ -361,3 +361,73 @@ test("egress: a response served on one credential is scrubbed of every credentia
     await up.close();
   }
 });
+
+test('attacks: an upload refused before it ended is never sent again; a refused answer carrying secrets never reaches the client; a key holder cannot make more than one try per credential', async () => {
+  const { keys, env } = threeKeys();
+  const up = await startUpstream((req, res) => {
+    const label = labelOf(keys, req.headers);
+    if (req.headers['x-early'] === '1' && label === 1) {
+      // Refused at once, before the upload ended.
+      const body = `slow down ${keys.join(' ')}`;
+      res.writeHead(429, { 'retry-after': '30', 'content-length': Buffer.byteLength(body), 'x-leak': keys[0] as string });
+      res.end(body);
+      req.resume();
+      return;
+    }
+    req.resume();
+    req.on('end', () => {
+      const body = label === 3 ? JSON.stringify({ credential: 3 }) : `refused ${keys.join(' ')}`;
+      res.writeHead(label === 3 ? 200 : 429, { 'retry-after': '30', 'content-length': Buffer.byteLength(body), 'x-leak': keys[label - 1] ?? '' });
+      res.end(body);
+    });
+  });
+  const gw = await startGateway({ speech: up.url, secrets: { speech: [keys[0] as string] }, env: { ...env, KEYWARD_CREDENTIAL_ORDER: 'first' } });
+  try {
+    // Refused by 1 and 2 (their answers carry every secret), answered by 3: the client sees 3's answer only.
+    const r = await post(gw);
+    assert.equal(r.status, 200);
+    assert.deepEqual(JSON.parse(r.body.toString()), { credential: 3 });
+    assert.equal(up.requests.length, 3, 'one try per credential');
+    for (const k of keys) assert.ok(!JSON.stringify(r.headers).includes(k));
+    // Everything aside now: nothing more is forwarded, however often the key holder asks.
+    for (let i = 0; i < 5; i++) assert.equal((await post(gw)).status, 429, 'credential 3 answers; the others stay aside');
+    gw.gateway.reconfigure(gw.config); // 401s only come back: nothing changes for 429s
+    assert.equal(gw.gateway.readiness().credentials?.speech?.available, 1);
+  } finally {
+    await gw.close();
+    await up.close();
+  }
+  // An upload still streaming when credential 1 refused it: the answer goes to the client as it came, never retried.
+  const up2 = await startUpstream((req, res) => {
+    const label = labelOf(keys, req.headers);
+    req.resume();
+    if (label === 1) {
+      res.writeHead(429, { 'retry-after': '30', 'content-length': 2 });
+      res.end('{}');
+      return;
+    }
+    req.on('end', () => {
+      res.writeHead(200, { 'content-length': 2 });
+      res.end('{}');
+    });
+  });
+  const gw2 = await startGateway({ speech: up2.url, secrets: { speech: [keys[0] as string] }, env: { ...env, KEYWARD_CREDENTIAL_ORDER: 'first' } });
+  try {
+    const status = await new Promise<number>((resolve, reject) => {
+      const req = http.request(`${gw2.url}${SPEECH}`, { method: 'POST', headers: { authorization: `Bearer ${gw2.token}`, 'transfer-encoding': 'chunked' } }, (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+        req.destroy();
+      });
+      req.on('error', reject);
+      req.write('first part');
+      // The rest never comes while the answer is awaited.
+    });
+    assert.equal(status, 429);
+    await new Promise((r) => setTimeout(r, 200));
+    assert.equal(up2.requests.length, 1, 'never sent again');
+  } finally {
+    await gw2.close();
+    await up2.close();
+  }
+});
