@@ -5,7 +5,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { BodyScan, maskHeaders, SCAN_BLOCK, secretForm, Secrets, type SecretForm } from '../../src/request/egress.ts';
+import { BodyScan, maskHeaders, SCAN_BLOCK, secretForm, secretForms, Secrets, type SecretForm } from '../../src/request/egress.ts';
+import { loadConfig } from '../../src/config/load.ts';
+import { UPSTREAMS } from '../../src/request/routes.ts';
 import { base64Middles, everySpellingOf, searchRun, spellingsOf } from '../../src/request/spellings.ts';
 
 const form = (text: string, name: string): SecretForm => secretForm('r', name, text);
@@ -366,5 +368,31 @@ test('a secret is found at every offset around the scan’s block boundaries', (
       },
     ),
     { numRuns: 60 },
+  );
+});
+
+test('several credentials per route: whichever credential served a response, every credential of every route is masked in it (docs/credentials.md)', () => {
+  const secretText = fc.string({ unit: fc.constantFrom(...'abcdefXYZ0123_'.split('')), minLength: 10, maxLength: 24 });
+  fc.assert(
+    fc.property(
+      fc.array(secretText, { minLength: 1, maxLength: 4 }),
+      fc.array(secretText, { minLength: 1, maxLength: 3 }),
+      fc.array(fc.string({ maxLength: 10 }), { maxLength: 10 }),
+      fc.array(fc.integer({ min: 1, max: 40 }), { minLength: 1, maxLength: 20 }),
+      (speech, scraper, filler, cuts) => {
+        const keys = [...new Set(speech.map((s) => `sk_${s}`))];
+        const tokens = [...new Set(scraper.map((s) => `apify_api_${s}`))];
+        const env: Record<string, string> = {};
+        keys.forEach((k, i) => (env[i === 0 ? 'KEYWARD_SPEECH_KEY' : `KEYWARD_SPEECH_KEY_${i + 1}`] = k));
+        tokens.forEach((t, i) => (env[i === 0 ? 'KEYWARD_SCRAPER_TOKEN' : `KEYWARD_SCRAPER_TOKEN_${i + 1}`] = t));
+        const config = loadConfig(env, () => '', '/', UPSTREAMS);
+        const all = [...keys, ...tokens];
+        const body = Buffer.from(filler.map((f, i) => f + (all[i % all.length] as string)).join('') + all.join(' '));
+        const out = through(new BodyScan(new Secrets(secretForms(config.routes).forms)), body, cuts).toString('latin1');
+        assert.equal(out.length, body.length);
+        for (const s of all) assert.equal(out.includes(s), false, 'a credential reached the client');
+      },
+    ),
+    { numRuns: 100 },
   );
 });
