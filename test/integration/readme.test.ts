@@ -7,6 +7,7 @@ import { execFile, spawn } from 'node:child_process';
 import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import net from 'node:net';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -89,10 +90,31 @@ function startScript(script: string, cwd: string, env: Record<string, string>) {
   return { child, done: collect(child) };
 }
 
-test('README "Running it" works as pasted: a key, then a gateway that is ready', { timeout: 60_000 }, async () => {
+/**
+ * Hold the README's default ports, as another program on a user's machine
+ * would (one already taken is left as it is): a block must then work on the
+ * ports its variables name.
+ */
+async function takePorts(ports: readonly number[]): Promise<() => Promise<void>> {
+  const held: net.Server[] = [];
+  for (const port of ports) {
+    const s = net.createServer();
+    const ok = await new Promise<boolean>((resolve) => {
+      s.once('error', () => resolve(false));
+      s.listen(port, '127.0.0.1', () => resolve(true));
+    });
+    if (ok) held.push(s);
+  }
+  return async () => {
+    await Promise.all(held.map((s) => new Promise((r) => s.close(r))));
+  };
+}
+
+test('README "Running it" works as pasted, with its default ports taken: a key, then a gateway that is ready', { timeout: 60_000 }, async () => {
   const dir = workspace('keyward-readme-run-');
+  const release = await takePorts([8080, 9097]);
   // Ports 0: this suite runs files in parallel; the commands themselves are the README's.
-  const run = startScript(block('Running it'), dir, { KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: '0' });
+  const run = startScript(block('Running it'), dir, { PORT: '0', ADMIN_PORT: '0' });
   try {
     let out = '';
     run.child.stdout.on('data', (d: Buffer) => (out += d.toString()));
@@ -115,6 +137,7 @@ test('README "Running it" works as pasted: a key, then a gateway that is ready',
   } finally {
     process.kill(-(run.child.pid as number), 'SIGTERM');
     await deadline(run.done, 15_000, 'stopped');
+    await release();
     rmSync(dir, { recursive: true, force: true });
   }
 });
@@ -147,7 +170,10 @@ test(
   { timeout: 150_000 },
   async () => {
     const { home, checkout } = await privateCheckout();
-    const run = startScript(block('Try it on one machine'), checkout, {});
+    const release = await takePorts([8181, 8182, 9181, 9182]);
+    const { freePort } = await import('../../src/process/listen.ts');
+    const ports = { PORT1: await freePort(), PORT2: await freePort(), ADMIN1: await freePort(), ADMIN2: await freePort() };
+    const run = startScript(block('Try it on one machine'), checkout, Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])));
     try {
       const result = await deadline(run.done, 120_000, 'walkthrough');
       const lines = result.stdout.split('\n').filter((l) => l.startsWith('{'));
@@ -167,6 +193,7 @@ test(
       const state = join(checkout, 'fleet-db', 'dev-db.json');
       const data = existsSync(state) ? (JSON.parse(readFileSync(state, 'utf8')) as { data?: string }).data : undefined;
       await stopScript(run, home);
+      await release();
       // dev-db's data outside the checkout (as root): this test's, removed with it.
       if (data !== undefined && !data.startsWith(`${home}/`)) rmSync(dirname(data), { recursive: true, force: true });
     }
