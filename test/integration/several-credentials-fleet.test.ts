@@ -5,7 +5,7 @@
 // gateways on one real PostgreSQL.
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
-import http from 'node:http';
+import type http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
