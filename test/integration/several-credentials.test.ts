@@ -414,11 +414,15 @@ test('attacks: an upload refused before it ended is never sent again; a refused 
   const gw2 = await startGateway({ speech: up2.url, secrets: { speech: [keys[0] as string] }, env: { ...env, KEYWARD_CREDENTIAL_ORDER: 'first' } });
   try {
     const status = await new Promise<number>((resolve, reject) => {
-      const req = http.request(`${gw2.url}${SPEECH}`, { method: 'POST', headers: { authorization: `Bearer ${gw2.token}`, 'transfer-encoding': 'chunked' } }, (res) => {
-        res.resume();
-        resolve(res.statusCode ?? 0);
-        req.destroy();
-      });
+      const req = http.request(
+        `${gw2.url}${SPEECH}`,
+        { method: 'POST', headers: { authorization: `Bearer ${gw2.token}`, 'transfer-encoding': 'chunked' } },
+        (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+          req.destroy();
+        },
+      );
       req.on('error', reject);
       req.write('first part');
       // The rest never comes while the answer is awaited.

@@ -42,7 +42,12 @@ test("a peer's rows: applied within a read; a 401 seen before this gateway's las
     { route: 'speech', label: 3, status: 401, until: Infinity, at: reloadedAt - 5_000 },
     { route: 'speech', label: 4, status: 401, until: Infinity, at: reloadedAt + 1 },
   ];
-  const stop = shareInFleet(board, { within: <T>() => Promise.resolve(rows as unknown as T) }, () => reloadedAt, () => undefined);
+  const stop = shareInFleet(
+    board,
+    { within: <T>() => Promise.resolve(rows as unknown as T) },
+    () => reloadedAt,
+    () => undefined,
+  );
   try {
     await eventually(() => !board.available('speech', 2, Date.now()), 2_000, 'the peer’s 429 applied');
     assert.equal(board.available('speech', 3, Date.now()), true, 'an old 401: this gateway reloaded since');

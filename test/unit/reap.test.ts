@@ -28,13 +28,17 @@ async function leaveBehind(line: string): Promise<{ run: ReturnType<typeof spawn
   return { run, done, orphan: Number(out.split('\n')[0]) };
 }
 
-test('a process left in a session of its own is ended when the run ends, and the exit code is the command’s', { skip: process.platform !== 'linux' }, async () => {
-  const { done, orphan } = await leaveBehind('setsid sleep 120 & echo $!; exit 3');
-  const r = await deadline(done, 20_000, 'reaper exit');
-  assert.equal(r.code, 3);
-  assert.match(r.stderr, /reap: ending 1 process/);
-  await eventually(() => !alive(orphan), 5_000, 'the orphan ended');
-});
+test(
+  'a process left in a session of its own is ended when the run ends, and the exit code is the command’s',
+  { skip: process.platform !== 'linux' },
+  async () => {
+    const { done, orphan } = await leaveBehind('setsid sleep 120 & echo $!; exit 3');
+    const r = await deadline(done, 20_000, 'reaper exit');
+    assert.equal(r.code, 3);
+    assert.match(r.stderr, /reap: ending 1 process/);
+    await eventually(() => !alive(orphan), 5_000, 'the orphan ended');
+  },
+);
 
 test('interrupted (SIGINT): the command and what it started are ended', { skip: process.platform !== 'linux' }, async () => {
   const { run, done, orphan } = await leaveBehind('setsid sleep 120 & echo $!; sleep 120');
