@@ -158,7 +158,7 @@ test('keyward usage --until, --by month and the TOTAL rows (cost added up per un
     assert.equal(bad.code, 2);
     assert.match(bad.stderr, /--until 2026-10-01 is before --since 2026-11-01/);
     assert.match((await runCli(['usage', '--until', '2026-02-31'], env)).stderr, /--until: 2026-02-31 is not a day of the calendar/);
-    assert.match((await runCli(['usage', '--by', 'week'], env)).stderr, /--by must be day or month/);
+    assert.match((await runCli(['usage', '--by', 'week'], env)).stderr, /--by must be day, month or credential/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
