@@ -279,42 +279,44 @@ test(
         // (install and upgrade) was most of this test's time and CPU, and
         // tests nothing the rest of the suite does not.
         line = line.replace(/^npm ci && /, '');
-        line = line.replace(/(^|&& )npm install /, '$1npm_try install ');
+        if (/(^|&& )npm install /.test(line)) line = `${line.replace(/(^|&& )npm install /, '$1npm_try install ')} && node_of_install`;
         if (line.startsWith('systemd-analyze verify')) {
           line = `sed -i 's#^ExecStart=/opt/#ExecStart=${prefix}/opt/#' ${prefix}/etc/systemd/system/keyward.service && ${line}`;
         }
         out.push(line);
       }
-      // Two packs (each a build) and two installs: about 2 min on a quiet machine, up to 5 under stress-ng on both cores; the deadline leaves room for that.
-      // npm's installs: never a reader of the test's stdin, each try bounded, up to three tries;
-      // `--loglevel=http` so that one that stalls says on stderr what it waited for.
+      // Two packs (each a build) and two installs. The installs are offline
+      // (npm_config_offline below): the artifact carries its runtime
+      // dependencies, so nothing is asked of a registry, and a package that is
+      // not at hand fails at once naming it (ENOTCACHED) instead of waiting.
+      // Never a reader of the test's stdin, each bounded; `--loglevel=http`
+      // says on stderr what each fetch was. The optional `node` package comes
+      // only if the machine's npm cache holds it: else the checkout's Node 24
+      // runs the install (KEYWARD_NODE, as the README says for a host
+      // without it), and the script says which.
       const npmTries = [
         'exec < /dev/null',
-        'npm_try() { for i in 1 2 3; do timeout -k 5 120 npm "$@" --loglevel=http && return 0; echo "npm $* stalled or failed (try $i)" >&2; done; return 1; }',
+        'npm_try() { timeout -k 5 60 npm "$@" --loglevel=http || { echo "npm $* failed or passed 60 s" >&2; return 1; }; }',
+        `node_of_install() { if [ -x node_modules/node/bin/node ]; then echo "node: the install's own" >&2; else export KEYWARD_NODE=${join(ROOT, 'node_modules', 'node', 'bin', 'node')}; echo "node: not in the offline cache; the checkout's" >&2; fi; }`,
       ];
       const script = [
         ...npmTries,
         `mkdir -p ${prefix}/tmp ${prefix}/etc/systemd/system`,
-        `ln -s ${join(ROOT, 'node_modules')} ${join(checkout, 'node_modules')}`,
+        // A tree of hard links, not a symlink: npm pack bundles the runtime dependencies from a real node_modules.
+        `cp -al ${join(ROOT, 'node_modules')}/. ${join(checkout, 'node_modules')} 2>/dev/null || cp -r ${join(ROOT, 'node_modules')}/. ${join(checkout, 'node_modules')}`,
         `cd ${checkout}`,
         ...out,
       ].join('\n');
       writeFileSync(join(dir, 'install.sh'), script);
       const r = await exec('bash', ['-e', join(dir, 'install.sh')], {
         cwd: checkout,
-        // npm install resolves the package's dependencies by their registry
-        // documents, which the checkout's `npm ci` (lockfile, tarballs only)
-        // never cached, so it goes to the registry. A fetch that stalls waits
-        // npm's default 5 minutes before its retry (a CI run once spent the
-        // whole deadline in one install, printing nothing); 30 s and more
-        // retries ride out a stalled connection.
+        // Offline: the artifact carries its runtime dependencies (bundleDependencies),
+        // and the optional Node 24 comes from the cache or not at all.
         env: {
           ...childEnv({}),
           NODE_OPTIONS: '',
           KEYWARD_FROM_SOURCE: '',
-          npm_config_prefer_offline: 'true',
-          npm_config_fetch_timeout: '30000',
-          npm_config_fetch_retries: '5',
+          npm_config_offline: 'true',
         },
         timeout: 570_000,
         maxBuffer: 64 * 1024 * 1024,
@@ -324,7 +326,8 @@ test(
       assert.equal(readFileSync(join(prefix, 'etc/keyward/keyward.env'), 'utf8'), 'KEYWARD_LOG_LEVEL=info\n');
       assert.match(readFileSync(join(prefix, 'etc/systemd/system/keyward.socket'), 'utf8'), /ListenStream=/);
       // What was installed runs the gateway: the build, no compiler, no sources.
-      await serveInstalled(join(prefix, 'opt/keyward/node_modules'), dir);
+      assert.match(r.stderr, /node: (the install's own|not in the offline cache; the checkout's)/);
+      await serveInstalled(join(prefix, 'opt/keyward/node_modules'), dir, join(ROOT, 'node_modules', 'node', 'bin', 'node'));
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -12,11 +12,14 @@ import { deadline, eventually } from './deadline.ts';
 
 const exec = promisify(execFile);
 
-/** `mods`: the install's node_modules; `dir`: a folder for its keys file. */
-export async function serveInstalled(mods: string, dir: string): Promise<void> {
+/** `mods`: the install's node_modules; `dir`: a folder for its keys file; `node`: the Node to run it with when the install has none of its own. */
+export async function serveInstalled(mods: string, dir: string, node: string): Promise<void> {
   assert.equal(existsSync(join(mods, 'typescript')), false, 'no compiler');
   assert.equal(existsSync(join(mods, 'keyward', 'src')), false, 'the package ships the build, not the sources');
   assert.equal(existsSync(join(mods, 'keyward', 'dist', 'main.js')), true);
+  // The runtime dependencies came inside the artifact.
+  for (const dep of ['http-proxy-3', 'pino', 'postgres', 'prom-client', 'sonic-boom'])
+    assert.equal(existsSync(join(mods, 'keyward', 'node_modules', dep, 'package.json')), true, `${dep} bundled`);
   const bin = join(mods, '.bin', 'keyward');
   const env = {
     ...childEnv({}),
@@ -25,6 +28,7 @@ export async function serveInstalled(mods: string, dir: string): Promise<void> {
     KEYWARD_PORT: '0',
     KEYWARD_ADMIN_PORT: '0',
     KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+    ...(existsSync(join(mods, 'node', 'bin', 'node')) ? {} : { KEYWARD_NODE: node }),
   };
   const created = await exec(bin, ['keys', 'create', '--name', 'ops', '--json'], { env });
   const key = JSON.parse(created.stdout) as { token: string };
