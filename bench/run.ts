@@ -146,6 +146,7 @@ const NO_LOG = 'keyward, no log line';
 const NO_FILTER = 'keyward, egress filter off';
 const LIMITED = 'keyward, key with every limit';
 const THREE = 'keyward, three credentials per route';
+const ALLOWLISTED = 'keyward, key with an allowlist';
 /** Systems measured in some scenarios only (the rest would add minutes and say nothing new). */
 const ONLY: ReadonlyMap<string, readonly string[]> = new Map([
   [QUIET, ['small']],
@@ -153,6 +154,7 @@ const ONLY: ReadonlyMap<string, readonly string[]> = new Map([
   [NO_FILTER, ['small', 'stream', 'json']],
   [LIMITED, ['small']],
   [THREE, ['small', 'stream', 'json']],
+  [ALLOWLISTED, ['small']],
 ]);
 const runs = (system: string, scenario: string): boolean => ONLY.get(system)?.includes(scenario) ?? true;
 
@@ -221,6 +223,9 @@ async function main(): Promise<void> {
     systems.push(await keyward(up.port, secrets, keysFile(10, EVERY_LIMIT), LIMITED));
     // Three credentials on every route, none refused: what choosing one per request and a larger scan table cost.
     systems.push(await keyward(up.port, secrets, keysFile(10), THREE, moreCredentialsEnv(secrets)));
+    // The bench key limited to loopback (every request allowed): what checking the client address costs. The plain
+    // keyward row is the same gateway with no key holding an allowlist.
+    systems.push(await keyward(up.port, secrets, keysFile(10, { allowFrom: ['10.0.0.0/8', '127.0.0.0/8', '::1'] }), ALLOWLISTED));
     for (const [label, env, limited] of variants()) {
       systems.push(
         await keyward(up.port, secrets, keysFile(10, limited ? EVERY_LIMIT : undefined), `keyward ${label}${limited ? ', key with every limit' : ''}`, env),
@@ -502,6 +507,7 @@ function report(
   against('10 MiB binary stream, Node clients (second opinion): throughput vs the naive peer', 'stream', 'keyward', NAIVE, 'mbps', 0.95, '>=');
   against('10 MiB JSON dataset, Node clients (second opinion): throughput vs the naive peer', 'json', 'keyward', NAIVE, 'mbps', 0.95, '>=');
   against('small request: three credentials per route vs one, CPU per request', 'small', THREE, 'keyward', 'cpuUsPerReq', 1.05, '<=');
+  against('small request: a key with an allowlist vs one without, CPU per request', 'small', ALLOWLISTED, 'keyward', 'cpuUsPerReq', 1.05, '<=');
   against(
     '10 MiB binary stream, Node clients (second opinion): three credentials per route vs one, throughput',
     'stream',

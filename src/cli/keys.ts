@@ -259,7 +259,7 @@ function updateAction({ rest, command, help, names, costly, runRoutes }: KeysCon
   }
   if (Object.keys(changes).length === 0)
     throw new UsageError(
-      'keys update needs --routes or --expires-in, or a limit (--rate, --burst, --concurrency, --quota, --budget, --run-cap, --alert-at)',
+      'keys update needs --routes or --expires-in, or a limit (--rate, --burst, --concurrency, --quota, --budget, --run-cap, --alert-at, --allow-from)',
       help,
     );
   return async (store, io, noteForced) => {

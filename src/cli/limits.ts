@@ -2,7 +2,7 @@
 // checked before the store is opened, turned into changes of a key's limits.
 import type { ParseArgsOptionsConfig } from 'node:util';
 import type { Left } from './left.ts';
-import { limitsProblem, type Limits } from '../keys/limits.ts';
+import { ALLOW_FROM_MAX, allowFromProblem, limitsProblem, type Limits } from '../keys/limits.ts';
 import { UsageError } from './args.ts';
 
 export const LIMIT_OPTIONS = {
@@ -13,6 +13,7 @@ export const LIMIT_OPTIONS = {
   budget: { type: 'string', multiple: true },
   'alert-at': { type: 'string' },
   'run-cap': { type: 'string' },
+  'allow-from': { type: 'string' },
 } as const satisfies ParseArgsOptionsConfig;
 
 /** Per field: a new value, or null to remove it (`none`); budgets by route. Absent: unchanged. */
@@ -26,6 +27,8 @@ export interface LimitChanges {
   readonly alerts?: readonly number[];
   /** The most one scraper run may be capped at, US dollars. */
   readonly runCap?: number | null;
+  /** Client address ranges the key may be used from (docs/keys.md, "Allowed addresses"). */
+  readonly allowFrom?: readonly string[] | null;
 }
 
 const whole = (name: string, text: string, fail: (message: string) => void): number => {
@@ -67,6 +70,13 @@ export function limitChanges(values: Record<string, unknown>, costly: readonly s
     if (runCap !== null && (!/^\d{1,9}(?:\.\d{1,6})?$/.test(runCap) || Number(runCap) <= 0))
       fail('--run-cap must be an amount in US dollars above 0, to the micro-dollar (e.g. 0.5), or none');
     changes.runCap = runCap === null ? null : Number(runCap);
+  }
+  const allowFrom = text('allow-from');
+  if (allowFrom !== undefined) {
+    const ranges = allowFrom === null ? null : [...new Set(allowFrom.split(',').map((r) => r.trim()))].filter((r) => r !== '');
+    if (ranges !== null && allowFromProblem(ranges) !== null)
+      fail(`--allow-from must be 1 to ${ALLOW_FROM_MAX} address ranges, comma-separated (10.0.0.0/8,2001:db8::/32, or single addresses), or none`);
+    changes.allowFrom = ranges;
   }
   const alertAt = values['alert-at'];
   if (typeof alertAt === 'string') {
@@ -112,7 +122,7 @@ export function runCapProblem(limits: Limits | undefined, runRoutes: readonly st
 /** `limits` with `changes` applied; undefined when nothing is left. */
 export function applyLimits(limits: Limits | undefined, changes: LimitChanges): Limits | undefined {
   const next: Record<string, unknown> = { ...limits };
-  for (const field of ['rate', 'burst', 'concurrency', 'quota', 'runCap'] as const) {
+  for (const field of ['rate', 'burst', 'concurrency', 'quota', 'runCap', 'allowFrom'] as const) {
     const v = changes[field];
     if (v === null) delete next[field];
     else if (v !== undefined) next[field] = v;
@@ -143,5 +153,6 @@ export function describeLimits(limits: Limits | undefined, left: Left | null = n
     parts.push(`budget ${route} ${b}${left?.budgets?.[route] !== undefined ? ` (${left.budgets[route]} left)` : ''}`);
   if (limits.runCap !== undefined) parts.push(`run cap ${limits.runCap} usd`);
   if (limits.alerts !== undefined) parts.push(limits.alerts.length === 0 ? 'no alerts' : `alerts at ${limits.alerts.map((a) => `${a}%`).join(',')}`);
+  if (limits.allowFrom !== undefined) parts.push(`from ${limits.allowFrom.join(',')}`);
   return parts.join(', ');
 }

@@ -1,6 +1,7 @@
 // Configuration from the environment (docs/configuration.md), validated once: every
 // problem is collected and reported together with the option's name, then the
 // result is frozen. Pure apart from reading secret files through `readFile`.
+import { parseRange } from '../lib/addresses.ts';
 import { availableParallelism } from 'node:os';
 import { join, resolve } from 'node:path';
 import { ConfigError, Options, type Env, type ReadFile } from './options.ts';
@@ -52,6 +53,8 @@ export interface Config {
   readonly credentialPaymentCooldownMs: number;
   /** Largest request body kept so a request refused on one credential can be sent again on another, bytes. */
   readonly replayMaxBodyBytes: number;
+  /** Proxies whose X-Forwarded-For is believed for a key's allowlist (docs/keys.md, "Allowed addresses"): address ranges. */
+  readonly trustedProxies: readonly string[];
   /** Decoded bytes per compressed byte received, past the first MiB. */
   readonly maxRatio: number;
   /** Open client connections; new ones beyond it are closed at once. */
@@ -203,6 +206,17 @@ export function loadConfig(env: Env, readFile: ReadFile, cwd: string, providers:
   });
 }
 
+/** KEYWARD_TRUSTED_PROXIES: address ranges, comma-separated; empty: no proxy is believed. */
+function trustedProxies(o: Options): string[] {
+  const list = (o.get('KEYWARD_TRUSTED_PROXIES') ?? '')
+    .split(',')
+    .map((r) => r.trim())
+    .filter((r) => r !== '');
+  for (const r of list)
+    if (parseRange(r) === null) o.problem(`KEYWARD_TRUSTED_PROXIES: ${r} is not an address range (10.0.0.0/8, 2001:db8::/32, or one address)`);
+  return list;
+}
+
 /**
  * Only what picks and opens the key store (`keys`, `usage`, `db migrate`):
  * the other options' problems are serve's business, not a reason for a
@@ -272,6 +286,7 @@ function read(env: Env, readFile: ReadFile, cwd: string, providers: readonly Ups
     credentialOrder: o.oneOf<'spread' | 'first'>('KEYWARD_CREDENTIAL_ORDER', 'spread', ['spread', 'first']),
     credentialCooldownMs: o.duration('KEYWARD_CREDENTIAL_COOLDOWN', '30s'),
     credentialPaymentCooldownMs: o.duration('KEYWARD_CREDENTIAL_PAYMENT_COOLDOWN', '1h'),
+    trustedProxies: trustedProxies(o),
     replayMaxBodyBytes: o.size('KEYWARD_REPLAY_MAX_BODY', '1MiB', { min: 0, max: 1024 ** 3, hint: '0 to 1GiB (e.g. 1MiB)' }),
     maxConnections: maxConnections(o),
     upstreamCa: upstreamCa(o, readFile),

@@ -2,6 +2,7 @@
 // strings, written on the command line or in SQL, and the one check of
 // them that both stores run. Parsed into the numbers admission reads by
 // limits/policy.ts. Pure.
+import { parseRange } from '../lib/addresses.ts';
 
 export type Period = 'day' | 'month';
 
@@ -24,6 +25,23 @@ export interface Limits {
   readonly alerts?: readonly number[];
   /** The most one scraper run may be capped at, US dollars (`--run-cap`, docs/limits.md "Scraper runs"). */
   readonly runCap?: number;
+  /**
+   * The client addresses the key may be used from, as ranges (`10.0.0.0/8`,
+   * `2001:db8::/32`; docs/keys.md "Allowed addresses"). Kept with the
+   * limits so that a keyward too old to enforce it refuses the key
+   * (key_unsupported) rather than serve it from anywhere.
+   */
+  readonly allowFrom?: readonly string[];
+}
+
+/** The most ranges one key's allowlist holds. */
+export const ALLOW_FROM_MAX = 64;
+
+/** What is wrong with an allowlist as stored, or null. */
+export function allowFromProblem(v: unknown): string | null {
+  if (!Array.isArray(v) || v.length === 0 || v.length > ALLOW_FROM_MAX || !v.every((r) => typeof r === 'string' && parseRange(r) !== null))
+    return `.limits.allowFrom must be a list of 1 to ${ALLOW_FROM_MAX} address ranges (10.0.0.0/8, 2001:db8::/32, or one address)`;
+  return null;
 }
 
 export const RATE = /^([1-9]\d{0,8})\/(s|m|h)$/;
@@ -32,7 +50,7 @@ const PER_PERIOD = /^(\d{1,12}(?:\.\d{1,6})?)\/(day|month)$/;
 const AMOUNT = /^\d{1,9}(?:\.\d{1,6})?$/;
 export const SECONDS: Readonly<Record<string, number>> = { s: 1, m: 60, h: 3_600 };
 
-const FIELDS = new Set(['rate', 'burst', 'concurrency', 'quota', 'budgets', 'alerts', 'runCap']);
+const FIELDS = new Set(['rate', 'burst', 'concurrency', 'quota', 'budgets', 'alerts', 'runCap', 'allowFrom']);
 
 /**
  * What is wrong with `limits` as stored, as a message tail (`.limits.rate
@@ -46,7 +64,11 @@ export function limitsProblem(limits: unknown, costRoutes: readonly string[]): s
   if (typeof limits !== 'object' || Array.isArray(limits)) return '.limits must be an object';
   const l = limits as Record<string, unknown>;
   const unknown = Object.keys(l).find((k) => !FIELDS.has(k));
-  if (unknown !== undefined) return `.limits.${unknown} is not a limit (rate, burst, concurrency, quota, budgets, alerts, runCap)`;
+  if (unknown !== undefined) return `.limits.${unknown} is not a limit (rate, burst, concurrency, quota, budgets, alerts, runCap, allowFrom)`;
+  if (l.allowFrom !== undefined) {
+    const p = allowFromProblem(l.allowFrom);
+    if (p !== null) return p;
+  }
   if (l.rate !== undefined && !(typeof l.rate === 'string' && RATE.test(l.rate))) return '.limits.rate must be N/s, N/m or N/h';
   if (l.burst !== undefined && !(Number.isInteger(l.burst) && (l.burst as number) > 0)) return '.limits.burst must be a whole number above 0';
   if (l.concurrency !== undefined && !(Number.isInteger(l.concurrency) && (l.concurrency as number) > 0))

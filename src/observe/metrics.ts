@@ -14,7 +14,7 @@ const METHOD_INDEX: Readonly<Record<string, number>> = Object.fromEntries(METHOD
 const STATUS_SLOTS = 600;
 const AUTH_FAILURES = ['missing', 'malformed', 'unknown', 'revoked', 'expired'] as const;
 export type AuthFailure = (typeof AUTH_FAILURES)[number];
-const LIMIT_REASONS = ['scope', 'rate', 'concurrency', 'quota', 'budget'] as const;
+const LIMIT_REASONS = ['scope', 'address', 'rate', 'concurrency', 'quota', 'budget'] as const;
 export type LimitReason = (typeof LIMIT_REASONS)[number];
 /**
  * Work the event loop does on its own schedule, between requests: while one

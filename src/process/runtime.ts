@@ -5,6 +5,7 @@ import type { Config } from '../config/load.ts';
 import { secretForms, Secrets } from '../request/egress.ts';
 import type { CredentialBoard } from '../request/credentials.ts';
 import { Forwarder } from '../request/forward.ts';
+import { rangeSet } from '../lib/addresses.ts';
 import { routeTable } from '../request/routes.ts';
 import type { Generation, Target } from '../request/runtime.ts';
 
@@ -24,7 +25,7 @@ export function buildRuntime(config: Config, board: CredentialBoard): Runtime {
     const forwarder = forwarders.get(r.name);
     if (r.credential !== null && forwarder !== undefined) targets.set(r.name, { forwarder });
   }
-  return { config, table: routeTable(config.routes), forwarders, targets };
+  return { config, table: routeTable(config.routes), forwarders, targets, trustedProxies: rangeSet(config.trustedProxies) };
 }
 
 /**

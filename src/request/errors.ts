@@ -42,6 +42,8 @@ const entries = {
   badPathEscape: { status: 400, code: 'bad_request', message: 'The path holds an encoded control character, a %u escape or overlong UTF-8.' },
   unauthorized: { status: 401, code: 'unauthorized', message: 'Unauthorized.' },
   forbidden: { status: 403, code: 'forbidden', message: 'This key may not use this route.' },
+  // docs/keys.md, "Allowed addresses": nothing forwarded, nothing counted against the key's limits.
+  notFromHere: { status: 403, code: 'forbidden', message: 'This key is not allowed from this address.' },
   // docs/limits.md, "Scraper runs": spend the gateway would never see cannot be held to a budget.
   budgetUnenforceable: {
     status: 403,

@@ -30,6 +30,7 @@ import { scraperCall, type ScraperCall } from './scraper-calls.ts';
 import { keepReadingForRun } from './forward.ts';
 import type { CredentialBoard } from './credentials.ts';
 import { detach, neverRejects } from '../lib/detach.ts';
+import { allowedFrom, clientAddress, inRanges } from '../lib/addresses.ts';
 
 const LIMIT_ERRORS: Readonly<Record<LimitCode, GatewayError>> = {
   rate_limited: ERRORS.rateLimited,
@@ -215,6 +216,12 @@ class RequestPipeline implements Pipeline {
     if (principal === null) return this.#refuse(ex, req, res, ERRORS.unauthorized);
     if (principal === UNSUPPORTED_KEY) return this.#refuse(ex, req, res, ERRORS.keyUnsupported);
     if (expect === 'other') return this.#refuse(ex, req, res, ERRORS.expectationFailed);
+    // A key with an allowlist, from elsewhere: refused before anything is routed, forwarded or counted.
+    const allowed = allowedFrom(principal);
+    if (allowed !== null && !inRanges(allowed, clientAddress(ex.client ?? '', req.headers['x-forwarded-for'], rt.trustedProxies))) {
+      this.#deps.metrics.limited(this.#deps.metrics.noRoute, 'address');
+      return this.#refuse(ex, req, res, ERRORS.notFromHere);
+    }
     if (url.startsWith(OWN)) return this.#own(ex, req, res, principal, url);
     const step = routeOf(rt, req.method as string, url, req.headers, principal);
     ex.route = step.route;
