@@ -37,6 +37,7 @@ const FIXED_HELP = {
   serve          run the gateway (configuration from the environment)
   keys           create, list, revoke, rotate, update, import and export keys
   usage          what each key forwarded and spent, per route and day
+  audit          the audit log of key changes; audit verify checks its chain
   db migrate     create or upgrade the PostgreSQL schema (KEYWARD_DATABASE_URL)
   demo           run stand-in upstreams, the gateway and a demo key
   dev-db         run a throwaway PostgreSQL to try a fleet on one machine (development only)
@@ -59,6 +60,14 @@ The options most set (keyward help config lists every one, with its default):
   KEYWARD_ADMIN_HOST, KEYWARD_ADMIN_PORT
                                   health, readiness, metrics and the usage page (127.0.0.1:9097, off)
   KEYWARD_LOG_LEVEL               info
+`,
+  audit: `usage: keyward audit [--since 7d|YYYY-MM-DD] [--json]
+       keyward audit verify
+
+Every change to keys (create, update, rotate, revoke, import), by whom,
+when and what changed (never a token or digest), oldest first; each entry
+carries the SHA-256 of the one before. audit verify exits 0 when the chain
+is whole, 1 naming the first entry that was edited, removed or moved.
 `,
   demo: `usage: keyward demo
 

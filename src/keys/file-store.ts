@@ -5,6 +5,8 @@
 // The gateway polls the file's identity (inode, size, mtime) four times a
 // second: a rename always changes the inode, so a change is seen within
 // 250 ms whatever the filesystem, where fs.watch would miss renames on some.
+import { cliActor, drafts, type AuditEntry } from './audit.ts';
+import { appendAudit, auditPath, readAudit } from './audit-sqlite.ts';
 import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
 import { open, readFile, rename, stat, unlink } from 'node:fs/promises';
@@ -186,11 +188,27 @@ export class FileKeyStore implements KeyStore {
         if (ids.has(r.id)) throw new KeysFileError(`key id ${r.id} appears twice; fix the file by hand before changing it`);
         ids.add(r.id);
       }
+      // The audit entry first: a change whose entry cannot be written is not made (docs/operations.md, "Audit log").
+      const entries = drafts(
+        current,
+        next.records,
+        { actor: options.actor ?? cliActor(), requestId: options.requestId ?? null, importing: options.importing === true },
+        Date.now(),
+      );
+      try {
+        appendAudit(auditPath(this.location), entries);
+      } catch (err) {
+        throw new KeysFileError(`the audit log ${auditPath(this.location)} cannot be written (${(err as Error).message}); nothing was changed`);
+      }
       await this.#writeAtomically(this.location, serialiseKeysFile(next.records));
       return next.result;
     } finally {
       await release();
     }
+  }
+
+  auditEntries(): Promise<AuditEntry[]> {
+    return Promise.resolve(readAudit(auditPath(this.location)));
   }
 
   /** Where --force moved an unreadable file, for the CLI to say. */

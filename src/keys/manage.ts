@@ -122,12 +122,16 @@ export async function rotateKey(
  * Add the keys of another store (digests only). Keys already there, by id or
  * by token, are left as they are, so importing twice is harmless. Returns how many were added.
  */
-export async function importKeys(store: KeyStore, incoming: readonly KeyRecord[]): Promise<number> {
-  return store.update((records) => {
-    const have = new Set(records.flatMap((r) => [r.id, r.digest]));
-    const fresh = incoming.filter((r) => !have.has(r.id) && !have.has(r.digest));
-    return { records: [...records, ...fresh], result: fresh.length };
-  });
+export async function importKeys(store: KeyStore, incoming: readonly KeyRecord[], update: UpdateOptions = {}): Promise<number> {
+  return store.update(
+    (records) => {
+      const have = new Set(records.flatMap((r) => [r.id, r.digest]));
+      const fresh = incoming.filter((r) => !have.has(r.id) && !have.has(r.digest));
+      return { records: [...records, ...fresh], result: fresh.length };
+    },
+    // Each key it adds is audited as imported, not created.
+    { ...update, importing: true },
+  );
 }
 
 export interface KeyChanges {

@@ -225,6 +225,14 @@ export const MIGRATIONS: readonly string[] = [
      cost double precision not null default 0,
      primary key (route, credential, day)
    );`,
+  // 11: the audit log of key changes (docs/operations.md, "Audit log"): one
+  // chain for the fleet, appended in the transaction that makes the change,
+  // under the write lock that orders every change.
+  `create table keyward_audit (
+     seq bigint primary key,
+     body text not null,
+     hash text not null
+   );`,
 ];
 
 export interface Row {

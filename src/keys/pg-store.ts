@@ -5,6 +5,8 @@
 // announce the keys they changed; the tables' triggers (pg-schema.ts) make
 // writes by anyone else reach the gateways the same way; pg-watch.ts follows
 // them.
+import { chain, cliActor, drafts, type AuditDraft, type AuditEntry } from './audit.ts';
+import { bodyOf, entryOf } from './audit-sqlite.ts';
 import postgres from 'postgres';
 import type { KeyRecord } from './keyset.ts';
 import { allRows, CHANNEL, instant, isoInstant, MIGRATION_LOCK, MIGRATIONS, msOf, notice, toRecord, UNPLACEABLE, WRITE_LOCK } from './pg-schema.ts';
@@ -44,6 +46,14 @@ class DatabaseTimeout extends Error {
     super(`no answer from PostgreSQL within ${ms} ms; connections dropped and opened again`);
     this.name = 'DatabaseTimeout';
   }
+}
+
+/** `drafts` appended to the fleet's one chain, inside the caller's transaction (which holds the write lock). */
+async function appendEntries(tx: postgres.TransactionSql, entries: readonly AuditDraft[]): Promise<void> {
+  if (entries.length === 0) return;
+  const [last] = await tx<Array<{ seq: string; hash: string }>>`select seq::text, hash from keyward_audit order by keyward_audit.seq desc limit 1`;
+  for (const e of chain(last === undefined ? null : { seq: Number(last.seq), hash: last.hash }, entries))
+    await tx`insert into keyward_audit (seq, body, hash) values (${e.seq}, ${bodyOf(e)}, ${e.hash})`;
 }
 
 export class PgKeyStore implements KeyStore {
@@ -168,7 +178,7 @@ export class PgKeyStore implements KeyStore {
     );
   }
 
-  async update<T>(change: (records: readonly KeyRecord[]) => Change<T>, _options: UpdateOptions = {}): Promise<T> {
+  async update<T>(change: (records: readonly KeyRecord[]) => Change<T>, options: UpdateOptions = {}): Promise<T> {
     await this.migrate();
     return this.within(
       (sql) =>
@@ -192,6 +202,16 @@ export class PgKeyStore implements KeyStore {
           returning version::text`;
             top = row?.version ?? top;
           }
+          // The audit entries in the same transaction: a change whose entry cannot be written is not made.
+          await appendEntries(
+            tx,
+            drafts(
+              before,
+              next.records,
+              { actor: options.actor ?? cliActor(), requestId: options.requestId ?? null, importing: options.importing === true },
+              Date.now(),
+            ),
+          );
           if (changed.length > 0)
             await tx`select pg_notify(${CHANNEL}, ${notice(
               top,
@@ -226,6 +246,15 @@ export class PgKeyStore implements KeyStore {
     );
     // A time JavaScript cannot place (written by SQL) is left out rather than failing the whole list.
     return new Map(rows.map((r) => [r.id, isoInstant(msOf(r.last_used))] as const).filter(([, t]) => t !== UNPLACEABLE));
+  }
+
+  async auditEntries(): Promise<AuditEntry[]> {
+    await this.migrate();
+    const rows = await this.within(
+      (sql) => sql<Array<{ seq: string; body: string; hash: string }>>`select seq::text, body, hash from keyward_audit order by keyward_audit.seq`,
+      this.timeoutMs * FULL_READ_FACTOR,
+    );
+    return rows.map(entryOf);
   }
 
   async close(): Promise<void> {

@@ -3,6 +3,7 @@
 // implements the same calls and the request path does not change.
 import type { KeyRecord } from './keyset.ts';
 import type postgres from 'postgres';
+import type { Actor, AuditEntry } from './audit.ts';
 
 export interface Change<T> {
   readonly records: readonly KeyRecord[];
@@ -12,6 +13,11 @@ export interface Change<T> {
 export interface UpdateOptions {
   /** Replace a store that cannot be read (a corrupt keys file) instead of refusing to write over it. */
   readonly force?: boolean;
+  /** Who makes the change, for its audit entry (audit.ts); absent: the OS user running this process. */
+  readonly actor?: Actor;
+  readonly requestId?: string | null;
+  /** The change imports keys (`key.import` entries rather than `key.create`). */
+  readonly importing?: boolean;
 }
 
 /** A database pool with a deadline on every query, and the schema's migrations: what the ledger kept beside the keys uses. */
@@ -55,4 +61,6 @@ export interface KeyStore {
   recordUse(uses: ReadonlyMap<string, number>): Promise<void>;
   /** Last-use times by key id, ISO 8601. */
   lastUse(): Promise<ReadonlyMap<string, string>>;
+  /** The audit log of changes to keys, in order (audit.ts). */
+  auditEntries(): Promise<AuditEntry[]>;
 }

@@ -13,6 +13,7 @@ function recordingStore(): { store: KeyStore; writes: Array<Map<string, number>>
     update: async () => undefined as never,
     recordUse: async (uses: ReadonlyMap<string, number>) => void writes.push(new Map(uses)),
     lastUse: async () => new Map(),
+    auditEntries: async () => [],
   } satisfies KeyStore;
   return { store, writes };
 }
