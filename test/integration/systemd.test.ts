@@ -68,7 +68,7 @@ for (const workers of ['1', '2']) {
       try {
         sock.server.close(); // the parent's copy; the child holds its own
         const expected = workers === '1' ? 2 : 3; // one per worker listening
-        await eventually(() => out.split('"msg":"keyward listening"').length === expected, 10_000, 'listening');
+        await eventually(() => out.split('"msg":"keyward listening"').length === expected, 30_000, 'listening');
         const line = JSON.parse(out.split('\n').find((l) => l.includes('keyward listening')) as string) as { port: number; socketActivated: boolean };
         assert.equal(line.port, sock.port);
         assert.equal(line.socketActivated, true);
@@ -96,7 +96,7 @@ test('LISTEN_FDS meant for another process is ignored: the gateway binds its own
     const done = collect(child);
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    await eventually(() => out.includes('keyward listening'), 10_000, 'listening');
+    await eventually(() => out.includes('keyward listening'), 30_000, 'listening');
     assert.match(out, /"socketActivated":false/);
     child.kill('SIGTERM');
     assert.equal((await deadline(done, 10_000, 'exit')).code, 0);
