@@ -1,6 +1,12 @@
 // The upstream connection pool (docs/security.md, "Upstream connections"):
 // one Node agent per upstream, kept alive with an idle lifetime, handing a
 // pooled socket straight to the next request.
+//
+// It reads parts of Node's agent that are not public API (`addRequest`,
+// `getName`, `freeSockets`, `sockets`, `req.onSocket`,
+// `socket._httpMessage.res`): test/unit/node-agent-internals.test.ts pins
+// each on plain Node objects, so a Node release that changes one fails there
+// by name instead of quietly ending connection reuse.
 import http from 'node:http';
 import https from 'node:https';
 import type { Socket } from 'node:net';
