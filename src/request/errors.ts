@@ -52,7 +52,8 @@ const entries = {
       "This key has a budget on this route, and this call would make the platform spend later, out of the gateway's sight (schedules, webhooks, builds).",
   },
   noRoute: { status: 404, code: 'not_found', message: 'No route for this path.' },
-  methodNotAllowed: { status: 404, code: 'not_found', message: 'Method not allowed on this route.' },
+  // 404, as for an unknown path (docs/routes.md): the route carries no such method.
+  methodNotOnRoute: { status: 404, code: 'not_found', message: 'Method not allowed on this route.' },
   methodOverride: { status: 404, code: 'not_found', message: 'Method overrides are not allowed.' },
   dotSegment: { status: 404, code: 'not_found', message: 'Paths with dot-segments are not allowed.' },
   webSocket: { status: 404, code: 'not_found', message: 'WebSocket upgrades are not proxied.' },
@@ -67,7 +68,8 @@ const entries = {
   budgetExceeded: { status: 429, code: 'budget_exceeded', message: "This key's budget on this route for the period is spent." },
   headersTooLarge: { status: 431, code: 'headers_too_large', message: 'Request headers exceed the configured limit.' },
   upstreamUnreachable: { status: 502, code: 'upstream_unreachable', message: 'Upstream unreachable.' },
-  upstreamUnscannable: { status: 502, code: 'upstream_unreachable', message: 'The upstream answered in a content coding the gateway cannot inspect.' },
+  // Counted as the upstream failing (upstream_unreachable): what it sent cannot be relayed safely.
+  unscannableResponse: { status: 502, code: 'upstream_unreachable', message: 'The upstream answered in a content coding the gateway cannot inspect.' },
   routeNotConfigured: { status: 503, code: 'route_not_configured', message: 'This route has no upstream credential configured.' },
   // docs/credentials.md, "None available": every credential of the route is set aside; nothing forwarded, nothing counted.
   credentialsExhausted: {
@@ -192,8 +194,8 @@ export const UPSTREAM_ANSWERS: Readonly<Record<UpstreamReason, GatewayError>> = 
   idle: ERRORS.upstreamTimeout,
   unexpected_101: ERRORS.upstreamUnreachable,
   invalid_response: ERRORS.upstreamUnreachable,
-  unscannable_encoding: ERRORS.upstreamUnscannable,
-  secret_in_compressed_body: ERRORS.upstreamUnscannable,
+  unscannable_encoding: ERRORS.unscannableResponse,
+  secret_in_compressed_body: ERRORS.unscannableResponse,
 };
 
 /**

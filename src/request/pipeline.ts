@@ -63,7 +63,7 @@ export interface PipelineDeps {
 /** A known key this version cannot serve: its rules were written by a newer keyward (503, never served without them). */
 const UNSUPPORTED_KEY = Symbol('keyward.unsupported-key');
 /** The gateway's own prefix on the public listener (docs/limits.md, "A key's own status"). */
-const OWN = '/keyward/';
+const OWN_PREFIX = '/keyward/';
 
 export type Expect = 'none' | 'continue' | 'other';
 
@@ -222,7 +222,7 @@ class RequestPipeline implements Pipeline {
       this.#deps.metrics.limited(this.#deps.metrics.noRoute, 'address');
       return this.#refuse(ex, req, res, ERRORS.notFromHere);
     }
-    if (url.startsWith(OWN)) return this.#own(ex, req, res, principal, url);
+    if (url.startsWith(OWN_PREFIX)) return this.#own(ex, req, res, principal, url);
     const step = routeOf(rt, req.method as string, url, req.headers, principal);
     ex.route = step.route;
     if (step.error !== null) {
@@ -347,9 +347,9 @@ class RequestPipeline implements Pipeline {
    */
   #own(ex: Exchange, req: GatewayRequest, res: ServerResponse, principal: Principal, url: string): void {
     const q = url.indexOf('?');
-    if ((q < 0 ? url : url.slice(0, q)) !== `${OWN}key`) return this.#refuse(ex, req, res, ERRORS.noRoute);
-    if (req.method !== 'GET' && req.method !== 'HEAD') return this.#refuse(ex, req, res, ERRORS.methodNotAllowed);
-    ex.logPath = `${OWN}key`;
+    if ((q < 0 ? url : url.slice(0, q)) !== `${OWN_PREFIX}key`) return this.#refuse(ex, req, res, ERRORS.noRoute);
+    if (req.method !== 'GET' && req.method !== 'HEAD') return this.#refuse(ex, req, res, ERRORS.methodNotOnRoute);
+    ex.logPath = `${OWN_PREFIX}key`;
     const send = (body: unknown): void => {
       if (ex.closed || res.headersSent) return;
       if (body === null) return this.#refuse(ex, req, res, ERRORS.keystoreUnavailable);

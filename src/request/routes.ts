@@ -213,7 +213,7 @@ export type Match =
 
 const miss = (error: GatewayError): Match => ({ route: null, path: null, query: null, error });
 const NO_ROUTE = miss(ERRORS.noRoute);
-const METHOD_NOT_ALLOWED = miss(ERRORS.methodNotAllowed);
+const METHOD_NOT_ON_ROUTE = miss(ERRORS.methodNotOnRoute);
 const DOT_SEGMENT = miss(ERRORS.dotSegment);
 const BAD_ESCAPE = miss(ERRORS.badPathEscape);
 
@@ -239,7 +239,7 @@ export function matchRoute(table: RouteTable, method: string, url: string): Matc
   const q = url.indexOf('?', slash);
   const path = q < 0 ? url.slice(slash) : url.slice(slash, q);
   if (path.length <= 1) return NO_ROUTE; // empty {path}: `/scraper/`
-  if (!route.methods.has(method)) return METHOD_NOT_ALLOWED;
+  if (!route.methods.has(method)) return METHOD_NOT_ON_ROUTE;
   if (hasDotSegment(path)) return DOT_SEGMENT;
   if (hasForbiddenEscape(path)) return BAD_ESCAPE;
   return { route, path, query: q < 0 ? null : url.slice(q + 1), error: null };

@@ -225,7 +225,7 @@ const FIRSTS = new WeakMap<readonly Folded[], Uint8Array>();
 const INDEXES = new WeakMap<readonly Folded[], { readonly longest: number; readonly byFirst: ReadonlyArray<readonly Folded[] | undefined> }>();
 
 /** The longest secret's length, and the secrets by their first (folded) character: per list of secrets, computed once. */
-function indexOf(forms: readonly Folded[]): { readonly longest: number; readonly byFirst: ReadonlyArray<readonly Folded[] | undefined> } {
+function firstByteTable(forms: readonly Folded[]): { readonly longest: number; readonly byFirst: ReadonlyArray<readonly Folded[] | undefined> } {
   let index = INDEXES.get(forms);
   if (index === undefined) {
     const byFirst: Array<Folded[] | undefined> = [];
@@ -272,7 +272,7 @@ export function prefixTail(buf: Buffer, start: number, end: number, forms: reado
     // Each byte stands for itself here, so a proper prefix is shorter than
     // the longest secret: only the last so many bytes are read. Earliest
     // start first: the first hit is the longest tail.
-    const { longest, byFirst } = indexOf(forms);
+    const { longest, byFirst } = firstByteTable(forms);
     const from = Math.max(0, src.length - longest + 1);
     for (let k = from; k < src.length; k++) {
       const candidates = byFirst[fold(src[k] as number)];

@@ -87,7 +87,7 @@ test('routeOf: a route, the query without the client credential, and the target 
 
 test('routeOf: each refusal in the order the pipeline meets them, with the route when one matched', () => {
   assert.deepEqual(routeOf(rt, 'GET', '/nowhere/x', {}, key), { error: ERRORS.noRoute, route: null });
-  assert.deepEqual(routeOf(rt, 'GET', '/scraper/v2/x', {}, key), { error: ERRORS.methodNotAllowed, route: null });
+  assert.deepEqual(routeOf(rt, 'GET', '/scraper/v2/x', {}, key), { error: ERRORS.methodNotOnRoute, route: null });
   const scope = routeOf(rt, 'GET', '/speech/v1/voices', {}, key);
   assert.equal(scope.error, ERRORS.forbidden);
   assert.equal(scope.route?.name, 'speech');

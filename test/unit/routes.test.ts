@@ -35,7 +35,7 @@ test("matchRoute enforces each route's method list", () => {
     for (const method of all) {
       const m = matchRoute(table, method, url);
       assert.equal(m.error === null, methods.includes(method), `${method} ${url}`);
-      if (m.error !== null) assert.equal(m.error, ERRORS.methodNotAllowed);
+      if (m.error !== null) assert.equal(m.error, ERRORS.methodNotOnRoute);
     }
   }
 });
