@@ -53,7 +53,7 @@ export function tokenDigest(token: string): string {
 
 /** The same digest as bytes, for the request path's lookup. */
 export function tokenDigestBytes(token: string): Buffer {
-  // The one-shot form allocates no Hash object: ~0.5 µs less per request.
+  // The one-shot form allocates no Hash object, on every authenticated request.
   return hash('sha256', token, 'buffer');
 }
 

@@ -676,8 +676,7 @@ export function withDone(a: Admission, done: Admission['done']): Admission {
   return a.reserved === undefined ? { done } : { done, reserved: a.reserved };
 }
 
-/** An instant as RFC 3339 in UTC, to the second. */
-/** When a period ends, to the second after it (a reset time a client can wait for). */
+/** When a period ends, as RFC 3339 in UTC rounded up to the second (a reset time a client can wait for). */
 const resetAt = (ms: number): string => rfc3339(Math.ceil(ms / 1000) * 1000);
 
 function periodOver(code: LimitCode, limit: number, period: Period, now: number, used: number, route: string | null): Refused {

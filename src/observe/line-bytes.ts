@@ -1,9 +1,9 @@
 // The request line written as bytes straight into the log's batch buffer,
 // the same bytes as the line's template string (log.ts). Built as a string,
-// the ~400-byte line was ~35 pieces joined and then flattened: ~2 KB of
-// young garbage a request, 9.9 young collections per 1,000 requests against
-// 8.55 without the line (bench/README.md, "The young generation"). Here a
-// line allocates nothing but what its numbers and its rare non-ASCII text need.
+// the line is dozens of pieces joined and flattened, garbage on every request
+// that the young generation must collect (bench/README.md, "The young
+// generation", has the counts). Here a line allocates nothing but what its
+// numbers and its rare non-ASCII text need.
 
 /** The fields of the per-request line (docs/logs.md), in the order they are written. */
 export interface RequestFields {

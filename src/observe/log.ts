@@ -32,7 +32,7 @@ export interface LogHandle {
 export function createLogger(level: string, destination?: DestinationStream, fd: 1 | 2 = 1): LogHandle {
   // No `redact`: no code path logs a header, a URL query or a token (the
   // request line, built here from ids and sizes for completion.ts, carries
-  // none), and redaction costs several µs on every line.
+  // none), and redaction would walk every line's object on the request path.
   const options = { level, base: { service: 'keyward', pid: process.pid } };
   if (destination !== undefined) {
     return { logger: pino(options, destination), timed: () => undefined, flush: () => Promise.resolve() };
@@ -71,13 +71,12 @@ const SMALL = 4_096;
  * Lines are copied as they come into a 64 KiB buffer outside the V8 heap,
  * which goes to SonicBoom in one write once 32 KiB are gathered (and at least
  * once a second, so a quiet gateway's lines still reach the journal
- * promptly). Held as strings until written, the lines outlived
- * young-generation collections and were copied by each: 5 µs of GC per
- * request at 64 connections, more than writing them (bench/README.md, log
- * line). One asynchronous write per line cost ~60 µs; one per 8 KiB (about
- * 25 lines) still woke a thread of libuv's pool and then the event loop
- * once for every 25 requests, ~0.6 µs a line more than one per 32 KiB. pino's own lines pass
- * through here as well, so the order of all lines is kept.
+ * promptly). Held as strings until written, lines outlive young-generation
+ * collections and are copied by each; written one by one, or a few KiB at a
+ * time, each write wakes a thread of libuv's pool and then the event loop.
+ * Both cost more than the line itself (the figures: bench/README.md, "Log
+ * line"). pino's own lines pass through here as well, so the order of all
+ * lines is kept.
  */
 class LineBatcher {
   #buf = Buffer.allocUnsafe(SIZE);
@@ -176,8 +175,8 @@ const str = (s: string | null): string => (s === null ? 'null' : JSON.stringify(
  * The request line, serialised by a fixed template and written straight to
  * the logger's own destination: the same bytes pino writes for
  * `logger[level](fields, 'request completed')` (level, time, the logger's
- * bindings, the fields, msg) without pino's generic per-key walk, which cost
- * several µs a line (bench/README.md). The level is read from the logger on
+ * bindings, the fields, msg) without pino's generic per-key walk, a cost on
+ * every line (bench/README.md). The level is read from the logger on
  * every call, so a reload that changes it applies at once. A destination
  * that needs pino's metadata (multistream) gets the ordinary call.
  */

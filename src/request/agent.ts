@@ -22,8 +22,8 @@ interface AgentInternals {
 /**
  * Node's Agent#addRequest copies every request's options into a
  * dictionary-mode object and re-derives the pool name and TLS server name
- * each time: 8 % of the gateway's CPU in the small-request profile
- * (bench/README.md). A forwarder's agent serves exactly one origin, so the
+ * each time, a visible share of a small request's CPU (bench/README.md has
+ * the profile). A forwarder's agent serves exactly one origin, so the
  * name is computed once, and when a pooled socket is free it is handed over
  * directly, doing what addRequest does in that case (documented
  * `reuseSocket`, `onSocket`, tracking in `agent.sockets`). New connections,
@@ -121,9 +121,8 @@ function keepAliveHint(socket: Socket): number | null {
  * the upstream's own Keep-Alive timeout when that is sooner; 0 (not pooled)
  * when that leaves no time. The same rule Node's agent applies with its
  * `timeout` option, which the agent is not given: with it, Node arms a
- * timer on the socket and adds and removes a listener for every request
- * (~2 µs of a small request's CPU in a profile), for a deadline that only
- * matters once the socket is idle.
+ * timer on the socket and adds and removes a listener for every request,
+ * for a deadline that only matters once the socket is idle.
  */
 export function idleLifetime(idleMs: number, hintSeconds: number | null): number {
   if (hintSeconds === null) return idleMs;

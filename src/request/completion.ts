@@ -13,9 +13,9 @@ export type Complete = (ex: Exchange, status: number | null, aborted: boolean) =
 
 /**
  * Longest path written to a log line, in characters. A client chooses its
- * path: uncut, a 16 KiB path made a 16 KiB line, and an unauthenticated
- * flood ~127 MB/s of log from one client. Cut, with the original length
- * kept in the text, a line stays a few hundred bytes.
+ * path: uncut, a line is as long as the path, and an unauthenticated flood
+ * becomes a flood of log. Cut, with the original length kept in the text, a
+ * line stays a few hundred bytes.
  */
 const LOG_PATH_MAX = 200;
 

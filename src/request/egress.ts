@@ -213,8 +213,8 @@ function confirmed(view: DataView, p: number, last: number, windows: Uint32Array
  * turned random bytes away sooner but passed about every other window of
  * JSON text: a branch the CPU guessed wrong half the time cost more than the
  * table read it saved. A candidate is only noted here and handled after the
- * block (BodyScan's #candidate): called from inside the loop, it was inlined
- * there and the loop ran at half the speed.
+ * block (BodyScan's #candidate): called from inside the loop, it would be
+ * inlined there and slow the loop for every window.
  */
 function sample(view: DataView, W: Uint32Array, A: Uint8Array, from: number, to: number, stride: number): number {
   let n = 0;

@@ -317,7 +317,6 @@ export class CompressedRelay {
   /** zstd releases a block's output only once the block is whole (zstd-frames.ts). */
   readonly #frames: ZstdFrames | null;
   #stages: Transform[] = [];
-  /** Bytes given to each stage: what it must have consumed by its end. */
   /** Bytes fed to the outermost decoder: the body's raw bytes so far. */
   #rawFed = 0;
   /** Compressed bytes not yet released, from offset `released` of the body. */

@@ -56,9 +56,9 @@ export function due(ex: Exchange, now: number, limits: TimeoutLimits): Expiry | 
  * with each exchange's slot on the exchange itself, never in a `Set`: a
  * long-lived Set that young objects pass through chains its obsolete hash
  * tables to their successors, and the collector of young objects treats a
- * dead old table's link as live, so every exchange that went through it was
- * promoted to the old generation (7 KB a request, and most of the gap in CPU
- * per request to the naive peer: bench/README.md, "Where the time went").
+ * dead old table's link as live, so every exchange that went through it is
+ * promoted to the old generation (bench/README.md, "Where the time went",
+ * has what that cost).
  */
 export class Sweeper {
   readonly #live: Exchange[] = [];
