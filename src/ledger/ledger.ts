@@ -12,7 +12,7 @@ import type { PeriodUse } from '../limits/limiter.ts';
 import { readSpool, writeSpool, type Batch, type Known, type SetAside } from './spool.ts';
 import { periodOf, type Period } from '../limits/policy.ts';
 import type { PendingRun } from './runs.ts';
-import type { CredentialRow, UsageRow, UsageStore } from './store.ts';
+import type { CredentialRow, StatusCounts, UsageRow, UsageStore } from './store.ts';
 import { detach } from '../lib/detach.ts';
 import { asError } from '../lib/error.ts';
 
@@ -88,6 +88,16 @@ export function periodUse(u: RouteUsage): PeriodUse {
     },
     cost: (_key, route, period) => u.routes.get(route)?.[of(period)].cost ?? 0,
   };
+}
+
+/** One request counted in a row, by the class of its upstream status (null or out of range: `other`). */
+function countAnswer(row: StatusCounts, status: number | null): void {
+  row.requests++;
+  if (status === null || status < 200 || status > 599) row.other++;
+  else if (status < 300) row.s2xx++;
+  else if (status < 400) row.s3xx++;
+  else if (status < 500) row.s4xx++;
+  else row.s5xx++;
 }
 
 /** `t` rolled over to `day` and `month` (a count of a period that has passed starts again from 0). */
@@ -198,12 +208,7 @@ export class Ledger implements PeriodUse {
     run: { readonly id: string; readonly path: string; readonly credential?: number } | null = null,
   ): void {
     const row = this.#row(keyId, route, now);
-    row.requests++;
-    if (status === null || status < 200 || status > 599) row.other++;
-    else if (status < 300) row.s2xx++;
-    else if (status < 400) row.s3xx++;
-    else if (status < 500) row.s4xx++;
-    else row.s5xx++;
+    countAnswer(row, status);
     row.bytesIn += bytesIn;
     row.bytesOut += bytesOut;
     // Never a non-finite number in the ledger (the cost readers already refuse one; this holds whatever calls).
@@ -227,12 +232,7 @@ export class Ledger implements PeriodUse {
       row = { route, credential, day, requests: 0, s2xx: 0, s3xx: 0, s4xx: 0, s5xx: 0, other: 0, cost: 0 };
       this.#credentialRows.set(k, row);
     }
-    row.requests++;
-    if (status === null || status < 200 || status > 599) row.other++;
-    else if (status < 300) row.s2xx++;
-    else if (status < 400) row.s3xx++;
-    else if (status < 500) row.s4xx++;
-    else row.s5xx++;
+    countAnswer(row, status);
     if (Number.isFinite(cost)) row.cost += cost;
   }
 

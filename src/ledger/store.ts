@@ -6,11 +6,8 @@
 import type { LeaseStore } from '../limits/leases.ts';
 import type { PendingRun, RunStore } from './runs.ts';
 
-export interface UsageRow {
-  readonly keyId: string;
-  readonly route: string;
-  /** UTC day, `2026-11-23`. */
-  readonly day: string;
+/** Requests and the classes of their upstream statuses: a usage row's, a credential row's. */
+export interface StatusCounts {
   requests: number;
   s2xx: number;
   s3xx: number;
@@ -18,6 +15,13 @@ export interface UsageRow {
   s5xx: number;
   /** Forwarded but no upstream status reached the client (the client left, the upstream failed). */
   other: number;
+}
+
+export interface UsageRow extends StatusCounts {
+  readonly keyId: string;
+  readonly route: string;
+  /** UTC day, `2026-11-23`. */
+  readonly day: string;
   /** Refused by the key's limits (429). */
   limited: number;
   bytesIn: number;
@@ -46,17 +50,11 @@ export interface BatchId {
 }
 
 /** One credential's answers and cost on one UTC day (docs/credentials.md, "Seen"): each provider account's bill, checkable. */
-export interface CredentialRow {
+export interface CredentialRow extends StatusCounts {
   readonly route: string;
   /** Its label: the credential's number. */
   readonly credential: number;
   readonly day: string;
-  requests: number;
-  s2xx: number;
-  s3xx: number;
-  s4xx: number;
-  s5xx: number;
-  other: number;
   cost: number;
 }
 
