@@ -5,6 +5,7 @@
 // announce the keys they changed; the tables' triggers (pg-schema.ts) make
 // writes by anyone else reach the gateways the same way; pg-watch.ts follows
 // them.
+import { within as deadline } from '../lib/deadline.ts';
 import { chain, cliActor, drafts, type AuditDraft, type AuditEntry } from './audit.ts';
 import { bodyOf, entryOf } from './audit-sqlite.ts';
 import postgres from 'postgres';
@@ -58,6 +59,9 @@ async function appendEntries(tx: postgres.TransactionSql, entries: readonly Audi
     select * from unnest(${chained.map((e) => e.seq)}::bigint[], ${chained.map(bodyOf)}::text[], ${chained.map((e) => e.hash)}::text[])`;
 }
 
+/** What the deadline race gives when a query passed its deadline. */
+const LATE = Symbol('keyward.late');
+
 export class PgKeyStore implements KeyStore {
   readonly location: string;
   readonly shared = true;
@@ -110,15 +114,11 @@ export class PgKeyStore implements KeyStore {
    */
   within<T>(work: (sql: postgres.Sql) => Promise<T>, ms = this.timeoutMs): Promise<T> {
     const used = this.#sql;
-    let timer: NodeJS.Timeout | undefined;
-    const late = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        if (this.#sql === used) this.#reset();
-        reject(new DatabaseTimeout(ms));
-      }, ms);
-      timer.unref();
+    return deadline(work(used), ms, LATE).then((r) => {
+      if (r !== LATE) return r;
+      if (this.#sql === used) this.#reset();
+      throw new DatabaseTimeout(ms);
     });
-    return Promise.race([work(used), late]).finally(() => clearTimeout(timer));
   }
 
   #reset(): void {

@@ -8,6 +8,7 @@
 // What a drain could not write is kept on local disk (spool.ts) and written
 // at the next start. The period totals that quotas and budgets read are the
 // store's at start plus everything counted since.
+import { within } from '../lib/deadline.ts';
 import type { PeriodUse } from '../limits/limiter.ts';
 import { readSpool, writeSpool, type Batch, type Known, type SetAside } from './spool.ts';
 import { periodOf, type Period } from '../limits/policy.ts';
@@ -296,14 +297,7 @@ export class Ledger implements PeriodUse {
   async stop(withinMs = Infinity): Promise<void> {
     if (this.#timer !== null) clearInterval(this.#timer);
     const end = Date.now() + withinMs;
-    const bounded = <T>(p: Promise<T>): Promise<T | undefined> => {
-      const left = end - Date.now();
-      if (left === Infinity) return p;
-      let timer: NodeJS.Timeout | undefined;
-      return Promise.race([p, new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), Math.max(0, left))))]).finally(() =>
-        clearTimeout(timer),
-      );
-    };
+    const bounded = <T>(p: Promise<T>): Promise<T | undefined> => within(p, end - Date.now(), undefined);
     await bounded(this.leave());
     await bounded(this.flush());
     // A write still failing at shutdown is tried again for a moment, then
