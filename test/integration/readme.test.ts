@@ -167,7 +167,7 @@ async function privateCheckout(): Promise<{ home: string; checkout: string }> {
 
 test(
   'README fleet walkthrough works as pasted from a checkout in a private home: two gateways see one revocation; the database stops and starts under them',
-  { timeout: 150_000 },
+  { timeout: 300_000 },
   async () => {
     const { home, checkout } = await privateCheckout();
     const release = await takePorts([8181, 8182, 9181, 9182]);
@@ -175,7 +175,7 @@ test(
     const ports = { PORT1: await freePort(), PORT2: await freePort(), ADMIN1: await freePort(), ADMIN2: await freePort() };
     const run = startScript(block('Try it on one machine'), checkout, Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])));
     try {
-      const result = await deadline(run.done, 120_000, 'walkthrough');
+      const result = await deadline(run.done, 270_000, 'walkthrough');
       const lines = result.stdout.split('\n').filter((l) => l.startsWith('{'));
       assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
       assert.doesNotMatch(result.stderr, /gave up waiting|\n\s+at /, 'no wait gave up, no stack trace');
@@ -249,7 +249,8 @@ test('README "Several credentials per upstream" works as pasted: both accounts l
  */
 test(
   'README "Install as a service" and "Upgrading" work as pasted: pack, install --omit=dev, --help, units verified as installed, the upgrade over it, and the installed gateway serves with no compiler',
-  { timeout: 600_000 },
+  // Two packs (each a build) and two installs: 2 min on a quiet machine, more than 9 beside stress-ng on two cores.
+  { timeout: 900_000 },
   async () => {
     const dir = mkdtempSync(join(tmpdir(), 'keyward-readme-install-'));
     try {
@@ -319,7 +320,7 @@ test(
           KEYWARD_FROM_SOURCE: '',
           npm_config_offline: 'true',
         },
-        timeout: 570_000,
+        timeout: 870_000,
         maxBuffer: 64 * 1024 * 1024,
       });
       assert.match(r.stdout, /usage: keyward <command>/, 'keyward --help ran from the install');
