@@ -62,6 +62,8 @@ export interface GatewayOptions {
   readonly dir?: string;
   /** The scraper settler's pace (ledger/runs.ts). */
   readonly settle?: GatewayCreateOptions['settle'];
+  /** Changes to the keys file made before the gateway reads it (so a test need not wait for a reload). */
+  readonly prepare?: (store: FileKeyStore) => Promise<void>;
 }
 
 /** Each provider's sample secrets (routes.ts), by route name, with a tag of their own. */
@@ -100,6 +102,7 @@ export async function startGateway(options: GatewayOptions = {}): Promise<TestGa
   const config = loadConfig(env, (p) => readFileSync(p, 'utf8'), dir, providers);
   const store = new FileKeyStore(config.keysFile, config.costRoutes);
   const { token, record } = await createKey(store, options.keyName ?? 'tester', options.limits === undefined ? {} : { limits: options.limits });
+  await options.prepare?.(store);
   let text = '';
   const sink = new Writable({
     write(chunk: Buffer, _enc, cb) {
