@@ -10,6 +10,7 @@ import { keysCommand } from './cli/keys.ts';
 import { serveCommand } from './cli/serve.ts';
 import { usageCommand } from './cli/usage.ts';
 import { auditCommand } from './cli/audit.ts';
+import { adminsCommand } from './cli/admins.ts';
 import { runDemo } from './dev/demo.ts';
 import { runDevDb } from './dev/dev-db.ts';
 import type { UpstreamSpec } from './request/routes.ts';
@@ -18,7 +19,7 @@ import { asError } from './lib/error.ts';
 
 export { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, type Io } from './cli/args.ts';
 
-const COMMANDS = ['serve', 'keys', 'db', 'usage', 'audit', 'demo', 'dev-db', 'help', 'version'];
+const COMMANDS = ['serve', 'keys', 'admins', 'db', 'usage', 'audit', 'demo', 'dev-db', 'help', 'version'];
 
 /** The installed version: package.json's, beside src/ and dist/ alike. */
 function version(): string {
@@ -42,6 +43,8 @@ export async function run(argv: string[], io: Io, providers: readonly UpstreamSp
         return await usageCommand(rest, io, providers);
       case 'audit':
         return await auditCommand(rest, io, providers);
+      case 'admins':
+        return await adminsCommand(rest, io, providers);
       case 'demo':
         parse(rest, {}, HELP.demo);
         return await runDemo(io, providers);

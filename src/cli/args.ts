@@ -37,6 +37,7 @@ const FIXED_HELP = {
   serve          run the gateway (configuration from the environment)
   keys           create, list, revoke, rotate, update, import and export keys
   usage          what each key forwarded and spent, per route and day
+  admins         create, list and revoke the admin API's tokens
   audit          the audit log of key changes; audit verify checks its chain
   db migrate     create or upgrade the PostgreSQL schema (KEYWARD_DATABASE_URL)
   demo           run stand-in upstreams, the gateway and a demo key
@@ -68,6 +69,16 @@ Every change to keys (create, update, rotate, revoke, import), by whom,
 when and what changed (never a token or digest), oldest first; each entry
 carries the SHA-256 of the one before. audit verify exits 0 when the chain
 is whole, 1 naming the first entry that was edited, removed or moved.
+`,
+  admins: `usage: keyward admins create --name NAME [--role read|write] [--json]
+       keyward admins list [--json]
+       keyward admins revoke ID|NAME
+
+Tokens for the admin API (/v1/ on the admin listener, docs/admin-api.md).
+create prints a kwa_ token once and stores only its digest, beside the keys
+(the keys file, or PostgreSQL); role write (default) may change keys, read
+may only look. A revoked token stops working at once on every gateway.
+Each change is in the audit log.
 `,
   demo: `usage: keyward demo
 
@@ -154,12 +165,13 @@ export function helpTexts(providers: readonly UpstreamSpec[]): HelpTexts {
 Creates a key and prints its token once; only its SHA-256 digest is stored.
   --routes       routes the key may use (${providers.map((u) => u.name).join(', ')}); default all
   --expires-in   lifetime, e.g. 12h, 30d (at most 3652d); default none
+  --external-id  your own unique id for the key (keys as code); ext:ID names it
   --json         one line {"id","name","token",…}
 ${limitsHelp(providers)}`,
-    'keys update': `usage: keyward keys update ID|NAME [--routes R,…|all] [--expires-in DURATION|never] [limits] [--force]
+    'keys update': `usage: keyward keys update ID|NAME|ext:ID [--routes R,…|all] [--expires-in DURATION|never] [--external-id ID|none] [limits] [--force]
 
-Changes a key's scope, expiry or limits without changing its token; a
-limit given as none (--rate none, --budget seo=none) is removed.
+Changes a key's scope, expiry, external id or limits without changing its
+token; a limit given as none (--rate none, --budget seo=none) is removed.
 ${limitsHelp(providers)}`,
   };
 }

@@ -5,7 +5,7 @@ import { effectiveEnv, storeConfig } from '../config/load.ts';
 import { nearest } from '../config/unknown.ts';
 import { parseKeysFile, serialiseKeysFile } from '../keys/file-store.ts';
 import { awaitsNewer, unsupportedOf, type KeyRecord } from '../keys/keyset.ts';
-import { createKey, importKeys, KeyUsageError, listKeys, revokeKey, rotateKey, updateKey, type KeyChanges } from '../keys/manage.ts';
+import { createKey, importKeys, KeyUsageError, listKeys, revokeKey, rotateKey, updateKey, type KeyChanges, type KeyOptions } from '../keys/manage.ts';
 import { openKeyStore } from '../keys/open.ts';
 import { costRoutes } from '../request/routes.ts';
 import type { KeyStore } from '../keys/store.ts';
@@ -26,6 +26,7 @@ function publicView(r: KeyRecord, lastUsed: string | null = null): Record<string
   return {
     id: r.id,
     name: r.name,
+    ...(r.externalId === undefined ? {} : { externalId: r.externalId }),
     routes: r.routes ?? null,
     created: r.created,
     expires: r.expires,
@@ -89,14 +90,7 @@ interface KeysContext {
  * a usage error never prints the store line and never opens a database.
  */
 function keysAction(sub: string, rest: string[], command: string, help: string, providers: readonly UpstreamSpec[]): KeysAction {
-  const ctx: KeysContext = {
-    rest,
-    command,
-    help,
-    names: providers.map((u) => u.name),
-    costly: costRoutes(providers),
-    runRoutes: providers.filter((u) => u.cost?.runs !== undefined).map((u) => u.name),
-  };
+  const ctx: KeysContext = { rest, command, help, ...keyRules(providers) };
   return (KEYS_ACTIONS[sub] ?? updateAction)(ctx);
 }
 
@@ -107,22 +101,91 @@ function needTarget(parsed: ReturnType<typeof parseArgs>, command: string, help:
   return target;
 }
 
+/** What a key's values are checked against: the routes of this gateway's provider table. */
+export interface KeyRules {
+  /** The routes a key may name. */
+  readonly names: readonly string[];
+  /** The routes whose cost a budget may cap. */
+  readonly costly: readonly string[];
+  /** Routes whose runs are settled after the fact: where a run cap applies. */
+  readonly runRoutes: readonly string[];
+}
+
+export function keyRules(providers: readonly UpstreamSpec[]): KeyRules {
+  return {
+    names: providers.map((u) => u.name),
+    costly: costRoutes(providers),
+    runRoutes: providers.filter((u) => u.cost?.runs !== undefined).map((u) => u.name),
+  };
+}
+
+/**
+ * A new key's name and options from the values of `keys create` (as
+ * parseArgs gives them; the admin API spells its body the same way), every
+ * value checked: the one check of a new key, from the CLI or over HTTP.
+ */
+export function newKeyOptions(values: Record<string, unknown>, rules: KeyRules, help: string): { name: string; options: KeyOptions } {
+  if (typeof values.name !== 'string') throw new UsageError('keys create needs --name NAME', help);
+  const expiresInMs = typeof values['expires-in'] === 'string' ? durationOption('expires-in', values['expires-in'], help) : null;
+  const routes = typeof values.routes === 'string' ? routesOption(values.routes, rules.names, help, false) : null;
+  const limits = applyLimits(undefined, limitChanges(values, rules.costly, help, false));
+  if (values.burst !== undefined && limits?.rate === undefined) throw new UsageError('--burst needs --rate', help);
+  const noCap = runCapProblem(limits, rules.runRoutes);
+  if (noCap !== null) throw new UsageError(noCap, help);
+  return {
+    name: values.name,
+    options: {
+      expiresInMs,
+      routes,
+      ...(limits === undefined ? {} : { limits }),
+      ...(typeof values['external-id'] === 'string' ? { externalId: values['external-id'] } : {}),
+    },
+  };
+}
+
+/** The changes of `keys update` (or `PATCH /v1/keys/{id}`), every value checked; a UsageError when there are none. */
+export function keyChangesOf(values: Record<string, unknown>, rules: KeyRules, help: string): KeyChanges {
+  const changes: { -readonly [K in keyof KeyChanges]: KeyChanges[K] } = {};
+  if (typeof values.routes === 'string') changes.routes = routesOption(values.routes, rules.names, help, true);
+  if (typeof values['expires-in'] === 'string')
+    changes.expiresInMs = values['expires-in'] === 'never' ? null : durationOption('expires-in', values['expires-in'], help);
+  if (typeof values['external-id'] === 'string') changes.externalId = values['external-id'] === 'none' ? null : values['external-id'];
+  const limitEdits = limitChanges(values, rules.costly, help, true);
+  if (Object.keys(limitEdits).length > 0) {
+    changes.limits = (current) => {
+      const next = applyLimits(current, limitEdits);
+      if (limitEdits.burst !== undefined && limitEdits.burst !== null && next?.rate === undefined)
+        throw new KeyUsageError('--burst needs a rate (give --rate too)');
+      const noCap = runCapProblem(next, rules.runRoutes);
+      if (noCap !== null) throw new KeyUsageError(noCap);
+      return next;
+    };
+  }
+  if (Object.keys(changes).length === 0)
+    throw new UsageError(
+      'keys update needs --routes, --expires-in or --external-id, or a limit (--rate, --burst, --concurrency, --quota, --budget, --run-cap, --alert-at, --allow-from)',
+      help,
+    );
+  return changes;
+}
+
 function createAction({ rest, help, names, costly, runRoutes }: KeysContext): KeysAction {
   const { values } = parse(
     rest,
-    { name: { type: 'string' }, routes: { type: 'string' }, 'expires-in': { type: 'string' }, json: { type: 'boolean' }, ...LIMIT_OPTIONS, ...FORCE },
+    {
+      name: { type: 'string' },
+      routes: { type: 'string' },
+      'expires-in': { type: 'string' },
+      'external-id': { type: 'string' },
+      json: { type: 'boolean' },
+      ...LIMIT_OPTIONS,
+      ...FORCE,
+    },
     help,
   );
-  if (typeof values.name !== 'string') throw new UsageError('keys create needs --name NAME', help);
-  const name = values.name;
-  const expiresInMs = typeof values['expires-in'] === 'string' ? durationOption('expires-in', values['expires-in'], help) : null;
-  const routes = typeof values.routes === 'string' ? routesOption(values.routes, names, help, false) : null;
-  const limits = applyLimits(undefined, limitChanges(values, costly, help, false));
-  if (values.burst !== undefined && limits?.rate === undefined) throw new UsageError('--burst needs --rate', help);
-  const noCap = runCapProblem(limits, runRoutes);
-  if (noCap !== null) throw new UsageError(noCap, help);
+  const { name, options } = newKeyOptions(values, { names, costly, runRoutes }, help);
   return async (store, io, noteForced) => {
-    const { record, token } = await createKey(store, name, { expiresInMs, routes, ...(limits === undefined ? {} : { limits }) }, Date.now(), {
+    const { record, token } = await createKey(store, name, options, Date.now(), {
       force: values.force === true,
     });
     noteForced();
@@ -239,29 +302,15 @@ function rotateAction({ rest, command, help }: KeysContext): KeysAction {
 }
 
 function updateAction({ rest, command, help, names, costly, runRoutes }: KeysContext): KeysAction {
-  const parsed = parse(rest, { routes: { type: 'string' }, 'expires-in': { type: 'string' }, ...LIMIT_OPTIONS, ...FORCE }, help, 1);
+  const parsed = parse(
+    rest,
+    { routes: { type: 'string' }, 'expires-in': { type: 'string' }, 'external-id': { type: 'string' }, ...LIMIT_OPTIONS, ...FORCE },
+    help,
+    1,
+  );
   const target = needTarget(parsed, command, help);
   const { values } = parsed;
-  const changes: { routes?: string[] | null; expiresInMs?: number | null; limits?: KeyChanges['limits'] } = {};
-  if (typeof values.routes === 'string') changes.routes = routesOption(values.routes, names, help, true);
-  if (typeof values['expires-in'] === 'string')
-    changes.expiresInMs = values['expires-in'] === 'never' ? null : durationOption('expires-in', values['expires-in'], help);
-  const limitEdits = limitChanges(values, costly, help, true);
-  if (Object.keys(limitEdits).length > 0) {
-    changes.limits = (current) => {
-      const next = applyLimits(current, limitEdits);
-      if (limitEdits.burst !== undefined && limitEdits.burst !== null && next?.rate === undefined)
-        throw new KeyUsageError('--burst needs a rate (give --rate too)');
-      const noCap = runCapProblem(next, runRoutes);
-      if (noCap !== null) throw new KeyUsageError(noCap);
-      return next;
-    };
-  }
-  if (Object.keys(changes).length === 0)
-    throw new UsageError(
-      'keys update needs --routes or --expires-in, or a limit (--rate, --burst, --concurrency, --quota, --budget, --run-cap, --alert-at, --allow-from)',
-      help,
-    );
+  const changes = keyChangesOf(values, { names, costly, runRoutes }, help);
   return async (store, io, noteForced) => {
     const record = await updateKey(store, target, changes, Date.now(), { force: values.force === true });
     noteForced();

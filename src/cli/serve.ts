@@ -1,6 +1,7 @@
 // `keyward serve` (docs/operations.md): one gateway process, or the
 // primary of several; signals drain and reload it.
 import { startAdmin, type Admin } from '../process/admin.ts';
+import { adminApi, type AdminApi } from './admin-api.ts';
 import { effectiveEnv, knownVariables, loadConfig, type Config } from '../config/load.ts';
 import { openKeyStore } from '../keys/open.ts';
 import { createLogger, type LogHandle } from '../observe/log.ts';
@@ -43,11 +44,11 @@ export async function serveCommand(args: string[], io: Io, providers: readonly U
   if (config.workers > 1) {
     // Loaded only when asked for: a single-process gateway carries no cluster machinery.
     const { default: cluster } = await import('node:cluster');
-    if (cluster.isPrimary) return servePrimary(config, listenFd, io);
+    if (cluster.isPrimary) return servePrimary(config, listenFd, io, providers);
     worker = true;
   }
   const log = createLogger(config.logLevel);
-  const started = await startServing(config, listenFd, worker, log);
+  const started = await startServing(config, listenFd, worker, log, providers);
   if (typeof started === 'string') {
     line(io.stderr, `keyward: cannot start: ${started}`);
     return EXIT_FAILURE;
@@ -81,6 +82,7 @@ async function startServing(
   listenFd: number | null,
   worker: boolean,
   log: LogHandle,
+  providers: readonly UpstreamSpec[],
 ): Promise<{ gateway: Gateway; admin: Admin | null } | string> {
   // Workers record for the primary's admin listener; a single process only when it has one.
   // Sized once from the configured routes: a reload keeps the same table (routes.ts), so the same counters.
@@ -116,6 +118,7 @@ async function startServing(
               metrics: () => metrics.text(),
               metricsContentType: metrics.contentType,
               usage: (p) => gateway.usagePage(p),
+              api: adminApi({ store, keysFile: config.keysFile, providers, logger: log.logger }),
             },
             log.logger,
             false,
@@ -184,7 +187,7 @@ function serveUntilStopped(running: Gateway, admin: Admin | null, log: LogHandle
 /** Keys remembered by the primary for the alerts of settled runs (the latest asked about). */
 const RECENT_KEYS = 10_000;
 
-async function servePrimary(config: Config, listenFd: number | null, io: Io): Promise<number> {
+async function servePrimary(config: Config, listenFd: number | null, io: Io, providers: readonly UpstreamSpec[]): Promise<number> {
   const { decideForWorkers, runPrimary } = await import('../process/workers.ts');
   const log = createLogger(config.logLevel);
   // One limiter for the machine: the workers ask it for every request of a
@@ -238,7 +241,15 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io): Pr
     },
   );
   const primary = runPrimary(config.workers, ['serve'], io, listenFd === null ? {} : { KEYWARD_INHERITED_FD: String(listenFd) });
-  const { admin, pages } = await primaryAdmin(config, primary, registry, units, log, io);
+  const { admin, pages } = await primaryAdmin(
+    config,
+    primary,
+    registry,
+    units,
+    log,
+    io,
+    adminApi({ store: keys, keysFile: config.keysFile, providers, logger: log.logger }),
+  );
   const code = await primary.done;
   await admin?.close();
   await pages?.close();
@@ -259,6 +270,7 @@ async function primaryAdmin(
   units: (route: string) => string | null,
   log: LogHandle,
   io: Io,
+  api: AdminApi,
 ): Promise<{ admin: Admin | null; pages: PageThread | null }> {
   if (config.admin === null) return { admin: null, pages: null };
   const summed = clusterMetrics();
@@ -268,7 +280,7 @@ async function primaryAdmin(
     const text = async (): Promise<string> => `${await summed.text()}\n${await registry.metrics()}`;
     const admin = await startAdmin(
       config.admin,
-      { readiness: () => primary.readiness(), metrics: text, metricsContentType: summed.contentType, usage: (p) => pages.page(p) },
+      { readiness: () => primary.readiness(), metrics: text, metricsContentType: summed.contentType, usage: (p) => pages.page(p), api },
       log.logger,
     );
     return { admin, pages };

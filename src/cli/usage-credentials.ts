@@ -14,7 +14,7 @@ export function printCredentialRows(
   units: Units,
   values: { json?: unknown; csv?: unknown },
   range: { since: string; until: string | null },
-  io: Io,
+  io: Pick<Io, 'stdout'>,
 ): number {
   if (values.json === true) {
     const view = rows.map((r) => ({

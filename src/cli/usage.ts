@@ -2,6 +2,8 @@
 // as a table, JSON rows or CSV.
 import { effectiveEnv, keysFilePath, storeConfig } from '../config/load.ts';
 import { openKeyStore } from '../keys/open.ts';
+import { findKey } from '../keys/manage.ts';
+import type { KeyStore } from '../keys/store.ts';
 import type { UpstreamSpec } from '../request/routes.ts';
 import { parseDuration } from '../config/units.ts';
 import { readUsageStore } from '../ledger/open.ts';
@@ -77,9 +79,40 @@ function pendingOf(runs: ReadonlyArray<{ keyId: string; route: string; day: stri
   return { of: (r) => by.get(`${r.keyId}\u0000${r.route}\u0000${r.day}`) ?? 0 };
 }
 
+/** What `keyward usage` (and `GET /v1/usage`) was asked, checked. */
+export interface UsageQuery {
+  readonly key: string | undefined;
+  readonly route: string | undefined;
+  readonly since: string;
+  readonly until: string | null;
+  readonly by: 'day' | 'month' | 'credential';
+  readonly format: 'table' | 'json' | 'csv';
+}
+
+/** The values of `keyward usage` (the admin API spells its query the same way), every one checked before any store is opened. */
+export function usageQuery(values: Record<string, unknown>, providers: readonly UpstreamSpec[], help: string, now = Date.now()): UsageQuery {
+  if (values.json === true && values.csv === true) throw new UsageError('--json and --csv: choose one', help);
+  if (values.by !== undefined && values.by !== 'day' && values.by !== 'month' && values.by !== 'credential')
+    throw new UsageError('--by must be day, month or credential', help);
+  if (values.by === 'credential' && values.key !== undefined)
+    throw new UsageError('--by credential: a credential is an account of the route, shared by every key; leave out --key', help);
+  const until = typeof values.until === 'string' ? sinceDay(values.until, now, help, '--until') : null;
+  const route = typeof values.route === 'string' ? values.route : undefined;
+  if (route !== undefined && !providers.some((u) => u.name === route)) throw new UsageError(`--route: unknown route ${route}`, help);
+  const since = typeof values.since === 'string' ? sinceDay(values.since, now, help) : new Date(now - 30 * DAY_MS).toISOString().slice(0, 10);
+  if (until !== null && until < since) throw new UsageError(`--until ${until} is before --since ${since}`, help);
+  return {
+    key: typeof values.key === 'string' ? values.key : undefined,
+    route,
+    since,
+    until,
+    by: values.by === 'month' || values.by === 'credential' ? values.by : 'day',
+    format: values.json === true ? 'json' : values.csv === true ? 'csv' : 'table',
+  };
+}
+
 export async function usageCommand(args: string[], io: Io, providers: readonly UpstreamSpec[]): Promise<number> {
   const help = helpTexts(providers).usage;
-  const units: Units = Object.fromEntries(providers.map((u) => [u.name, u.cost?.unit ?? null]));
   const { values } = parse(
     args,
     {
@@ -93,56 +126,61 @@ export async function usageCommand(args: string[], io: Io, providers: readonly U
     },
     help,
   );
-  if (values.json === true && values.csv === true) throw new UsageError('--json and --csv: choose one', help);
-  if (values.by !== undefined && values.by !== 'day' && values.by !== 'month' && values.by !== 'credential')
-    throw new UsageError('--by must be day, month or credential', help);
-  if (values.by === 'credential' && values.key !== undefined)
-    throw new UsageError('--by credential: a credential is an account of the route, shared by every key; leave out --key', help);
-  const until = typeof values.until === 'string' ? sinceDay(values.until, Date.now(), help, '--until') : null;
-  const route = typeof values.route === 'string' ? values.route : undefined;
-  if (route !== undefined && !providers.some((u) => u.name === route)) throw new UsageError(`--route: unknown route ${route}`, help);
-  const since = typeof values.since === 'string' ? sinceDay(values.since, Date.now(), help) : new Date(Date.now() - 30 * DAY_MS).toISOString().slice(0, 10);
+  const query = usageQuery(values, providers, help);
   const env = effectiveEnv(io.env, readText);
   const keysFile = keysFilePath(env, io.cwd);
   const keys = openKeyStore(storeConfig(env, io.cwd, readText, providers));
-  let rows: UsageRow[] = [];
-  let credentialRows: CredentialRow[] = [];
-  let pending = pendingOf([]);
   try {
-    const records = await keys.load();
-    const names = new Map(records.map((r) => [r.id, r.name]));
-    let keyId: string | undefined;
-    if (typeof values.key === 'string') {
-      const want = values.key;
-      keyId = records.find((r) => r.id === want)?.id ?? records.findLast((r) => r.name === want)?.id;
-      if (keyId === undefined) throw new UsageError(`--key: no key with id or name ${want}`, help);
-    }
-    const filter = { since, ...(keyId === undefined ? {} : { keyId }), ...(route === undefined ? {} : { route }) };
-    const ledger = readUsageStore(keysFile, keys);
-    line(io.stderr, `keyward: usage ledger ${ledger === null ? usagePath(keysFile) : keys.database === undefined ? ledger.location : `in ${ledger.location}`}`);
-    if (ledger !== null) {
-      try {
-        if (values.by === 'credential') credentialRows = (await ledger.credentialRows?.({ since, ...(route === undefined ? {} : { route }) })) ?? [];
-        else {
-          rows = await ledger.rows(filter);
-          pending = pendingOf((await ledger.runs?.pendingRuns()) ?? []);
-        }
-      } finally {
-        // The shared ledger's connection is the key store's, closed below.
-        await ledger.close();
-      }
-    }
-    if (until !== null) {
-      if (until < since) throw new UsageError(`--until ${until} is before --since ${since}`, help);
-      rows = rows.filter((r) => r.day <= until);
-      credentialRows = credentialRows.filter((r) => r.day <= until);
-    }
-    if (values.by === 'credential') return printCredentialRows(credentialRows, units, values, { since, until }, io);
-    if (values.by === 'month') rows = byMonth(rows);
-    return print(rows, names, units, pending, values, { since, until, by: values.by === 'month' ? 'month' : 'day' }, io);
+    return await writeUsage(query, keys, keysFile, providers, help, io);
   } finally {
     await keys.close?.();
   }
+}
+
+/** The ledger's rows for `query`, written to `io.stdout` as asked (a table, JSON or CSV); where they were read from on `io.stderr`. */
+export async function writeUsage(
+  query: UsageQuery,
+  keys: KeyStore,
+  keysFile: string,
+  providers: readonly UpstreamSpec[],
+  help: string,
+  io: Pick<Io, 'stdout' | 'stderr'>,
+): Promise<number> {
+  const units: Units = Object.fromEntries(providers.map((u) => [u.name, u.cost?.unit ?? null]));
+  const { since, until, route } = query;
+  const values = { json: query.format === 'json', csv: query.format === 'csv' };
+  let rows: UsageRow[] = [];
+  let credentialRows: CredentialRow[] = [];
+  let pending = pendingOf([]);
+  const records = await keys.load();
+  const names = new Map(records.map((r) => [r.id, r.name]));
+  let keyId: string | undefined;
+  if (query.key !== undefined) {
+    keyId = findKey(records, query.key)?.id;
+    if (keyId === undefined) throw new UsageError(`--key: no key with id or name ${query.key}`, help);
+  }
+  const filter = { since, ...(keyId === undefined ? {} : { keyId }), ...(route === undefined ? {} : { route }) };
+  const ledger = readUsageStore(keysFile, keys);
+  line(io.stderr, `keyward: usage ledger ${ledger === null ? usagePath(keysFile) : keys.database === undefined ? ledger.location : `in ${ledger.location}`}`);
+  if (ledger !== null) {
+    try {
+      if (query.by === 'credential') credentialRows = (await ledger.credentialRows?.({ since, ...(route === undefined ? {} : { route }) })) ?? [];
+      else {
+        rows = await ledger.rows(filter);
+        pending = pendingOf((await ledger.runs?.pendingRuns()) ?? []);
+      }
+    } finally {
+      // The shared ledger's connection is the key store's, closed by its owner.
+      await ledger.close();
+    }
+  }
+  if (until !== null) {
+    rows = rows.filter((r) => r.day <= until);
+    credentialRows = credentialRows.filter((r) => r.day <= until);
+  }
+  if (query.by === 'credential') return printCredentialRows(credentialRows, units, values, { since, until }, io);
+  if (query.by === 'month') rows = byMonth(rows);
+  return print(rows, names, units, pending, values, { since, until, by: query.by === 'month' ? 'month' : 'day' }, io);
 }
 
 const COUNTS = ['requests', 's2xx', 's3xx', 's4xx', 's5xx', 'other', 'limited', 'bytesIn', 'bytesOut', 'cost'] as const;
@@ -179,7 +217,7 @@ function print(
   pending: Pending,
   values: { json?: unknown; csv?: unknown },
   range: { since: string; until: string | null; by: 'day' | 'month' },
-  io: Io,
+  io: Pick<Io, 'stdout'>,
 ): number {
   if (values.json === true) {
     line(io.stdout, JSON.stringify(rows.map((r) => view(r, names, units, pending))));

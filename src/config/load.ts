@@ -64,7 +64,8 @@ export interface Config {
   /** Certificate and key for HTTPS on the public port; null serves plain HTTP. */
   readonly tls: { readonly cert: string; readonly key: string } | null;
   /** The admin listener (health, readiness, metrics); null when `off`. */
-  readonly admin: { readonly host: string; readonly port: number } | null;
+  /** `tokenForUsage`: true when the usage page needs an admin token whatever the address; null: only off loopback. */
+  readonly admin: { readonly host: string; readonly port: number; readonly tokenForUsage?: true | null } | null;
   /** Gateway processes (node:cluster); 1 runs in-process. */
   readonly workers: number;
   /** `postgres://…`: keys in PostgreSQL (docs/fleet.md) instead of the keys file; null for the file. */
@@ -124,7 +125,12 @@ const ADMIN_PORT_DEFAULT = 9097;
 
 function adminConfig(o: Options): Config['admin'] {
   if (o.get('KEYWARD_ADMIN_PORT') === 'off') return null;
-  return { host: o.text('KEYWARD_ADMIN_HOST', '127.0.0.1'), port: o.port('KEYWARD_ADMIN_PORT', ADMIN_PORT_DEFAULT) };
+  const host = o.text('KEYWARD_ADMIN_HOST', '127.0.0.1');
+  // `auto`: the usage page needs an admin token once the listener is not on loopback; `on`: always (a proxy on
+  // this host that publishes a loopback listener). The API itself always needs one (docs/admin-api.md, "Safety").
+  const require = o.text('KEYWARD_ADMIN_REQUIRE_TOKEN', 'auto');
+  if (require !== 'auto' && require !== 'on') o.problem('KEYWARD_ADMIN_REQUIRE_TOKEN must be auto or on');
+  return { host, port: o.port('KEYWARD_ADMIN_PORT', ADMIN_PORT_DEFAULT), tokenForUsage: require === 'on' ? true : null };
 }
 
 function workers(o: Options): number {

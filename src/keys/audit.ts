@@ -8,6 +8,7 @@
 import { createHash } from 'node:crypto';
 import { userInfo } from 'node:os';
 import type { KeyRecord } from './keyset.ts';
+import type { AdminRecord } from './admins.ts';
 
 export type AuditAction = 'key.create' | 'key.update' | 'key.rotate' | 'key.revoke' | 'key.import' | 'admin.create' | 'admin.revoke';
 
@@ -90,7 +91,7 @@ export function verify(entries: readonly AuditEntry[]): { readonly seq: number; 
 }
 
 /** The fields an entry shows of a key: never its digest, nor the digests of rotated-out tokens. */
-const SHOWN = ['name', 'expires', 'revoked', 'routes', 'limits'] as const;
+const SHOWN = ['name', 'expires', 'revoked', 'routes', 'limits', 'externalId'] as const;
 
 /**
  * One draft per key the change created or changed (docs/operations.md,
@@ -126,6 +127,33 @@ export function drafts(
             ? 'key.rotate'
             : 'key.update';
     out.push({ at, actor: context.actor, action, target: { id: r.id, name: r.name }, changes, requestId: context.requestId ?? null });
+  }
+  return out;
+}
+
+/** One draft per admin token created or revoked (`admin.create`, `admin.revoke`), with its name, role and revocation: never its digest. */
+export function adminDrafts(
+  before: readonly AdminRecord[],
+  after: readonly AdminRecord[],
+  context: { readonly actor: Actor; readonly requestId?: string | null },
+  now: number,
+): AuditDraft[] {
+  const was = new Map(before.map((a) => [a.id, a]));
+  const at = new Date(now).toISOString();
+  const out: AuditDraft[] = [];
+  for (const a of after) {
+    const old = was.get(a.id);
+    if (old !== undefined && old.revoked === a.revoked) continue;
+    const changes: Record<string, readonly [unknown, unknown]> =
+      old === undefined ? { name: [null, a.name], role: [null, a.role] } : { revoked: [old.revoked, a.revoked] };
+    out.push({
+      at,
+      actor: context.actor,
+      action: old === undefined ? 'admin.create' : 'admin.revoke',
+      target: { id: a.id, name: a.name },
+      changes,
+      requestId: context.requestId ?? null,
+    });
   }
   return out;
 }

@@ -5,7 +5,8 @@
 // The gateway polls the file's identity (inode, size, mtime) four times a
 // second: a rename always changes the inode, so a change is seen within
 // 250 ms whatever the filesystem, where fs.watch would miss renames on some.
-import { cliActor, drafts, type AuditEntry } from './audit.ts';
+import { adminDrafts, cliActor, drafts, type AuditDraft, type AuditEntry } from './audit.ts';
+import { adminProblem, type AdminRecord } from './admins.ts';
 import { appendAudit, auditPath, readAudit } from './audit-sqlite.ts';
 import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
@@ -166,9 +167,7 @@ export class FileKeyStore implements KeyStore {
   }
 
   async update<T>(change: (records: readonly KeyRecord[]) => Change<T>, options: UpdateOptions = {}): Promise<T> {
-    await this.#checkFolder();
-    const release = await this.#lock(`${this.location}.lock`);
-    try {
+    return this.#changing(options, async () => {
       let current: readonly KeyRecord[];
       try {
         current = await this.load();
@@ -188,23 +187,78 @@ export class FileKeyStore implements KeyStore {
         if (ids.has(r.id)) throw new KeysFileError(`key id ${r.id} appears twice; fix the file by hand before changing it`);
         ids.add(r.id);
       }
-      // The audit entry first: a change whose entry cannot be written is not made (docs/operations.md, "Audit log").
       const entries = drafts(
         current,
         next.records,
         { actor: options.actor ?? cliActor(), requestId: options.requestId ?? null, importing: options.importing === true },
         Date.now(),
       );
+      return { entries, path: this.location, text: serialiseKeysFile(next.records), result: next.result };
+    });
+  }
+
+  /**
+   * One change under the keys file's lock: `work` reads what it changes and
+   * says what to write; its audit entries are appended first, so a change
+   * whose entry cannot be written is not made (docs/operations.md, "Audit log").
+   */
+  async #changing<T>(options: UpdateOptions, work: () => Promise<{ entries: AuditDraft[]; path: string; text: string; result: T }>): Promise<T> {
+    await this.#checkFolder();
+    const release = await this.#lock(`${this.location}.lock`);
+    try {
+      const { entries, path, text, result } = await work();
       try {
         appendAudit(auditPath(this.location), entries);
       } catch (err) {
         throw new KeysFileError(`the audit log ${auditPath(this.location)} cannot be written (${(err as Error).message}); nothing was changed`);
       }
-      await this.#writeAtomically(this.location, serialiseKeysFile(next.records));
-      return next.result;
+      await this.#writeAtomically(path, text);
+      return result;
     } finally {
       await release();
     }
+  }
+
+  /** The admin tokens' file, beside the keys file: small, read on every admin request (docs/admin-api.md). */
+  get #adminsPath(): string {
+    return `${this.location}.admins`;
+  }
+
+  async admins(): Promise<readonly AdminRecord[]> {
+    let text: string;
+    try {
+      text = await readRegularFile(this.#adminsPath);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+      throw err;
+    }
+    let doc: unknown;
+    try {
+      doc = JSON.parse(text);
+    } catch {
+      throw new KeysFileCorrupt(`${this.#adminsPath} is not valid JSON${jsonErrorWhere(text)}`);
+    }
+    const admins = (doc as { admins?: unknown } | null)?.admins;
+    if (!Array.isArray(admins)) throw new KeysFileCorrupt(`${this.#adminsPath}: expected "admins" to be an array`);
+    admins.forEach((a, i) => {
+      const problem = adminProblem(a);
+      if (problem !== null) throw new KeysFileCorrupt(`${this.#adminsPath}: admins[${i}]${problem}`);
+    });
+    return admins as AdminRecord[];
+  }
+
+  async updateAdmins<T>(
+    change: (admins: readonly AdminRecord[]) => { readonly admins: readonly AdminRecord[]; readonly result: T },
+    options: UpdateOptions = {},
+  ): Promise<T> {
+    return this.#changing(options, async () => {
+      const current = await this.admins();
+      const next = change(current);
+      const entries = adminDrafts(current, next.admins, { actor: options.actor ?? cliActor(), requestId: options.requestId ?? null }, Date.now());
+      const lines = next.admins.map((a) => JSON.stringify(a));
+      const text = `{"version":${FORMAT_VERSION},"admins":[${lines.length > 0 ? `\n${lines.join(',\n')}\n` : ''}]}\n`;
+      return { entries, path: this.#adminsPath, text, result: next.result };
+    });
   }
 
   auditEntries(): Promise<AuditEntry[]> {

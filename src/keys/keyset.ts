@@ -24,6 +24,8 @@ export interface KeyRecord {
   readonly previous?: readonly PreviousDigest[];
   /** Rate, concurrency, quota and budgets (docs/limits.md); absent: none. */
   readonly limits?: Limits;
+  /** The caller's own id for the key (keys as code, docs/admin-api.md): unique in the store; `ext:<id>` names the key. */
+  readonly externalId?: string;
   /** The record format a keyward needs to serve this key (record.ts, RECORD_FORMAT); absent: 1. */
   readonly requires?: number;
 }

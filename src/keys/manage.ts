@@ -4,11 +4,23 @@ import type { Limits } from './limits.ts';
 import type { KeyRecord } from './keyset.ts';
 import type { KeyStore, UpdateOptions } from './store.ts';
 import { generateToken, tokenDigest } from './token.ts';
+import { EXTERNAL_ID } from './record.ts';
 
 /** A key operation refused for what it asked (a name taken, an unknown key): exit 2. */
 export class KeyUsageError extends Error {
   override name = 'KeyUsageError';
   readonly code = 'KEYWARD_ERR_KEY_USAGE';
+}
+
+/** A key operation refused because another key holds what it asked for (an external id): 409 over HTTP, with that key's id. */
+export class KeyConflict extends KeyUsageError {
+  override name = 'KeyConflict';
+  /** The id of the key that holds it. */
+  readonly existing: string;
+  constructor(message: string, existing: string) {
+    super(message);
+    this.existing = existing;
+  }
 }
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._@:-]{0,63}$/;
@@ -27,6 +39,8 @@ export interface KeyOptions {
   /** Routes the key may use; null for every route. */
   readonly routes?: readonly string[] | null;
   readonly limits?: Limits;
+  /** The caller's own id for the key (keys as code): unique in the store. */
+  readonly externalId?: string | null;
 }
 
 function checkLifetime(ms: number | null | undefined): void {
@@ -35,12 +49,33 @@ function checkLifetime(ms: number | null | undefined): void {
   }
 }
 
-/** A key by id, or the active key of that name, or else the latest revoked one of that name. */
+/** A key by id, by `ext:<external id>`, or the active key of that name, or else the latest revoked one of that name; null when none. */
+export function findKey(records: readonly KeyRecord[], idOrName: string): KeyRecord | null {
+  if (idOrName.startsWith('ext:')) return records.find((r) => r.externalId === idOrName.slice(4)) ?? null;
+  return (
+    records.find((r) => r.id === idOrName) ??
+    records.find((r) => r.name === idOrName && r.revoked === null) ??
+    records.findLast((r) => r.name === idOrName) ??
+    null
+  );
+}
+
+/** A key as findKey finds it, or a KeyUsageError naming what was asked for. */
 function find(records: readonly KeyRecord[], idOrName: string): KeyRecord {
-  const found =
-    records.find((r) => r.id === idOrName) ?? records.find((r) => r.name === idOrName && r.revoked === null) ?? records.findLast((r) => r.name === idOrName);
-  if (found === undefined) throw new KeyUsageError(`no key with id or name ${idOrName}`);
+  const found = findKey(records, idOrName);
+  if (found === null) throw new KeyUsageError(`no key with id or name ${idOrName}`);
   return found;
+}
+
+function checkExternalId(id: string | null | undefined): void {
+  if (typeof id === 'string' && !EXTERNAL_ID.test(id)) throw new KeyUsageError('--external-id must be 1-128 printable characters without spaces');
+}
+
+/** Another key already holding external id `id`: a conflict naming it. */
+function claimExternalId(records: readonly KeyRecord[], id: string | null | undefined, self: string | null): void {
+  if (typeof id !== 'string') return;
+  const holder = records.find((r) => r.externalId === id && r.id !== self);
+  if (holder !== undefined) throw new KeyConflict(`externalId ${id} is already key ${holder.id}`, holder.id);
 }
 
 function replace(records: readonly KeyRecord[], old: KeyRecord, next: KeyRecord): KeyRecord[] {
@@ -52,6 +87,7 @@ export async function createKey(store: KeyStore, name: string, options: KeyOptio
     throw new KeyUsageError('--name must be 1-64 characters of letters, digits and . _ @ : - (starting with a letter or digit)');
   }
   checkLifetime(options.expiresInMs);
+  checkExternalId(options.externalId);
   const token = generateToken();
   const record: KeyRecord = {
     id: `key_${randomBytes(6).toString('hex')}`,
@@ -62,11 +98,12 @@ export async function createKey(store: KeyStore, name: string, options: KeyOptio
     revoked: null,
     ...(options.routes === null || options.routes === undefined ? {} : { routes: [...options.routes] }),
     ...(options.limits === undefined ? {} : { limits: options.limits }),
+    ...(typeof options.externalId === 'string' ? { externalId: options.externalId } : {}),
   };
   await store.update((records) => {
-    if (records.some((r) => r.name === name && r.revoked === null)) {
-      throw new KeyUsageError(`a key named ${name} already exists; revoke it first or pick another name`);
-    }
+    claimExternalId(records, options.externalId, null);
+    const same = records.find((r) => r.name === name && r.revoked === null);
+    if (same !== undefined) throw new KeyConflict(`a key named ${name} already exists; revoke it first or pick another name`, same.id);
     return { records: [...records, record], result: undefined };
   }, update);
   return { record, token };
@@ -139,15 +176,23 @@ export interface KeyChanges {
   readonly expiresInMs?: number | null;
   /** The key's limits from here on (undefined in `limits`: none). */
   readonly limits?: (current: Limits | undefined) => Limits | undefined;
+  /** A new external id; null removes it. */
+  readonly externalId?: string | null;
 }
 
 /** Change a key's scope, expiry or limits without changing its token. */
 export async function updateKey(store: KeyStore, idOrName: string, changes: KeyChanges, now = Date.now(), update: UpdateOptions = {}): Promise<KeyRecord> {
   checkLifetime(changes.expiresInMs);
+  checkExternalId(changes.externalId);
   return store.update((records) => {
     const target = find(records, idOrName);
     if (target.revoked !== null) throw new KeyUsageError(`key ${target.id} (${target.name}) is revoked`);
+    claimExternalId(records, changes.externalId, target.id);
     let next: KeyRecord = { ...target };
+    if (changes.externalId !== undefined) {
+      next = { ...next, externalId: changes.externalId as string };
+      if (changes.externalId === null) delete (next as { externalId?: unknown }).externalId;
+    }
     if (changes.routes !== undefined) {
       next = { ...next, routes: changes.routes === null ? null : [...changes.routes] };
     }

@@ -233,6 +233,29 @@ export const MIGRATIONS: readonly string[] = [
      body text not null,
      hash text not null
    );`,
+  // 12: the admin API (docs/admin-api.md): a key's external id (unique, a
+  // column the triggers watch like the others) and the admin tokens, read on
+  // every admin request (a revocation holds at once on every gateway).
+  `alter table keyward_keys add column external_id text;
+   create unique index keyward_keys_external_id on keyward_keys (external_id);
+   ${stamp('create or replace', ['id', 'name', 'digest', 'created', 'expires', 'revoked', 'routes', 'previous', 'limits', 'external_id'])}
+   drop trigger keyward_keys_lock on keyward_keys;
+   drop trigger keyward_keys_stamp on keyward_keys;
+   drop trigger keyward_keys_notify on keyward_keys;
+   create trigger keyward_keys_lock before insert or delete or update of id, name, digest, created, expires, revoked, routes, previous, limits, external_id, version
+     on keyward_keys for each statement execute procedure keyward_keys_lock();
+   create trigger keyward_keys_stamp before insert or update of id, name, digest, created, expires, revoked, routes, previous, limits, external_id, version
+     on keyward_keys for each row execute procedure keyward_keys_stamp();
+   create trigger keyward_keys_notify after insert or delete or truncate or update of id, name, digest, created, expires, revoked, routes, previous, limits, external_id, version
+     on keyward_keys for each statement execute procedure keyward_keys_notify();
+   create table keyward_admins (
+     id text primary key,
+     name text not null,
+     role text not null,
+     digest text not null unique,
+     created text not null,
+     revoked text
+   );`,
 ];
 
 export interface Row {
@@ -246,13 +269,14 @@ export interface Row {
   routes: string[] | null;
   previous: unknown;
   limits: unknown;
+  external_id?: string | null;
   version: string;
   /** The row's hash (ROW_HASH), for the consistency check. */
   h: string;
 }
 
 /** The stored columns, as hashed (ROW_HASH). */
-const COLUMNS = 'id, name, digest, created, expires, revoked, routes, previous, limits, version';
+const COLUMNS = 'id, name, digest, created, expires, revoked, routes, previous, limits, external_id, version';
 
 /**
  * A timestamptz read as seconds since the epoch (float8, microseconds in the
@@ -269,7 +293,7 @@ export const instant = (column: string): string => `date_part('epoch', ${column}
 export const msOf = (seconds: number): number => (Number.isFinite(seconds) ? Math.floor(Math.round(seconds * 1e6) / 1000) : seconds);
 
 /** The columns as read: instants as numbers (INSTANT), the rest as stored. */
-export const SELECTED = `id, name, digest, ${['created', 'expires', 'revoked'].map((c) => `${instant(c)} as ${c}`).join(', ')}, routes, previous, limits, version`;
+export const SELECTED = `id, name, digest, ${['created', 'expires', 'revoked'].map((c) => `${instant(c)} as ${c}`).join(', ')}, routes, previous, limits, external_id, version`;
 
 /** Every key, in creation order: the whole set a load, a resync and a write start from. */
 export const allRows = (sql: postgres.Sql | postgres.TransactionSql, hashed = false): Promise<Row[]> =>
@@ -325,7 +349,8 @@ export function toRecord(r: Row): KeyRecord {
   };
   const previous = Array.isArray(r.previous) && r.previous.length === 0 ? {} : { previous: r.previous as KeyRecord['previous'] };
   const limits = r.limits === null || r.limits === undefined ? {} : { limits: r.limits as KeyRecord['limits'] };
-  return { ...rec, ...(r.routes === null ? {} : { routes: r.routes }), ...previous, ...limits };
+  const external = r.external_id === null || r.external_id === undefined ? {} : { externalId: r.external_id };
+  return { ...rec, ...(r.routes === null ? {} : { routes: r.routes }), ...previous, ...limits, ...external };
 }
 
 // NOTIFY payloads are limited to 8000 bytes by default.

@@ -6,7 +6,8 @@
 // writes by anyone else reach the gateways the same way; pg-watch.ts follows
 // them.
 import { within as deadline } from '../lib/deadline.ts';
-import { chain, cliActor, drafts, type AuditDraft, type AuditEntry } from './audit.ts';
+import { adminDrafts, chain, cliActor, drafts, type AuditDraft, type AuditEntry } from './audit.ts';
+import { adminProblem, type AdminRecord } from './admins.ts';
 import { bodyOf, entryOf } from './audit-sqlite.ts';
 import postgres from 'postgres';
 import type { KeyRecord } from './keyset.ts';
@@ -197,10 +198,10 @@ export class PgKeyStore implements KeyStore {
           let top = '0';
           for (const r of changed) {
             const [row] = await tx<Array<{ version: string }>>`
-          insert into keyward_keys (id, name, digest, created, expires, revoked, routes, previous, limits, version)
-          values (${r.id}, ${r.name}, ${r.digest}, ${r.created}, ${r.expires}, ${r.revoked}, ${r.routes ?? null}, ${tx.json((r.previous ?? []) as never)}, ${r.limits === undefined ? null : tx.json(r.limits as never)}, nextval('keyward_keys_version'))
+          insert into keyward_keys (id, name, digest, created, expires, revoked, routes, previous, limits, external_id, version)
+          values (${r.id}, ${r.name}, ${r.digest}, ${r.created}, ${r.expires}, ${r.revoked}, ${r.routes ?? null}, ${tx.json((r.previous ?? []) as never)}, ${r.limits === undefined ? null : tx.json(r.limits as never)}, ${r.externalId ?? null}, nextval('keyward_keys_version'))
           on conflict (id) do update set name = excluded.name, digest = excluded.digest, expires = excluded.expires,
-            revoked = excluded.revoked, routes = excluded.routes, previous = excluded.previous, limits = excluded.limits, version = excluded.version
+            revoked = excluded.revoked, routes = excluded.routes, previous = excluded.previous, limits = excluded.limits, external_id = excluded.external_id, version = excluded.version
           returning version::text`;
             top = row?.version ?? top;
           }
@@ -257,6 +258,38 @@ export class PgKeyStore implements KeyStore {
       this.timeoutMs * FULL_READ_FACTOR,
     );
     return rows.map(entryOf);
+  }
+
+  async admins(): Promise<readonly AdminRecord[]> {
+    await this.migrate();
+    const rows = await this.within((sql) => sql<AdminRecord[]>`select id, name, role, digest, created, revoked from keyward_admins order by created, id`);
+    // A row written by hand that fails the check opens nothing.
+    return rows.filter((r) => adminProblem(r) === null).map((r) => ({ ...r }));
+  }
+
+  async updateAdmins<T>(
+    change: (admins: readonly AdminRecord[]) => { readonly admins: readonly AdminRecord[]; readonly result: T },
+    options: UpdateOptions = {},
+  ): Promise<T> {
+    await this.migrate();
+    return this.within(
+      (sql) =>
+        sql.begin(async (tx) => {
+          // The keys' write lock: the audit chain has one writer at a time, whatever it changes.
+          await tx`select pg_advisory_xact_lock(${WRITE_LOCK})`;
+          const before = (await tx<AdminRecord[]>`select id, name, role, digest, created, revoked from keyward_admins order by created, id`).map((r) => ({
+            ...r,
+          }));
+          const was = new Map(before.map((a) => [a.id, JSON.stringify(a)]));
+          const next = change(before);
+          for (const a of next.admins.filter((x) => was.get(x.id) !== JSON.stringify(x))) {
+            await tx`insert into keyward_admins (id, name, role, digest, created, revoked) values (${a.id}, ${a.name}, ${a.role}, ${a.digest}, ${a.created}, ${a.revoked})
+              on conflict (id) do update set name = excluded.name, role = excluded.role, digest = excluded.digest, revoked = excluded.revoked`;
+          }
+          await appendEntries(tx, adminDrafts(before, next.admins, { actor: options.actor ?? cliActor(), requestId: options.requestId ?? null }, Date.now()));
+          return next.result;
+        }) as Promise<T>,
+    );
   }
 
   async close(): Promise<void> {

@@ -21,6 +21,9 @@ const isDigest = (v: unknown): v is string => isString(v) && v.length === 71 && 
 // million-key file loading in well under a second (Date.parse would double it).
 const ISO_INSTANT = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})$/;
 
+/** A key's external id (docs/admin-api.md): what a keys-as-code tool names it by. */
+export const EXTERNAL_ID = /^[\x21-\x7e]{1,128}$/;
+
 /** The record format this version reads: a key whose `requires` is higher was written for a newer keyward. */
 export const RECORD_FORMAT = 1;
 
@@ -61,6 +64,8 @@ function identityProblem(k: unknown): string | null {
   if (r.revoked !== null && !isDate(r.revoked)) return '.revoked must be a date or null';
   if (r.routes !== undefined && r.routes !== null && !(Array.isArray(r.routes) && r.routes.every(isString)))
     return '.routes must be a list of route names or null';
+  if (r.externalId !== undefined && !(isString(r.externalId) && EXTERNAL_ID.test(r.externalId)))
+    return '.externalId must be 1-128 printable characters without spaces';
   if (r.previous !== undefined) {
     if (!Array.isArray(r.previous)) return '.previous must be a list';
     for (const p of r.previous as unknown[]) {

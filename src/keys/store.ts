@@ -4,6 +4,7 @@
 import type { KeyRecord } from './keyset.ts';
 import type postgres from 'postgres';
 import type { Actor, AuditEntry } from './audit.ts';
+import type { AdminRecord } from './admins.ts';
 
 export interface Change<T> {
   readonly records: readonly KeyRecord[];
@@ -63,4 +64,11 @@ export interface KeyStore {
   lastUse(): Promise<ReadonlyMap<string, string>>;
   /** The audit log of changes to keys, in order (audit.ts). */
   auditEntries(): Promise<AuditEntry[]>;
+  /** The admin tokens (admins.ts), read afresh: a revocation holds at once, on every gateway. */
+  admins(): Promise<readonly AdminRecord[]>;
+  /** Apply `change` to the admin tokens under the keys' lock, with its audit entries. */
+  updateAdmins<T>(
+    change: (admins: readonly AdminRecord[]) => { readonly admins: readonly AdminRecord[]; readonly result: T },
+    options?: UpdateOptions,
+  ): Promise<T>;
 }

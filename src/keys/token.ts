@@ -34,9 +34,29 @@ function checksum(body: string): string {
   return out;
 }
 
-export function generateToken(): string {
+export function generateToken(prefix = TOKEN_PREFIX): string {
   const body = base62(BigInt(`0x${randomBytes(32).toString('hex')}`), BODY_LENGTH);
-  return TOKEN_PREFIX + body + checksum(body);
+  return prefix + body + checksum(body);
+}
+
+/**
+ * Admin tokens (docs/admin-api.md) have the client tokens' shape under a
+ * prefix of their own, `kwa_`: neither kind is ever well formed as the
+ * other, so a client key never opens the admin API and an admin token never
+ * the public port, before any lookup.
+ */
+export const ADMIN_PREFIX = 'kwa_';
+const ADMIN_SHAPE = /^kwa_[0-9A-Za-z]{49}$/;
+
+export function generateAdminToken(): string {
+  return generateToken(ADMIN_PREFIX);
+}
+
+/** An admin token's shape and checksum (as isWellFormed for client tokens). */
+export function isWellFormedAdmin(token: string): boolean {
+  if (!ADMIN_SHAPE.test(token)) return false;
+  const body = token.slice(ADMIN_PREFIX.length, ADMIN_PREFIX.length + BODY_LENGTH);
+  return token.endsWith(checksum(body));
 }
 
 /** Shape and checksum only; says nothing about whether the key exists. */

@@ -1,0 +1,99 @@
+// Admin tokens (docs/admin-api.md, "Admin tokens"): who may call the admin
+// API, kept as digests in the same store as the keys (beside the keys file,
+// or PostgreSQL) and changed under the same lock, with an audit entry each.
+// What `keyward admins …` and the API's token check do, over any KeyStore.
+import { randomBytes } from 'node:crypto';
+import { isDate } from './record.ts';
+import { KeyUsageError } from './manage.ts';
+import type { KeyStore, UpdateOptions } from './store.ts';
+import { generateAdminToken, isWellFormedAdmin, sameText, tokenDigest } from './token.ts';
+
+export type AdminRole = 'read' | 'write';
+export const ADMIN_ROLES: readonly AdminRole[] = ['read', 'write'];
+
+export interface AdminRecord {
+  readonly id: string;
+  readonly name: string;
+  /** `read` may only GET; `write` may change keys too. */
+  readonly role: AdminRole;
+  /** `sha256:` and the token's digest; the token itself is shown once. */
+  readonly digest: string;
+  readonly created: string;
+  readonly revoked: string | null;
+}
+
+/** The same names as keys take. */
+const NAME = /^[A-Za-z0-9][A-Za-z0-9._@:-]{0,63}$/;
+
+/** What is wrong with `a` as a stored admin record, as the tail of a message; null when it is one. */
+export function adminProblem(a: unknown): string | null {
+  if (typeof a !== 'object' || a === null) return ' is not an object';
+  const r = a as Record<string, unknown>;
+  if (typeof r.id !== 'string' || r.id === '') return '.id must be a non-empty string';
+  if (typeof r.name !== 'string') return '.name must be a string';
+  if (!ADMIN_ROLES.includes(r.role as AdminRole)) return '.role must be read or write';
+  if (typeof r.digest !== 'string' || !/^sha256:[0-9a-f]{64}$/.test(r.digest)) return '.digest must be "sha256:" and 64 hex digits';
+  if (!isDate(r.created)) return '.created must be a date';
+  if (r.revoked !== null && !isDate(r.revoked)) return '.revoked must be a date or null';
+  return null;
+}
+
+export async function createAdmin(
+  store: KeyStore,
+  name: string,
+  role: AdminRole,
+  now = Date.now(),
+  update: UpdateOptions = {},
+): Promise<{ record: AdminRecord; token: string }> {
+  if (!NAME.test(name)) throw new KeyUsageError('--name must be 1-64 characters of letters, digits and . _ @ : - (starting with a letter or digit)');
+  if (!ADMIN_ROLES.includes(role)) throw new KeyUsageError('--role must be read or write');
+  const token = generateAdminToken();
+  const record: AdminRecord = {
+    id: `adm_${randomBytes(6).toString('hex')}`,
+    name,
+    role,
+    digest: `sha256:${tokenDigest(token)}`,
+    created: new Date(now).toISOString(),
+    revoked: null,
+  };
+  await store.updateAdmins((admins) => {
+    if (admins.some((a) => a.name === name && a.revoked === null)) throw new KeyUsageError(`an admin token named ${name} already exists; revoke it first`);
+    return { admins: [...admins, record], result: undefined };
+  }, update);
+  return { record, token };
+}
+
+/** Revoke by id or name; revoking a revoked token changes nothing. */
+export async function revokeAdmin(
+  store: KeyStore,
+  idOrName: string,
+  now = Date.now(),
+  update: UpdateOptions = {},
+): Promise<{ record: AdminRecord; already: boolean }> {
+  return store.updateAdmins<{ record: AdminRecord; already: boolean }>((admins) => {
+    const target =
+      admins.find((a) => a.id === idOrName) ?? admins.find((a) => a.name === idOrName && a.revoked === null) ?? admins.findLast((a) => a.name === idOrName);
+    if (target === undefined) throw new KeyUsageError(`no admin token with id or name ${idOrName}`);
+    if (target.revoked !== null) return { admins, result: { record: target, already: true } };
+    const revoked: AdminRecord = { ...target, revoked: new Date(now).toISOString() };
+    return { admins: admins.map((a) => (a === target ? revoked : a)), result: { record: revoked, already: false } };
+  }, update);
+}
+
+/**
+ * The active admin whose token this is, or null. Every stored digest is
+ * compared in full (sameText), so the time taken says nothing of how close
+ * a guess came (docs/authentication.md); the list is short.
+ */
+export function adminFor(admins: readonly AdminRecord[], token: string): AdminRecord | null {
+  if (!isWellFormedAdmin(token)) return null;
+  const digest = `sha256:${tokenDigest(token)}`;
+  let found: AdminRecord | null = null;
+  for (const a of admins) if (sameText(a.digest, digest) && a.revoked === null) found = a;
+  return found;
+}
+
+/** An admin as listed and answered: never its digest. */
+export function adminView(a: AdminRecord): Omit<AdminRecord, 'digest'> {
+  return { id: a.id, name: a.name, role: a.role, created: a.created, revoked: a.revoked };
+}
