@@ -4,7 +4,10 @@
 // serves (test/support/openapi.ts); a test at the end checks that every
 // endpoint was answered at least once with each of its success statuses.
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
@@ -422,6 +425,53 @@ test(
     });
   },
 );
+
+/** The curl examples of docs/admin-api.md's "Endpoints", in order: the shell lines and the operation each names. */
+function docExamples(): { setup: string[]; curls: Array<{ line: string; op: string }> } {
+  const doc = readFileSync(new URL('../../docs/admin-api.md', import.meta.url), 'utf8');
+  const part = doc.slice(doc.indexOf('## Endpoints'));
+  const lines = [...part.matchAll(/```sh\n([\s\S]*?)```/g)].flatMap((m) => (m[1] as string).split('\n').filter((l) => l.trim() !== ''));
+  const setup = lines.filter((l) => !l.startsWith('curl '));
+  const curls = lines
+    .filter((l) => l.startsWith('curl '))
+    .map((line) => {
+      const method = /-X (\w+)/.exec(line)?.[1] ?? 'GET';
+      const path = /"\$KEYWARD_ADMIN(\/v1\/[^"?]*)/.exec(line)?.[1] ?? '';
+      return { line, op: `${method} ${template(path)}` };
+    });
+  return { setup, curls };
+}
+
+test('docs/admin-api.md: an example for every operation of the OpenAPI document and none other, each run as written and answered with success', async () => {
+  const { setup, curls } = docExamples();
+  const operations = [...new Set(documented().map((d) => d.split(' ').slice(0, 2).join(' ')))].sort();
+  assert.deepEqual([...new Set(curls.map((c) => c.op))].sort(), operations);
+  await onKeysFile(async (gw, env) => {
+    const dir = mkdtempSync(join(tmpdir(), 'keyward-admin-doc-'));
+    try {
+      // `keyward` as the page writes it: this checkout's.
+      symlinkSync(fileURLToPath(new URL('../../bin/keyward', import.meta.url)), join(dir, 'keyward'));
+      const script = [
+        'set -e',
+        ...setup.map((l) => l.replace(/^export KEYWARD_ADMIN=.*$/, `export KEYWARD_ADMIN=${gw.admin as string}`)),
+        ...curls.map((c) => `${c.line}; echo`),
+      ];
+      const r = await promisify(execFile)('bash', ['-c', script.join('\n')], { env: { ...env, PATH: `${dir}:${process.env.PATH ?? ''}` }, timeout: 60_000 });
+      const answers = r.stdout.split('\n').filter((l) => l.startsWith('{'));
+      // Every JSON answer of the examples conforms to its operation's success schema.
+      const jsonCurls = curls.filter((c) => !c.line.includes('text/csv'));
+      assert.equal(answers.length, jsonCurls.length, r.stdout);
+      jsonCurls.forEach((c, i) => {
+        const [method, path] = c.op.split(' ') as [string, string];
+        const status = method === 'POST' && path === '/v1/keys' ? 201 : 200;
+        answered.add(conforms(method, path, status, JSON.parse(answers[i] as string)));
+      });
+      assert.match(r.stdout, /^day,key,route,requests,/m);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
 
 after(() => {
   // Every success status the document names was answered by some test above (each answer held to the document).

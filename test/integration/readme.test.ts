@@ -241,6 +241,39 @@ test('README "Several credentials per upstream" works as pasted: both accounts l
   }
 });
 
+test('README "Keys over HTTP" works as pasted: an admin token, then a key created over HTTP that the gateway serves', { timeout: 60_000 }, async () => {
+  const dir = workspace('keyward-readme-http-');
+  const { freePort } = await import('../../src/process/listen.ts');
+  const up = await (await import('../support/upstream.ts')).startUpstream();
+  const port = await freePort();
+  // The seo route pointed at a recording stand-in: the block's own commands are the README's.
+  const run = startScript(block('Keys over HTTP'), dir, { PORT: String(port), ADMIN_PORT: String(await freePort()), KEYWARD_SEO_URL: up.url });
+  try {
+    const result = await deadline(run.done, 50_000, 'walkthrough');
+    assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
+    const made = JSON.parse(result.stdout.trim()) as { name: string; externalId: string; token: string; limits: { quota: string } };
+    assert.deepEqual([made.name, made.externalId, made.limits.quota], ['billing-service', 'billing', '1000/day']);
+    assert.match(made.token, /^kw_/);
+    assert.ok(!result.stdout.includes('kwa_'), 'the admin token is not printed');
+    // The audit log beside the keys file holds the admin's creation and the key's, by the admin.
+    const audit = await promisify(execFile)(join(ROOT, 'bin', 'keyward'), ['audit', '--json'], {
+      env: childEnv({ KEYWARD_KEYS_FILE: join(dir, 'keys.json') }),
+    });
+    const entries = JSON.parse(audit.stdout) as Array<{ action: string; actor: { kind: string; name?: string } }>;
+    assert.deepEqual(
+      entries.map((e) => [e.action, e.actor.kind, e.actor.name ?? null]),
+      [
+        ['admin.create', 'cli', null],
+        ['key.create', 'admin', 'provisioner'],
+      ],
+    );
+    await assertIgnored(dir);
+  } finally {
+    await stopScript(run, dir);
+    await up.close();
+  }
+});
+
 /**
  * The install section, run with every absolute path under a temporary
  * prefix. Left out, as a container without systemd or root allows: useradd,
