@@ -64,8 +64,8 @@ export interface Config {
   /** Certificate and key for HTTPS on the public port; null serves plain HTTP. */
   readonly tls: { readonly cert: string; readonly key: string } | null;
   /** The admin listener (health, readiness, metrics); null when `off`. */
-  /** `tokenForUsage`: true when the usage page needs an admin token whatever the address; null: only off loopback. */
-  readonly admin: { readonly host: string; readonly port: number; readonly tokenForUsage?: true | null } | null;
+  /** `tokenForUsage`: the usage page needs an admin token whatever the address; absent: only off loopback. */
+  readonly admin: { readonly host: string; readonly port: number; readonly tokenForUsage?: true } | null;
   /** Gateway processes (node:cluster); 1 runs in-process. */
   readonly workers: number;
   /** `postgres://…`: keys in PostgreSQL (docs/fleet.md) instead of the keys file; null for the file. */
@@ -130,7 +130,7 @@ function adminConfig(o: Options): Config['admin'] {
   // this host that publishes a loopback listener). The API itself always needs one (docs/admin-api.md, "Safety").
   const require = o.text('KEYWARD_ADMIN_REQUIRE_TOKEN', 'auto');
   if (require !== 'auto' && require !== 'on') o.problem('KEYWARD_ADMIN_REQUIRE_TOKEN must be auto or on');
-  return { host, port: o.port('KEYWARD_ADMIN_PORT', ADMIN_PORT_DEFAULT), tokenForUsage: require === 'on' ? true : null };
+  return { host, port: o.port('KEYWARD_ADMIN_PORT', ADMIN_PORT_DEFAULT), ...(require === 'on' ? { tokenForUsage: true as const } : {}) };
 }
 
 function workers(o: Options): number {

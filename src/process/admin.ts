@@ -117,7 +117,7 @@ function usagePage(req: http.IncomingMessage, res: http.ServerResponse, url: str
  * before every port a process needs is bound.
  */
 export async function startAdmin(
-  address: { host: string; port: number; tokenForUsage?: true | null },
+  address: { host: string; port: number; tokenForUsage?: true },
   sources: AdminSources,
   logger: Logger,
   announce = true,

@@ -163,6 +163,9 @@ test('options added for hardening and operations: defaults with units, every pro
   assert.equal(c.upstreamCa, null);
   assert.equal(c.tls, null);
   assert.deepEqual(c.admin, { host: '127.0.0.1', port: 9097 });
+  // The usage page behind a token on loopback too (docs/admin-api.md, "Safety"); anything but auto or on is named.
+  assert.deepEqual(loadConfig({ KEYWARD_ADMIN_REQUIRE_TOKEN: 'on' }, noFiles, '/srv', UPSTREAMS).admin, { host: '127.0.0.1', port: 9097, tokenForUsage: true });
+  assert.throws(() => loadConfig({ KEYWARD_ADMIN_REQUIRE_TOKEN: 'yes' }, noFiles, '/srv', UPSTREAMS), /KEYWARD_ADMIN_REQUIRE_TOKEN must be auto or on/);
   assert.ok(c.routes.every((r) => r.native === null));
   const set = loadConfig(
     {
