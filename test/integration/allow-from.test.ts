@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { test } from 'node:test';
 import { runCli } from '../support/cli.ts';
+import { withFleet } from '../support/fleet.ts';
 import { startGateway, type TestGateway } from '../support/gateway.ts';
 import { startUpstream } from '../support/upstream.ts';
 
@@ -104,3 +105,35 @@ test('keys create --allow-from and keys update --allow-from none; bad ranges ref
     await up.close();
   }
 });
+
+/** A request to `base` with `token` from the loopback address `localAddress`: its status. */
+function statusFrom(base: string, token: string, localAddress: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(`${base}/seo/v3/x`, { localAddress, headers: { authorization: `Bearer ${token}` }, agent: false }, (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode ?? 0));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+test(
+  'two gateways with two workers each on one PostgreSQL: refused from elsewhere on every process, nothing forwarded, the quota whole for the allowed address',
+  { timeout: 240_000 },
+  async () => {
+    await withFleet(async (f) => {
+      const key = await f.key('pinned', '--quota', '2/day', '--allow-from', '127.0.0.2');
+      const a = await f.gateway({ KEYWARD_WORKERS: '2' });
+      const b = await f.gateway({ KEYWARD_WORKERS: '2' });
+      // Six refusals spread over both gateways and, through fresh connections, over their workers.
+      for (let i = 0; i < 6; i++) assert.equal(await statusFrom(i % 2 === 0 ? a.base : b.base, key.token, '127.0.0.1'), 403);
+      assert.equal(f.up.requests.length, 0, 'nothing forwarded');
+      // The fleet's quota of 2 is whole: nothing refused was counted anywhere.
+      assert.equal(await statusFrom(a.base, key.token, '127.0.0.2'), 200);
+      assert.equal(await statusFrom(b.base, key.token, '127.0.0.2'), 200);
+      assert.equal(await statusFrom(a.base, key.token, '127.0.0.2'), 429);
+      assert.equal(f.up.requests.length, 2);
+    });
+  },
+);
