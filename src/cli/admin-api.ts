@@ -122,7 +122,8 @@ function asFlags(body: unknown, kinds: Readonly<Record<string, Kind>>, nullable:
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw bad('The body must be a JSON object.');
   const values: Record<string, unknown> = {};
   for (const [field, v] of Object.entries(body)) {
-    const kind = kinds[field];
+    // Own fields only: `constructor` or `__proto__` in a body are unknown fields, not the prototype's.
+    const kind = Object.hasOwn(kinds, field) ? kinds[field] : undefined;
     if (kind === undefined) throw bad(`Unknown field ${field}.`, field);
     const flag = FLAGS[field] as string;
     if (v === null) {

@@ -34,29 +34,30 @@ function checksum(body: string): string {
   return out;
 }
 
-export function generateToken(prefix = TOKEN_PREFIX): string {
+export function generateToken(): string {
   const body = base62(BigInt(`0x${randomBytes(32).toString('hex')}`), BODY_LENGTH);
-  return prefix + body + checksum(body);
+  return TOKEN_PREFIX + body + checksum(body);
 }
 
 /**
  * Admin tokens (docs/admin-api.md) have the client tokens' shape under a
- * prefix of their own, `kwa_`: neither kind is ever well formed as the
- * other, so a client key never opens the admin API and an admin token never
- * the public port, before any lookup.
+ * prefix of their own, `kwa_`, and their checksum covers the prefix too:
+ * neither kind is ever well formed as the other, not even with its prefix
+ * swapped, so a client key never opens the admin API and an admin token
+ * never the public port, before any lookup.
  */
 export const ADMIN_PREFIX = 'kwa_';
 const ADMIN_SHAPE = /^kwa_[0-9A-Za-z]{49}$/;
 
 export function generateAdminToken(): string {
-  return generateToken(ADMIN_PREFIX);
+  const body = base62(BigInt(`0x${randomBytes(32).toString('hex')}`), BODY_LENGTH);
+  return ADMIN_PREFIX + body + checksum(ADMIN_PREFIX + body);
 }
 
 /** An admin token's shape and checksum (as isWellFormed for client tokens). */
 export function isWellFormedAdmin(token: string): boolean {
   if (!ADMIN_SHAPE.test(token)) return false;
-  const body = token.slice(ADMIN_PREFIX.length, ADMIN_PREFIX.length + BODY_LENGTH);
-  return token.endsWith(checksum(body));
+  return token.endsWith(checksum(token.slice(0, ADMIN_PREFIX.length + BODY_LENGTH)));
 }
 
 /** Shape and checksum only; says nothing about whether the key exists. */
@@ -118,13 +119,13 @@ export class TokenMemo {
 }
 
 /**
- * Anything shaped like a client token as it may travel in a URL or a header:
- * any case (a lower-cased token is still a leak) and any character
+ * Anything shaped like a client token, or an admin token (`kwa_`), as it may
+ * travel in a URL or a header: neither is ever forwarded or logged. Any case (a lower-cased token is still a leak) and any character
  * percent-encoded (`%6Bw_…`, `kw%5F…`), since the upstream's parser decodes
  * what the gateway's literal comparison would miss. 32 characters after the
  * prefix are enough to be a token fragment worth refusing; real tokens have 49.
  */
-const TOKEN_LIKE_SOURCE = '(?:k|%4b|%6b)(?:w|%57|%77)(?:_|%5f)(?:[0-9a-z]|%[0-9a-f]{2}){32,}';
+const TOKEN_LIKE_SOURCE = '(?:k|%4b|%6b)(?:w|%57|%77)(?:a|%41|%61)?(?:_|%5f)(?:[0-9a-z]|%[0-9a-f]{2}){32,}';
 const TOKEN_LIKE = new RegExp(TOKEN_LIKE_SOURCE, 'i');
 const TOKEN_LIKE_ALL = new RegExp(TOKEN_LIKE_SOURCE, 'gi');
 

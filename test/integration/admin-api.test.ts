@@ -264,8 +264,10 @@ test('keys file: who may call — no token, a client key, an unknown, a revoked 
       assert.equal(r.body.code, 'unauthorized');
       assert.match(String(r.headers['www-authenticate']), /^Bearer/);
     }
-    // An admin token never opens the public port.
+    // An admin token never opens the public port, nor travels through it in a URL (refused, and not logged).
     assert.equal(await statusOf(gw.base, ops), 401);
+    assert.equal(await statusOf(gw.base, clientToken, `/seo/v3/x?admin=${ops}`), 400);
+    assert.ok(!gw.output().includes(ops.slice(4)));
     // Read-only: every change 403, nothing changed.
     for (const [method, path] of [
       ['POST', '/v1/keys'],
@@ -316,6 +318,9 @@ test('keys file: who may call — no token, a client key, an unknown, a revoked 
       [{ name: 'no spaces allowed' }, 'name', /name must be/],
       [{ name: 'a', externalId: 'has space' }, 'externalId', /externalId must be/],
       [{ rate: '1/s' }, 'name', /name is required/],
+      // Not the prototype's: an unknown field like any other.
+      [{ name: 'a', constructor: 1 }, 'constructor', /Unknown field constructor/],
+      [JSON.parse('{"name":"a","__proto__":{"rate":"1/s"}}'), '__proto__', /Unknown field __proto__/],
     ];
     for (const [body, field, message] of cases) {
       const r = await api(admin, 'POST', '/v1/keys', { token: ops, body });

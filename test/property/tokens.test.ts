@@ -3,10 +3,39 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
 import { basicPassword, bearerToken } from '../../src/request/auth.ts';
-import { containsTokenLike, generateToken, isWellFormed, redactTokens, sameText, tokenDigestBytes, TokenMemo } from '../../src/keys/token.ts';
+import {
+  containsTokenLike,
+  generateAdminToken,
+  generateToken,
+  isWellFormed,
+  isWellFormedAdmin,
+  redactTokens,
+  sameText,
+  tokenDigestBytes,
+  TokenMemo,
+} from '../../src/keys/token.ts';
 
 const ALPHABET = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
 const tokens = fc.constant(null).map(() => generateToken());
+const adminTokens = fc.constant(null).map(() => generateAdminToken());
+
+test('a client token is never an admin token and an admin token never a client token, whatever one character changed', () => {
+  fc.assert(
+    fc.property(tokens, adminTokens, fc.nat(), (client, admin, at) => {
+      assert.equal(isWellFormed(client), true);
+      assert.equal(isWellFormedAdmin(admin), true);
+      assert.equal(isWellFormedAdmin(client), false);
+      assert.equal(isWellFormed(admin), false);
+      // The admin prefix spliced onto a client token's body, and the other way round: neither shape.
+      assert.equal(isWellFormedAdmin(`kwa_${client.slice(3)}`), false);
+      assert.equal(isWellFormed(`kw_${admin.slice(4)}`), false);
+      const i = 4 + (at % 49);
+      const c = admin[i] === 'a' ? 'b' : 'a';
+      assert.equal(isWellFormedAdmin(admin.slice(0, i) + c + admin.slice(i + 1)), false);
+    }),
+    { numRuns: 300 },
+  );
+});
 
 test('every generated token is well formed; any one changed character breaks its checksum or shape', () => {
   fc.assert(
@@ -79,18 +108,20 @@ test('Basic parsing returns the password for any login without a colon', () => {
   );
 });
 
-/** The token as it may be disguised: any case, any characters percent-encoded. */
-const disguised = fc.tuple(tokens, fc.array(fc.tuple(fc.boolean(), fc.boolean()), { minLength: 52, maxLength: 52 })).map(([t, choices]) =>
-  [...t]
-    .map((ch, i) => {
-      const [encode, flip] = choices[i] as [boolean, boolean];
-      const c = flip ? (ch === ch.toLowerCase() ? ch.toUpperCase() : ch.toLowerCase()) : ch;
-      return encode ? `%${c.charCodeAt(0).toString(16)}` : c;
-    })
-    .join(''),
-);
+/** A client token or an admin token (kwa_), as it may be disguised: any case, any characters percent-encoded. */
+const disguised = fc
+  .tuple(fc.oneof(tokens, adminTokens), fc.array(fc.tuple(fc.boolean(), fc.boolean()), { minLength: 53, maxLength: 53 }))
+  .map(([t, choices]) =>
+    [...t]
+      .map((ch, i) => {
+        const [encode, flip] = choices[i] as [boolean, boolean];
+        const c = flip ? (ch === ch.toLowerCase() ? ch.toUpperCase() : ch.toLowerCase()) : ch;
+        return encode ? `%${c.charCodeAt(0).toString(16)}` : c;
+      })
+      .join(''),
+  );
 
-test('a token in any case or percent-encoding is found and redacted wherever it stands', () => {
+test('a client or admin token in any case or percent-encoding is found and redacted wherever it stands', () => {
   fc.assert(
     fc.property(fc.string({ maxLength: 20 }), disguised, fc.string({ maxLength: 20 }), (before, t, after) => {
       assert.equal(containsTokenLike(before + t + after), true);
