@@ -40,8 +40,8 @@ function empty(keyId: string, route: string, day: string): UsageRow {
 interface Tally {
   day: string;
   month: string;
-  d: number;
-  m: number;
+  inDay: number;
+  inMonth: number;
 }
 
 /** One key's totals, kept per request with no string built: requests, and by route requests and cost. */
@@ -105,17 +105,17 @@ function countAnswer(row: StatusCounts, status: number | null): void {
 function rolled(t: Tally, day: string, month: string): Tally {
   if (t.month !== month) {
     t.month = month;
-    t.m = 0;
+    t.inMonth = 0;
   }
   if (t.day !== day) {
     t.day = day;
-    t.d = 0;
+    t.inDay = 0;
   }
   return t;
 }
 
 const current = (t: Tally | undefined, period: Period, now: number): number =>
-  t === undefined ? 0 : period === 'day' ? (t.day === periodOf('day', now).key ? t.d : 0) : t.month === periodOf('month', now).key ? t.m : 0;
+  t === undefined ? 0 : period === 'day' ? (t.day === periodOf('day', now).key ? t.inDay : 0) : t.month === periodOf('month', now).key ? t.inMonth : 0;
 
 export class Ledger implements PeriodUse {
   readonly #store: UsageStore;
@@ -423,23 +423,23 @@ export class Ledger implements PeriodUse {
     const month = periodOf('month', now).key;
     let t = this.#totals.get(keyId);
     if (t === undefined) {
-      t = { requests: { day, month, d: 0, m: 0 }, routes: new Map() };
+      t = { requests: { day, month, inDay: 0, inMonth: 0 }, routes: new Map() };
       this.#totals.set(keyId, t);
     }
     const r = rolled(t.requests, day, month);
-    r.m += requests;
-    if (today) r.d += requests;
+    r.inMonth += requests;
+    if (today) r.inDay += requests;
     let byRoute = t.routes.get(route);
     if (byRoute === undefined) {
-      byRoute = { requests: { day, month, d: 0, m: 0 }, cost: { day, month, d: 0, m: 0 } };
+      byRoute = { requests: { day, month, inDay: 0, inMonth: 0 }, cost: { day, month, inDay: 0, inMonth: 0 } };
       t.routes.set(route, byRoute);
     }
     const rr = rolled(byRoute.requests, day, month);
-    rr.m += requests;
-    if (today) rr.d += requests;
+    rr.inMonth += requests;
+    if (today) rr.inDay += requests;
     if (cost === 0) return;
     const c = rolled(byRoute.cost, day, month);
-    c.m += cost;
-    if (today) c.d += cost;
+    c.inMonth += cost;
+    if (today) c.inDay += cost;
   }
 }

@@ -112,10 +112,10 @@ export function remoteAdmit(
   on((m) => {
     const msg = m as Partial<AdmittedMessage> | null;
     if (msg?.type !== ADMITTED || typeof msg.id !== 'number') return;
-    const settle = waiting.get(msg.id);
-    if (settle !== undefined) {
+    const answer = waiting.get(msg.id);
+    if (answer !== undefined) {
       waiting.delete(msg.id);
-      return settle(msg);
+      return answer(msg);
     }
     // Admitted after this worker gave up on it: given back, never held.
     if (msg.refused === null) send({ type: DONE, id: msg.id, reached: false, cost: null });

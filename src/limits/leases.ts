@@ -226,7 +226,7 @@ export class Leases {
   }
 
   /** Give back what `take` reserved: `used` of it was spent (a forwarded request's unit, a call's reported cost). */
-  settle(keyId: string, kind: string, period: string, reserved: number, used: number): void {
+  reconcile(keyId: string, kind: string, period: string, reserved: number, used: number): void {
     const lease = this.#leases.get(`${keyId}\u0000${kind}\u0000${period}`);
     if (lease === undefined) return;
     lease.reserved = Math.max(0, lease.reserved - reserved);

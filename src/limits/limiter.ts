@@ -191,7 +191,7 @@ export class Limiter {
   readonly #probes = new Map<KeyRoute, Promise<void>>();
 
   /** Routes whose cost is settled after the fact (the scraper's runs): a paid start reserves its cap, nothing else reserves or teaches. */
-  readonly #settled: ReadonlySet<string>;
+  readonly #billedLater: ReadonlySet<string>;
 
   /** The longest an admission waits for the store (a lease claim, a run's fresh figures), ms. */
   readonly #waitMs: number;
@@ -199,7 +199,7 @@ export class Limiter {
   constructor(use: PeriodUse, leases: Leases | null = null, settled: ReadonlySet<string> = new Set(), waitMs = Infinity) {
     this.#use = use;
     this.#leases = leases;
-    this.#settled = settled;
+    this.#billedLater = settled;
     this.#waitMs = waitMs;
     if (leases !== null) leases.costs = this.costs;
   }
@@ -272,7 +272,7 @@ export class Limiter {
     // fleet's budget: read for it by a query that starts with it (bounded by
     // the store's deadline), as a lease claim would be. Runs are started
     // seconds apart; no other request waits for this.
-    if (start !== null && this.freshFigures !== null && this.#leases !== null && this.#settled.has(route) && policy.budgets.has(route)) {
+    if (start !== null && this.freshFigures !== null && this.#leases !== null && this.#billedLater.has(route) && policy.budgets.has(route)) {
       // Not read in time: the lease alone decides (its caps are exact; the figures only refuse sooner).
       const decide = (): Admission | Refused | Undecided | Promise<Admission | Refused | Undecided> =>
         this.#decide(keyId, policy, route, Date.now(), share, start);
@@ -357,7 +357,7 @@ export class Limiter {
 
   #known(keyId: string, route: string): boolean {
     // A settled route's cost is never in its response: nothing to wait for, a paid start reserves its cap.
-    return this.#routeEstimates.has(route) || this.#estimates.has(keyRoute(keyId, route)) || this.#settled.has(route);
+    return this.#routeEstimates.has(route) || this.#estimates.has(keyRoute(keyId, route)) || this.#billedLater.has(route);
   }
 
   /**
@@ -366,7 +366,7 @@ export class Limiter {
    * other call; elsewhere the estimate.
    */
   #reserve(keyId: string, policy: Policy, route: string, budget: Budget, left: number, start: PaidStart | null, now: number): number | null {
-    if (!this.#settled.has(route)) return this.estimate(keyId, route, budget.period, now);
+    if (!this.#billedLater.has(route)) return this.estimate(keyId, route, budget.period, now);
     if (start === null) return 0;
     const cap = runCapOf(left, budget.amount, policy.runCap, start.asked);
     return cap > 0 ? cap : null;
@@ -433,7 +433,7 @@ export class Limiter {
     // them, it is refused, whatever this gateway's lease still holds (a
     // run settled below its reservation gives units back to the
     // allowance, and a lease claimed before may hold them).
-    if (budgetSpent(budget.amount, fleetSpent) && this.#settled.has(route))
+    if (budgetSpent(budget.amount, fleetSpent) && this.#billedLater.has(route))
       return periodOver('budget_exceeded', budget.amount, budget.period, at, fleetSpent, route);
     return budget.amount - fleetSpent;
   }
@@ -482,10 +482,10 @@ export class Limiter {
       if (!took) return this.#quotaRefused(leases, keyId, quota, q, at);
     }
     const untake = (): void => {
-      if (quota !== null) leases.settle(keyId, 'quota', q, 1, 0);
+      if (quota !== null) leases.reconcile(keyId, 'quota', q, 1, 0);
     };
     let estimate = reserve ?? 0;
-    if (budget !== undefined && this.#settled.has(route) && estimate > 0) {
+    if (budget !== undefined && this.#billedLater.has(route) && estimate > 0) {
       // A paid start: its cap is what this gateway's lease can hold of it, never more.
       const took = leases.takeUpTo(keyId, kind, b, budget.amount, estimate);
       if (typeof took !== 'number' || took <= 0) {
@@ -495,7 +495,7 @@ export class Limiter {
         return typeof took === 'number' ? refusal : later(took, refusal);
       }
       estimate = took;
-    } else if (budget !== undefined && !this.#settled.has(route)) {
+    } else if (budget !== undefined && !this.#billedLater.has(route)) {
       const took = leases.take(keyId, kind, b, budget.amount, estimate);
       if (took !== true) {
         const refusal = this.#budgetRefused(leases, keyId, route, kind, budget, b, at);
@@ -507,16 +507,16 @@ export class Limiter {
     const limit = this.#local(keyId, policy, now, share);
     if (typeof limit !== 'number') {
       untake();
-      if (budget !== undefined) leases.settle(keyId, kind, b, estimate, 0);
+      if (budget !== undefined) leases.reconcile(keyId, kind, b, estimate, 0);
       return limit;
     }
     return this.#admission(keyId, route, limit > 0, budget !== undefined, start, estimate, (reached, cost) => {
-      if (quota !== null) leases.settle(keyId, 'quota', q, 1, reached ? 1 : 0);
-      if (budget !== undefined) leases.settle(keyId, kind, b, estimate, reached ? (cost ?? 0) : 0);
+      if (quota !== null) leases.reconcile(keyId, 'quota', q, 1, reached ? 1 : 0);
+      if (budget !== undefined) leases.reconcile(keyId, kind, b, estimate, reached ? (cost ?? 0) : 0);
     });
   }
 
-  /** An admission: once, its slot back (when it took one), `settle` for what the period's limits reserved, a reported cost learnt. */
+  /** An admission: once, its slot back (when it took one), `reconcile` for what the period's limits reserved, a reported cost learnt. */
   #admission(
     keyId: string,
     route: string,
@@ -524,19 +524,19 @@ export class Limiter {
     budget: boolean,
     start: PaidStart | null,
     reserved: number,
-    settle: (reached: boolean, cost: number | null) => void,
+    reconcile: (reached: boolean, cost: number | null) => void,
   ): Admission {
     let over = false;
     const done = (reached: boolean, cost: number | null): void => {
       if (over) return;
       over = true;
       if (slot) drop(this.#inFlight, keyId, 1);
-      settle(reached, cost);
+      reconcile(reached, cost);
       // Only a cost the upstream reported teaches; a settled route's calls teach nothing.
-      if (budget && reached && cost !== null && !this.#settled.has(route)) this.#learn(keyId, route, cost);
+      if (budget && reached && cost !== null && !this.#billedLater.has(route)) this.#learn(keyId, route, cost);
     };
     // A paid start carries its cap; other admissions only `done` (and what they reserved).
-    return start !== null && budget && this.#settled.has(route) ? { done, cap: reserved, reserved } : budget ? { done, reserved } : { done };
+    return start !== null && budget && this.#billedLater.has(route) ? { done, cap: reserved, reserved } : budget ? { done, reserved } : { done };
   }
 
   /** Concurrency and rate, this gateway's share: a refusal, or the concurrency limit whose slot was taken (0: none). */

@@ -61,7 +61,7 @@ export function serveEvents(server: http.Server, pipeline: Pipeline, logger: Log
     const pending = (socket as Tracked)[CURRENT];
     if (pending !== undefined && !pending.writableFinished) {
       const ex = (pending.req as GatewayRequest).exchange;
-      if (pending.headersSent || ex === null || ex.settled) {
+      if (pending.headersSent || ex === null || ex.takenOver) {
         socket.destroy();
         return;
       }

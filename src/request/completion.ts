@@ -82,7 +82,7 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
     if (ledger !== null && ex.forwardStart > 0 && key !== null && ex.route !== null && !neverConnected(ex.failure)) {
       // The upstream's own status only: one the gateway answered for it counts as `other`.
       const run = ex.runPath === null && !ex.syncRun ? null : runBooking(ex, status);
-      const upstreamStatus = ex.ttfbMs >= 0 && !ex.settled ? status : null;
+      const upstreamStatus = ex.ttfbMs >= 0 && !ex.takenOver ? status : null;
       ledger.record(key.id, ex.route.name, upstreamStatus, bytesIn ?? 0, ex.bytesOut, ex.cost, undefined, run);
       if (ex.credential !== null && ex.route.credentials.length > 1) credentialAnswers(ledger, ex, upstreamStatus);
       if (ex.costBad && !badCost.has(ex.route.name)) {
@@ -120,7 +120,7 @@ function runBooking(ex: Exchange, status: number | null): { id: string; path: st
   // What is booked now is what the limits settle at: a reported cost, though nobody reported it.
   ex.costReported = true;
   if (run === null) {
-    const refused = status !== null && status >= 300 && !ex.settled && ex.upstreamResponse?.complete === true;
+    const refused = status !== null && status >= 300 && !ex.takenOver && ex.upstreamResponse?.complete === true;
     ex.cost = refused ? 0 : reserved;
     return null;
   }

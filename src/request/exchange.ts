@@ -42,7 +42,7 @@ export class Exchange {
   /** Why the request did not end as the upstream's whole answer; set once (outcome.ts). */
   failure: Failure | null = null;
   /** The gateway answered this request itself (or dropped it): later upstream events are ignored. */
-  settled = false;
+  takenOver = false;
   /** The client response closed (normally or not). */
   closed = false;
   /** The upstream's response has no body (204, 304, HEAD): bytes after its head are not relayed. */
@@ -103,8 +103,8 @@ export class Exchange {
   }
 
   /** The gateway answers (or drops) this request itself; nothing from the upstream is relayed after this. */
-  settle(failure: Failure): void {
-    this.settled = true;
+  takeOver(failure: Failure): void {
+    this.takenOver = true;
     this.failure ??= failure;
   }
 

@@ -88,7 +88,7 @@ export function expire(ex: Exchange, what: Expiry): void {
 function onProxyReq(proxyReq: http.ClientRequest, req: http.IncomingMessage, res: ServerResponse): void {
   const ex = exchangeOf(req);
   ex.proxyReq = proxyReq;
-  if (ex.settled || ex.closed) {
+  if (ex.takenOver || ex.closed) {
     proxyReq.destroy();
     return;
   }
@@ -165,7 +165,7 @@ function runLost(ex: Exchange): boolean {
 
 function unexpectedSwitch(ex: Exchange, res: ServerResponse): void {
   ex.ttfbMs = performance.now() - ex.forwardStart;
-  if (ex.settled || ex.closed) return;
+  if (ex.takenOver || ex.closed) return;
   upstreamFailed(ex, res, 'unexpected_101', null, !ex.req.complete);
 }
 
@@ -191,7 +191,7 @@ function onProxyRes(
   ex.ttfbMs = performance.now() - ex.forwardStart;
   if (isAsideStatus(proxyRes.statusCode) && refused(ex, proxyRes)) return;
   if (ex.afterRun !== null) return readForRun(ex, proxyRes);
-  if (ex.settled || ex.closed || res.headersSent) {
+  if (ex.takenOver || ex.closed || res.headersSent) {
     proxyRes.destroy();
     return;
   }
@@ -221,7 +221,7 @@ function onProxyRes(
     // fail the upstream request in the same tick (onError), and the client
     // must then be told the connection closes after this response.
     queueMicrotask(() => {
-      if (!ex.settled && !ex.closed && writeHead(ex, res, proxyRes, headers)) relayPlain({ up: proxyRes, res, ex, secrets, limits, onSecret, cost });
+      if (!ex.takenOver && !ex.closed && writeHead(ex, res, proxyRes, headers)) relayPlain({ up: proxyRes, res, ex, secrets, limits, onSecret, cost });
     });
     return;
   }
@@ -332,7 +332,7 @@ function onError(err: ErrorWithCode, req: http.IncomingMessage, res: ServerRespo
   if (runLost(ex)) return;
   // A fully read request is auto-destroyed, so `req.destroyed` says nothing
   // about the client; its socket does.
-  if (ex.settled || ex.closed || req.socket.destroyed) {
+  if (ex.takenOver || ex.closed || req.socket.destroyed) {
     ex.proxyReq?.destroy();
     return;
   }
@@ -437,7 +437,7 @@ export class Forwarder {
     const refusedBy = (ex.refusedBy ??= []);
     refusedBy.push(`${used.label}:${status}`);
     // A body not read in full (or past the replay limit) cannot be sent again; nor a request nobody waits for.
-    if (ex.replay === null || !ex.req.complete || ex.afterRun !== null || ex.settled || ex.closed) return false;
+    if (ex.replay === null || !ex.req.complete || ex.afterRun !== null || ex.takenOver || ex.closed) return false;
     const tried = new Set(refusedBy.map((t) => Number(t.slice(0, t.indexOf(':')))));
     const next = this.#board.choose(route, this.#settings.credentialOrder, tried, now);
     if (next === null) return false;

@@ -205,7 +205,7 @@ class RequestPipeline implements Pipeline {
     res.on('close', this.#onResponseClose);
     // Pipelined behind a response that closes this connection: the client
     // will never see an answer, so nothing of it may reach (and bill) an upstream.
-    if (isClosing(req.socket)) return ex.settle({ by: 'client', reason: 'connection_closing' });
+    if (isClosing(req.socket)) return ex.takeOver({ by: 'client', reason: 'connection_closing' });
     if (this.#deps.draining()) return this.#refuse(ex, req, res, ERRORS.shuttingDown);
     // Read once per request and passed on: read twice, a shared store's
     // staleness limit could run out in between and the second read be null.
@@ -240,7 +240,7 @@ class RequestPipeline implements Pipeline {
     const ex = new Exchange(this.#id(), req, req.url as string);
     const principal = this.#principal(ex, this.#deps.runtime().table, this.#deps.keys());
     const reply = principal === null ? ERRORS.unauthorized : principal === UNSUPPORTED_KEY ? ERRORS.keyUnsupported : err;
-    ex.settle({ by: 'gateway', code: reply.code });
+    ex.takeOver({ by: 'gateway', code: reply.code });
     ex.bytesOut = reply.body.length;
     writeRawError(socket as Socket, reply);
     this.#deps.complete(ex, reply.status, false);
@@ -405,7 +405,7 @@ function responseClosed({ sweeper, complete, credentials }: PipelineDeps): (this
     ex.closed = true;
     // A run-start sent whole whose answer has not come: read by the gateway
     // itself, then ended (forward.ts); the upstream timers still run.
-    if (ex.runPath !== null && req.complete && ex.proxyReq !== null && ex.ttfbMs < 0 && ex.failure === null && !ex.settled) {
+    if (ex.runPath !== null && req.complete && ex.proxyReq !== null && ex.ttfbMs < 0 && ex.failure === null && !ex.takenOver) {
       keepReadingForRun(ex, () => end(ex, ex.upstreamResponse?.statusCode ?? null, true));
       return;
     }
@@ -447,7 +447,7 @@ function replayKeeper(deps: PipelineDeps): (this: GatewayRequest, chunk: Buffer)
 function chunkCounter(deps: PipelineDeps): (this: GatewayRequest, chunk: Buffer) => void {
   return function countChunk(this: GatewayRequest, chunk: Buffer): void {
     const ex = exchangeOf(this);
-    if (ex.settled) return;
+    if (ex.takenOver) return;
     ex.bytesIn += chunk.length;
     if (ex.bytesIn <= deps.runtime().config.maxBodyBytes) return;
     ex.proxyReq?.destroy();

@@ -304,7 +304,7 @@ export function relayCompressed(parts: CompressedParts): void {
  * body that is not compressed after all, relayed as plain text from there.
  */
 export class CompressedRelay {
-  readonly #p: CompressedParts;
+  readonly #parts: CompressedParts;
   /** The status and headers went (with the first bytes released, or at the end); a sniffed body's went already. */
   #headed: boolean;
   readonly #scan: BodyScan;
@@ -342,7 +342,7 @@ export class CompressedRelay {
   #ended = false;
 
   constructor(parts: CompressedParts) {
-    this.#p = parts;
+    this.#parts = parts;
     this.#headed = parts.sniffed !== null;
     this.#scan = new BodyScan(parts.secrets);
     this.#raw = new BodyScan(parts.secrets);
@@ -350,10 +350,10 @@ export class CompressedRelay {
   }
 
   start(): void {
-    const { up, res, sniffed } = this.#p;
+    const { up, res, sniffed } = this.#parts;
     // A client that leaves stops every decoder and the upstream response at once.
     res.once('close', () => {
-      if (!res.writableFinished && !this.#cut) this.#halt();
+      if (!res.writableFinished && !this.#cut) this.#stopReading();
     });
     up.on('data', this.#onData);
     if (sniffed !== null) this.#onData(sniffed);
@@ -363,25 +363,25 @@ export class CompressedRelay {
   #headOnce(): boolean {
     if (this.#headed) return true;
     this.#headed = true;
-    return this.#p.head();
+    return this.#parts.head();
   }
 
-  #halt(): void {
+  #stopReading(): void {
     this.#cut = true;
     this.#queue = [];
     for (const s of this.#stages) s.destroy();
-    this.#p.up.destroy();
+    this.#parts.up.destroy();
   }
 
-  #stop(found: readonly SecretForm[] | null): void {
+  #cutResponse(found: readonly SecretForm[] | null): void {
     if (this.#cut) return;
-    this.#halt();
-    if (found !== null) this.#p.onSecret(this.#p.ex, found, true);
-    this.#p.res.destroy();
+    this.#stopReading();
+    if (found !== null) this.#parts.onSecret(this.#parts.ex, found, true);
+    this.#parts.res.destroy();
   }
 
   #finishPlain(): void {
-    const { ex, res, onSecret } = this.#p;
+    const { ex, res, onSecret } = this.#parts;
     const rest = this.#raw.end();
     if (this.#raw.found !== null) onSecret(ex, this.#raw.found, false);
     if (!res.writableEnded) res.end(rest ?? undefined);
@@ -393,24 +393,24 @@ export class CompressedRelay {
     this.#releaseTo(this.#rawFed - this.#raw.holding);
     this.#queue = [];
     if (this.#ended) this.#finishPlain();
-    else if (!this.#p.res.writableNeedDrain) this.#p.up.resume();
+    else if (!this.#parts.res.writableNeedDrain) this.#parts.up.resume();
   }
 
   /** Not scannable, so not relayed: before anything went, a 502 says so; after, the response is cut. */
-  #refuse(detail: string): void {
+  #unscannable(detail: string): void {
     if (this.#cut || this.#plain) return;
     // A sniffed body that does not decode (or ends early) is plain after all; one over a bound is cut like any other.
-    if (this.#p.sniffed !== null && (detail === 'undecodable' || detail === 'trailing_bytes')) return this.#toPlain();
-    this.#p.ex.fail(upstream('unscannable_encoding', detail));
-    if (this.#headed) return this.#stop(null);
+    if (this.#parts.sniffed !== null && (detail === 'undecodable' || detail === 'trailing_bytes')) return this.#toPlain();
+    this.#parts.ex.fail(upstream('unscannable_encoding', detail));
+    if (this.#headed) return this.#cutResponse(null);
     this.#headed = true;
-    this.#halt();
-    this.#p.undecodable();
+    this.#stopReading();
+    this.#parts.undecodable();
   }
 
   /** The decoders, outermost first, piped into one another; the last one's output goes to the scan. */
   #open(): void {
-    const stages = (this.#stages = this.#p.decoders.list.map((d) => d()));
+    const stages = (this.#stages = this.#parts.decoders.list.map((d) => d()));
     for (const [i, s] of stages.entries()) {
       // Bytes fed to this stage: the raw body for the first, the output of the one before for the rest.
       let fed = 0;
@@ -419,12 +419,12 @@ export class CompressedRelay {
         before.pipe(s);
         before.on('data', (d: Buffer) => (fed += d.length));
       }
-      s.on('error', () => this.#refuse('undecodable'));
+      s.on('error', () => this.#unscannable('undecodable'));
       // A decoder ends at the end of its compressed data and drops whatever
       // follows (`deflate(…) + "apify_api_…"`): bytes that were never decoded
       // were never scanned, so the response is cut before any of them goes.
       s.on('end', () => {
-        if ((s as unknown as zlib.Zlib).bytesWritten < (i === 0 ? this.#rawFed : fed)) this.#refuse('trailing_bytes');
+        if ((s as unknown as zlib.Zlib).bytesWritten < (i === 0 ? this.#rawFed : fed)) this.#unscannable('trailing_bytes');
       });
     }
     (stages.at(-1) as Transform).on('data', (decoded: Buffer) => this.#onDecoded(decoded));
@@ -432,22 +432,22 @@ export class CompressedRelay {
 
   #onDecoded(decoded: Buffer): void {
     if (this.#cut) return;
-    const { limits, cost } = this.#p;
+    const { limits, cost } = this.#parts;
     this.#decoded += decoded.length;
     // A bomb (6 KB of brotli that inflates to 4 GiB): what one response may make the gateway decode is bounded.
     if (this.#decoded > limits.maxDecodedBytes || (this.#decoded > RATIO_FROM && this.#decoded > limits.maxRatio * this.#rawFed))
-      return this.#refuse('decoded_limit');
+      return this.#unscannable('decoded_limit');
     cost?.push(decoded);
     // Scanned for what it holds and where a possible secret starts; the decoded bytes themselves are not sent.
     this.#scan.pushTo(decoded, ignore);
-    if (this.#scan.found !== null) this.#stop(this.#scan.found);
+    if (this.#scan.found !== null) this.#cutResponse(this.#scan.found);
   }
 
   /**
    * Everything written so far has been decoded and scanned once each stage,
    * in order, has processed a flush queued behind it.
    */
-  #settle(then: () => void): void {
+  #flushStages(then: () => void): void {
     let i = 0;
     const next = (): void => {
       if (this.#cut || this.#plain) return;
@@ -465,7 +465,7 @@ export class CompressedRelay {
       this.#cut = true;
       return;
     }
-    const { up, res } = this.#p;
+    const { up, res } = this.#parts;
     while (this.#released < to && this.#queue.length > 0) {
       const c = this.#queue[0] as Buffer;
       const n = Math.min(c.length, to - this.#released);
@@ -488,12 +488,12 @@ export class CompressedRelay {
     const offset = this.#frames === null ? this.#rawFed : this.#frames.safe;
     const to = cleanUpTo(this.#marks, offset, this.#decoded, this.#decoded - this.#scan.holding);
     if (to >= 0) this.#releaseTo(Math.min(to, this.#rawFed - this.#raw.holding));
-    if (this.#rawFed - this.#released > MAX_HELD) this.#refuse('held');
+    if (this.#rawFed - this.#released > MAX_HELD) this.#unscannable('held');
   }
 
   readonly #onData = (chunk: Buffer): void => {
     if (this.#cut) return;
-    const { up, res, ex } = this.#p;
+    const { up, res, ex } = this.#parts;
     ex.bytesOut += chunk.length;
     if (this.#plain) {
       this.#raw.pushTo(chunk, (out) => send(up, res, out));
@@ -506,13 +506,13 @@ export class CompressedRelay {
     // may be plain text after all, so it goes on, masked.
     const outs: Buffer[] = [];
     this.#raw.pushTo(chunk, (out) => outs.push(out));
-    if (this.#raw.found !== null && this.#p.sniffed === null) return this.#stop(this.#raw.found);
+    if (this.#raw.found !== null && this.#parts.sniffed === null) return this.#cutResponse(this.#raw.found);
     this.#queue.push(...outs);
     this.#frames?.push(chunk);
     up.pause();
     this.#rawFed += chunk.length;
     (this.#stages[0] as Transform).write(chunk);
-    this.#settle(() => {
+    this.#flushStages(() => {
       this.#releaseClean();
       if (!this.#cut && !res.writableNeedDrain) up.resume();
     });
@@ -522,7 +522,7 @@ export class CompressedRelay {
     this.#ended = true;
     if (this.#cut) return;
     if (this.#plain) return this.#finishPlain();
-    const { res } = this.#p;
+    const { res } = this.#parts;
     if (this.#stages.length === 0) {
       if (this.#headOnce() && !res.writableEnded) res.end();
       return;
@@ -534,9 +534,9 @@ export class CompressedRelay {
   /** The body ended and every decoder with it: what is left goes, or the response is cut. */
   #decodersEnded(): void {
     if (this.#cut || this.#plain) return;
-    const { ex, res, onSecret, cost, sniffed } = this.#p;
+    const { ex, res, onSecret, cost, sniffed } = this.#parts;
     const rest = this.#raw.end();
-    if (this.#raw.found !== null && sniffed === null) return this.#stop(this.#raw.found);
+    if (this.#raw.found !== null && sniffed === null) return this.#cutResponse(this.#raw.found);
     if (rest !== null) this.#queue.push(rest);
     if (this.#raw.found !== null) onSecret(ex, this.#raw.found, false);
     if (cost !== null) costRead(ex, cost);

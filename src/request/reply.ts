@@ -50,7 +50,7 @@ export function answer(
   close: boolean,
   extra: Readonly<Record<string, string | number>> | null = null,
 ): void {
-  ex.settle({ by: 'gateway', code: err.code });
+  ex.takeOver({ by: 'gateway', code: err.code });
   ex.bytesOut = res.headersSent ? ex.bytesOut : err.body.length;
   sendError(res, err, close, extra);
 }

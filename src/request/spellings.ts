@@ -105,8 +105,8 @@ function escapeAt(buf: Uint8Array, i: number, end: number): readonly [number, nu
 const fold = (c: number): number => (c >= 0x41 && c <= 0x5a ? c | 0x20 : c > 0xff ? NONE : c);
 const isIntroducer = (x: number): boolean => x === 0x25 || x === 0x5c || x === 0x26;
 
-/** A run made ready to read: NUL bytes dropped (UTF-16, either byte order), and where each byte left came from. */
-interface Run {
+/** A stretch of bytes made ready to read: NUL bytes dropped (UTF-16, either byte order), and where each byte left came from. */
+interface Prepared {
   readonly src: Buffer;
   readonly place: (i: number) => number;
   /** No escape and no NUL: every byte stands for itself. */
@@ -116,7 +116,7 @@ interface Run {
 /** Stands in the read text where two NULs in a row were: no spelling holds it, so nothing is matched across them. */
 const BREAK = 0x0a;
 
-function prepare(buf: Buffer, start: number, end: number): Run {
+function prepare(buf: Buffer, start: number, end: number): Prepared {
   const run = buf.subarray(start, end);
   const nul = run.indexOf(0) >= 0;
   if (!nul) return { src: run, place: (i) => start + i, plain: run.indexOf(0x25) < 0 && run.indexOf(0x5c) < 0 && run.indexOf(0x26) < 0 };

@@ -134,7 +134,7 @@ export class Sweeper {
     for (let i = this.#live.length - 1; i >= 0; i--) {
       const ex = this.#live[i];
       if (ex === undefined) continue;
-      if (ex.closed || ex.settled) {
+      if (ex.closed || ex.takenOver) {
         this.untrack(ex);
         continue;
       }

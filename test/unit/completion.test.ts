@@ -47,10 +47,10 @@ test('the first recorded cause is the one logged: a later consequence never over
   const ex = exchange('/speech/v1/x');
   ex.fail(upstream('timeout', 'KEYWARD_UPSTREAM_TIMEOUT'));
   ex.fail(upstream('unreachable', 'ECONNRESET'));
-  ex.settle({ by: 'gateway', code: 'upstream_timeout' });
+  ex.takeOver({ by: 'gateway', code: 'upstream_timeout' });
   assert.equal(failureLabel(ex.failure), 'KEYWARD_UPSTREAM_TIMEOUT');
   assert.equal(ex.upstreamFailed, true);
-  assert.equal(ex.settled, true);
+  assert.equal(ex.takenOver, true);
 });
 
 test('labels: catalogue codes, system codes, and named reasons', () => {
@@ -73,7 +73,7 @@ test('one line per request; an upstream failure is a warn line and an upstream-e
   masked.masked = secretForms(config.routes).forms.filter((f) => f.route === 'speech' && f.form === 'key');
   complete(masked, 200, false);
   const noRoute = exchange('/nowhere?token=abc');
-  noRoute.settle({ by: 'gateway', code: 'not_found' });
+  noRoute.takeOver({ by: 'gateway', code: 'not_found' });
   complete(noRoute, 404, false);
   const done = lines().filter((l) => l.msg === 'request completed');
   assert.deepEqual(
