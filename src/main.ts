@@ -3,7 +3,7 @@ import { run } from './cli.ts';
 import { UPSTREAMS } from './request/routes.ts';
 import { asError } from './lib/error.ts';
 import { EXIT_FAILURE } from './lib/io.ts';
-import { isDriverConnectionLoss } from './lib/driver-loss.ts';
+import { isDriverConnectionLoss, isDriverWriteAfterClose } from './lib/driver-loss.ts';
 
 // A rejection nobody handled is a flaw (the lint holds src/ to handling
 // every promise): the process ends as Node's default would, but says which
@@ -19,6 +19,21 @@ process.on('unhandledRejection', (err) => {
     return;
   }
   process.stderr.write(`keyward ${process.argv[2] ?? ''} (pid ${process.pid}): unexpected failure, please report it: ${asError(err).stack ?? String(err)}\n`);
+  process.exit(EXIT_FAILURE);
+});
+
+// The driver's other known fault, thrown rather than rejected: a deferred
+// write on a connection that has just closed (lib/driver-loss.ts). Said, and
+// the process goes on; anything else thrown and not caught ends it as Node's
+// default would, naming the command.
+process.on('uncaughtException', (err) => {
+  if (isDriverWriteAfterClose(err)) {
+    process.stderr.write(
+      `keyward ${process.argv[2] ?? ''} (pid ${process.pid}): the database driver wrote to a connection that had just closed; it is replaced\n`,
+    );
+    return;
+  }
+  process.stderr.write(`keyward ${process.argv[2] ?? ''} (pid ${process.pid}): unexpected failure, please report it: ${err.stack ?? String(err)}\n`);
   process.exit(EXIT_FAILURE);
 });
 

@@ -30,3 +30,21 @@ const LOSS = new Set([
 export function isDriverConnectionLoss(err: unknown): boolean {
   return err instanceof Error && 'code' in err && typeof err.code === 'string' && LOSS.has(err.code);
 }
+
+/**
+ * The driver's write after its connection closed. postgres.js defers a
+ * small write to a setImmediate; when the connection closes first (a server
+ * that stops, a backend terminated) the deferred write reads the socket it
+ * has just set to null and throws from the immediate, outside any query's
+ * promise (https://github.com/porsager/postgres/issues/1154, #1208, open in
+ * 3.4.9). The query it belonged to has been rejected with CONNECTION_CLOSED
+ * already, or ends at keyward's own query deadline (lib/deadline.ts), so the
+ * exception is said and passed over rather than ending the gateway.
+ */
+export function isDriverWriteAfterClose(err: unknown): boolean {
+  return (
+    err instanceof TypeError &&
+    /reading 'write'|evaluating 'socket\.write'/.test(err.message) &&
+    /\bnextWrite\b[^\n]*postgres[\\/]src[\\/]connection\.js/.test(err.stack ?? '')
+  );
+}

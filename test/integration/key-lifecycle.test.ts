@@ -137,7 +137,7 @@ test('the keys CLI is strict: repeated flags, unknown routes, expiry beyond ten 
       [['keys', 'create', '--name', 'a', '--routes', 'seo,video'], /unknown route "video"/],
       [['keys', 'create', '--name', 'a', '--expires-in', '3653d'], /at most ten years/],
       [['keys', 'update', 'tester', '--expires-in', '20000d'], /at most ten years/],
-      [['keys', 'update', 'tester'], /needs --routes or --expires-in/],
+      [['keys', 'update', 'tester'], /needs --routes, --expires-in or --external-id/],
       [['keys', 'rotate', 'tester', '--grace', '400d'], /--grace must be/],
       [['keys', 'rotate'], /needs ID or NAME/],
       [['keys', 'fly'], /unknown keys command fly/],
