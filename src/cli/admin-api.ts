@@ -7,7 +7,8 @@
 // each one to it.
 import { randomUUID } from 'node:crypto';
 import type http from 'node:http';
-import { adminFor, type AdminRecord } from '../keys/admins.ts';
+import type { AdminRecord } from '../keys/admin-record.ts';
+import { adminFor } from '../keys/admins.ts';
 import { verify } from '../keys/audit.ts';
 import { unsupportedOf, type KeyRecord } from '../keys/keyset.ts';
 import { createKey, findKey, KeyConflict, revokeKey, rotateKey, updateKey } from '../keys/manage.ts';

@@ -2,7 +2,8 @@
 // open the admin API, created (shown once), listed and revoked in the
 // configured store, each change with its audit entry.
 import { effectiveEnv, storeConfig } from '../config/load.ts';
-import { ADMIN_ROLES, adminView, createAdmin, revokeAdmin, type AdminRole } from '../keys/admins.ts';
+import { ADMIN_ROLES, type AdminRole } from '../keys/admin-record.ts';
+import { adminView, createAdmin, revokeAdmin } from '../keys/admins.ts';
 import { openKeyStore } from '../keys/open.ts';
 import type { UpstreamSpec } from '../request/routes.ts';
 import { EXIT_OK, helpTexts, line, parse, readText, UsageError, type Io } from './args.ts';

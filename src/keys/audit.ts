@@ -8,7 +8,7 @@
 import { createHash } from 'node:crypto';
 import { userInfo } from 'node:os';
 import type { KeyRecord } from './keyset.ts';
-import type { AdminRecord } from './admins.ts';
+import type { AdminRecord } from './admin-record.ts';
 
 export type AuditAction = 'key.create' | 'key.update' | 'key.rotate' | 'key.revoke' | 'key.import' | 'admin.create' | 'admin.revoke';
 

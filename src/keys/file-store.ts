@@ -6,7 +6,7 @@
 // second: a rename always changes the inode, so a change is seen within
 // 250 ms whatever the filesystem, where fs.watch would miss renames on some.
 import { adminDrafts, cliActor, drafts, type AuditDraft, type AuditEntry } from './audit.ts';
-import { adminProblem, type AdminRecord } from './admins.ts';
+import { adminProblem, type AdminRecord } from './admin-record.ts';
 import { appendAudit, auditPath, readAudit } from './audit-sqlite.ts';
 import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';

@@ -7,7 +7,7 @@
 // them.
 import { within as deadline } from '../lib/deadline.ts';
 import { adminDrafts, chain, cliActor, drafts, type AuditDraft, type AuditEntry } from './audit.ts';
-import { adminProblem, type AdminRecord } from './admins.ts';
+import { adminProblem, type AdminRecord } from './admin-record.ts';
 import { bodyOf, entryOf } from './audit-sqlite.ts';
 import postgres from 'postgres';
 import type { KeyRecord } from './keyset.ts';

@@ -4,7 +4,7 @@
 import type { KeyRecord } from './keyset.ts';
 import type postgres from 'postgres';
 import type { Actor, AuditEntry } from './audit.ts';
-import type { AdminRecord } from './admins.ts';
+import type { AdminRecord } from './admin-record.ts';
 
 export interface Change<T> {
   readonly records: readonly KeyRecord[];
