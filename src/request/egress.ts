@@ -42,7 +42,7 @@ export class Secrets {
    * the sampled one, at least: (shortest − 4) / 4, rounded down. A sampled
    * window whose neighbours fall short of it is no part of a secret.
    */
-  readonly run: number;
+  readonly neighbours: number;
   /** The shortest secret's length. */
   readonly shortest: number;
   /** The longest secret's length. */
@@ -64,7 +64,7 @@ export class Secrets {
     // Secrets are at least MIN_SECRET_LENGTH long; a shorter one (a test's) only makes the scan read every window.
     this.shortest = Number.isFinite(shortest) ? shortest : 0;
     this.stride = Math.max(1, this.shortest - 3);
-    this.run = Math.max(1, Math.floor((this.shortest - 4) / 4));
+    this.neighbours = Math.max(1, Math.floor((this.shortest - 4) / 4));
     this.longest = longest;
     this.starts = new Uint8Array(256);
     this.starts[0] = 1;
@@ -146,14 +146,14 @@ export function maskHeaders(secrets: Secrets, raw: string[]): SecretForm[] | nul
 function textSuspect(secrets: Secrets, text: string): boolean {
   const last = text.length - 4;
   if (text.length < secrets.shortest || last < 0) return false;
-  const { windows: W, stride, run, alphabet: A } = secrets;
+  const { windows: W, stride, neighbours, alphabet: A } = secrets;
   // Plain functions, not closures: this runs on every header of every response.
   for (let p = 0; p <= last; p += stride) {
     if (((A[text.charCodeAt(p) & 0xff] as number) & (A[text.charCodeAt(p + 3) & 0xff] as number)) === 0 || !windowHit(W, textWord(text, p))) continue;
     let n = 1;
-    for (let q = p - 4; q >= 0 && n < run && windowHit(W, textWord(text, q)); q -= 4) n++;
-    for (let q = p + 4; q <= last && n < run && windowHit(W, textWord(text, q)); q += 4) n++;
-    if (n >= run) return true;
+    for (let q = p - 4; q >= 0 && n < neighbours && windowHit(W, textWord(text, q)); q -= 4) n++;
+    for (let q = p + 4; q <= last && n < neighbours && windowHit(W, textWord(text, q)); q += 4) n++;
+    if (n >= neighbours) return true;
   }
   return false;
 }
@@ -190,12 +190,12 @@ function twoNuls(raw: number): boolean {
   return (zero & (zero >>> 8)) !== 0;
 }
 
-/** At least `run` candidate windows in a row, four bytes apart, through the one at `p` (within 0…last). */
-function confirmed(view: DataView, p: number, last: number, windows: Uint32Array, run: number): boolean {
+/** At least `neighbours` candidate windows in a row, four bytes apart, through the one at `p` (within 0…last). */
+function confirmed(view: DataView, p: number, last: number, windows: Uint32Array, neighbours: number): boolean {
   let n = 1;
-  for (let q = p - 4; q >= 0 && n < run && candidate(view, q, windows); q -= 4) n++;
-  for (let q = p + 4; q <= last && n < run && candidate(view, q, windows); q += 4) n++;
-  return n >= run;
+  for (let q = p - 4; q >= 0 && n < neighbours && candidate(view, q, windows); q -= 4) n++;
+  for (let q = p + 4; q <= last && n < neighbours && candidate(view, q, windows); q += 4) n++;
+  return n >= neighbours;
 }
 
 /**
@@ -385,7 +385,7 @@ export class BodyScan {
   /** A sampled window that a spelling could hold: confirmed by its neighbours, then the run of alphabet bytes around it decoded and searched. */
   #candidate(buf: Buffer, bytes: Uint8Array, view: DataView, p: number, last: number): void {
     const s = this.#secrets;
-    if (p < this.#searched || (s.run > 1 && !confirmed(view, p, last, s.windows, s.run))) return;
+    if (p < this.#searched || (s.neighbours > 1 && !confirmed(view, p, last, s.windows, s.neighbours))) return;
     const A = s.alphabet;
     let a = p;
     while (a > 0 && A[bytes[a - 1] as number] === 1 && !(bytes[a - 1] === 0 && bytes[a - 2] === 0)) a--;

@@ -215,13 +215,13 @@ function onProxyRes(
   const headers = downstreamResponseHeaders(proxyRes.rawHeaders);
   const inHeaders = maskHeaders(secrets, headers);
   if (inHeaders !== null) ex.masked = inHeaders;
-  const cost = costReader(ex, proxyRes, secrets, decoders.list.length > 0);
+  const watch = bodyWatch(ex, proxyRes, secrets, decoders.list.length > 0);
   if (decoders.list.length === 0) {
     // After the rest of this parse: stray bytes behind a complete response
     // fail the upstream request in the same tick (onError), and the client
     // must then be told the connection closes after this response.
     queueMicrotask(() => {
-      if (!ex.takenOver && !ex.closed && writeHead(ex, res, proxyRes, headers)) relayPlain({ up: proxyRes, res, ex, secrets, limits, onSecret, cost });
+      if (!ex.takenOver && !ex.closed && writeHead(ex, res, proxyRes, headers)) relayPlain({ up: proxyRes, res, ex, secrets, limits, onSecret, watch });
     });
     return;
   }
@@ -235,7 +235,7 @@ function onProxyRes(
     secrets,
     limits,
     onSecret,
-    cost,
+    watch,
     decoders,
     head,
     undecodable: () => answer(ex, res, UPSTREAM_ANSWERS.unscannable_encoding, true),
@@ -284,7 +284,7 @@ function writeHead(ex: Exchange, res: ServerResponse, proxyRes: http.IncomingMes
 }
 
 /** The cost in a header is taken now; the reader for one in the body (or a run-start's run object) is returned. */
-function costReader(ex: Exchange, proxyRes: http.IncomingMessage, secrets: Secrets, compressed: boolean): BodyWatch | null {
+function bodyWatch(ex: Exchange, proxyRes: http.IncomingMessage, secrets: Secrets, compressed: boolean): BodyWatch | null {
   const reported = readCost(ex.route?.cost ?? null, ex.bodiless, proxyRes.headers, secrets.empty);
   if (reported.header !== null) {
     ex.cost = reported.header.value;

@@ -82,13 +82,13 @@ export function decodersFor(encoding: string | undefined): Decoders | null {
 export type BodyWatch = TopLevelField | RunReader;
 
 /** The body ended: what its top-level cost field said, or which run it started. */
-function costRead(ex: Exchange, cost: BodyWatch): void {
-  if (cost instanceof RunReader) {
-    cost.end();
-    ex.run = cost.run;
+function watchEnded(ex: Exchange, watch: BodyWatch): void {
+  if (watch instanceof RunReader) {
+    watch.end();
+    ex.run = watch.run;
     return;
   }
-  const c = bodyCost(cost, ex.route?.cost?.max ?? Infinity);
+  const c = bodyCost(watch, ex.route?.cost?.max ?? Infinity);
   ex.cost = c.value;
   ex.costBad = c.bad;
   ex.costReported = c.seen;
@@ -117,7 +117,7 @@ export interface RelayParts {
   readonly limits: DecodeLimits;
   readonly onSecret: OnSecret;
   /** Watches the body for its cost or its run, reading only; null: nothing to read. */
-  readonly cost: BodyWatch | null;
+  readonly watch: BodyWatch | null;
 }
 
 /** The relay of a response, kept on the upstream response so its listeners are shared functions, not closures made per response. */
@@ -179,7 +179,7 @@ class PlainRelay {
   readonly #res: ServerResponse;
   readonly #ex: Exchange;
   readonly #onSecret: OnSecret;
-  readonly #cost: BodyWatch | null;
+  readonly #watch: BodyWatch | null;
   readonly #scan: BodyScan | null;
   /** The whole body's length when declared: a body that arrives as one chunk goes out with the head in one end(). */
   readonly #whole: number;
@@ -192,7 +192,7 @@ class PlainRelay {
     this.#res = parts.res;
     this.#ex = parts.ex;
     this.#onSecret = parts.onSecret;
-    this.#cost = parts.cost;
+    this.#watch = parts.watch;
     this.#whole = contentLength(parts.up);
     this.#scan = parts.secrets.empty ? null : new BodyScan(parts.secrets);
     this.#start = this.#scan === null ? null : EMPTY;
@@ -218,7 +218,7 @@ class PlainRelay {
   #relay(chunk: Buffer): void {
     this.#ex.bytesOut += chunk.length;
     // Watched on its way, never held: the cost reader only reads.
-    this.#cost?.push(chunk);
+    this.#watch?.push(chunk);
     if (this.#scan === null) this.#write(chunk);
     else this.#scan.pushTo(chunk, this.#write);
   }
@@ -235,7 +235,7 @@ class PlainRelay {
       this.#start = null;
       this.#relay(start);
     }
-    if (this.#cost !== null) costRead(this.#ex, this.#cost);
+    if (this.#watch !== null) watchEnded(this.#ex, this.#watch);
     const scan = this.#scan;
     const rest = scan === null ? null : scan.end();
     if (scan !== null && scan.found !== null) this.#onSecret(this.#ex, scan.found, false);
@@ -432,12 +432,12 @@ export class CompressedRelay {
 
   #onDecoded(decoded: Buffer): void {
     if (this.#cut) return;
-    const { limits, cost } = this.#parts;
+    const { limits, watch } = this.#parts;
     this.#decoded += decoded.length;
     // A bomb (6 KB of brotli that inflates to 4 GiB): what one response may make the gateway decode is bounded.
     if (this.#decoded > limits.maxDecodedBytes || (this.#decoded > RATIO_FROM && this.#decoded > limits.maxRatio * this.#rawFed))
       return this.#unscannable('decoded_limit');
-    cost?.push(decoded);
+    watch?.push(decoded);
     // Scanned for what it holds and where a possible secret starts; the decoded bytes themselves are not sent.
     this.#scan.pushTo(decoded, ignore);
     if (this.#scan.found !== null) this.#cutResponse(this.#scan.found);
@@ -534,12 +534,12 @@ export class CompressedRelay {
   /** The body ended and every decoder with it: what is left goes, or the response is cut. */
   #decodersEnded(): void {
     if (this.#cut || this.#plain) return;
-    const { ex, res, onSecret, cost, sniffed } = this.#parts;
+    const { ex, res, onSecret, watch, sniffed } = this.#parts;
     const rest = this.#raw.end();
     if (this.#raw.found !== null && sniffed === null) return this.#cutResponse(this.#raw.found);
     if (rest !== null) this.#queue.push(rest);
     if (this.#raw.found !== null) onSecret(ex, this.#raw.found, false);
-    if (cost !== null) costRead(ex, cost);
+    if (watch !== null) watchEnded(ex, watch);
     // The body ended: a tail held as a possible start of a secret is none.
     this.#releaseTo(this.#rawFed);
     if (!this.#cut && this.#headOnce() && !res.writableEnded) res.end();

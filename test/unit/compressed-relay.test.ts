@@ -52,7 +52,7 @@ function relay(coding: string, chunks: readonly Buffer[]): Run {
     secrets,
     limits,
     onSecret: (_ex, forms, cut) => run.found.push({ forms, cut }),
-    cost: null,
+    watch: null,
     decoders,
     head: () => {
       run.heads++;
