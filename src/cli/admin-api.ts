@@ -190,14 +190,20 @@ function keyView(r: KeyRecord, lastUsed: string | null): Record<string, unknown>
 function readBody(req: http.IncomingMessage): Promise<unknown> {
   return new Promise((resolve, reject) => {
     const declared = Number(req.headers['content-length'] ?? 0);
-    if (declared > BODY_MAX) return reject(new Refusal(413, 'payload_too_large', `The body is larger than ${BODY_MAX / 1024} KiB.`));
+    // A body refused is read and dropped, not left unread: a socket closed with bytes still
+    // arriving is reset, and the client may lose the 413 to the reset (the listener's
+    // requestTimeout bounds how long it reads).
+    if (declared > BODY_MAX) {
+      req.resume();
+      return reject(new Refusal(413, 'payload_too_large', `The body is larger than ${BODY_MAX / 1024} KiB.`));
+    }
     const chunks: Buffer[] = [];
     let size = 0;
     req.on('data', (c: Buffer) => {
       size += c.length;
       if (size > BODY_MAX) {
         req.removeAllListeners('data');
-        req.pause();
+        req.resume();
         reject(new Refusal(413, 'payload_too_large', `The body is larger than ${BODY_MAX / 1024} KiB.`));
       } else chunks.push(c);
     });
@@ -439,8 +445,6 @@ function send(res: http.ServerResponse, answer: Answer, requestId: string): void
 
 function refuse(res: http.ServerResponse, r: Refusal, requestId: string): void {
   if (r.status === 401) res.setHeader('www-authenticate', 'Bearer realm="keyward admin"');
-  // A body left unread (too large) is not waited for: the connection closes after the answer.
-  if (r.status === 413) res.setHeader('connection', 'close');
   send(res, { status: r.status, body: { error: r.message, code: r.code, ...(r.field === undefined ? {} : { field: r.field }), ...r.extra } }, requestId);
 }
 

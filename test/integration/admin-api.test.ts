@@ -425,8 +425,33 @@ test(
       assert.equal(entries.filter((e) => e.action === 'key.update' && e.target.id === made.body.id).length, 10);
       const verified = await runCli(['audit', 'verify'], f.env, undefined, 60_000);
       assert.equal(verified.code, 0, verified.stdout);
-      // Usage over HTTP from the shared ledger.
+      // Usage over HTTP from the shared ledger, as JSON and CSV.
       assert.equal((await api(a.admin as string, 'GET', '/v1/usage?by=credential', { token: ops })).status, 200);
+      assert.match((await api(b.admin as string, 'GET', '/v1/usage', { token: ops, headers: { accept: 'text/csv' } })).text, /^day,key,route,/);
+      // Rotated through one gateway, revoked through the other: each in force on both within a second.
+      const rotated = await api(b.admin as string, 'POST', '/v1/keys/ext:ext-1/rotate', { token: ops, body: { grace: '1h' } });
+      assert.equal(rotated.status, 200, rotated.text);
+      await eventually(async () => (await statusOf(a.base, rotated.body.token as string)) === 200, 1_000, 'the rotated token on the other gateway');
+      const revoked = await api(a.admin as string, 'POST', `/v1/keys/${made.body.id as string}/revoke`, { token: ops });
+      assert.equal(revoked.status, 200);
+      await eventually(
+        async () => (await statusOf(b.base, rotated.body.token as string)) === 401 && (await statusOf(b.base, made.body.token as string)) === 401,
+        1_000,
+        'the revocation on the other gateway',
+      );
+      const listed = await api(b.admin as string, 'GET', '/v1/keys?state=revoked&limit=1', { token: ops });
+      assert.deepEqual(
+        (listed.body.keys as Array<{ id: string }>).map((k) => k.id),
+        [made.body.id],
+      );
+      const tail = (await api(a.admin as string, 'GET', '/v1/audit?limit=1000', { token: ops })).body.entries as AuditEntry[];
+      assert.deepEqual(
+        tail.slice(-2).map((e) => [e.action, e.actor]),
+        [
+          ['key.rotate', { kind: 'admin', name: 'ops', address: '127.0.0.1' }],
+          ['key.revoke', { kind: 'admin', name: 'ops', address: '127.0.0.1' }],
+        ],
+      );
     });
   },
 );
