@@ -5,12 +5,9 @@
 // the record itself is admin-record.ts.
 import { randomBytes } from 'node:crypto';
 import { ADMIN_ROLES, type AdminRecord, type AdminRole } from './admin-record.ts';
-import { KeyUsageError } from './manage.ts';
+import { byIdOrName, checkName, KeyUsageError } from './manage.ts';
 import type { KeyStore, UpdateOptions } from './store.ts';
 import { generateAdminToken, isWellFormedAdmin, sameText, tokenDigest } from './token.ts';
-
-/** The same names as keys take. */
-const NAME = /^[A-Za-z0-9][A-Za-z0-9._@:-]{0,63}$/;
 
 export async function createAdmin(
   store: KeyStore,
@@ -19,7 +16,7 @@ export async function createAdmin(
   now = Date.now(),
   update: UpdateOptions = {},
 ): Promise<{ record: AdminRecord; token: string }> {
-  if (!NAME.test(name)) throw new KeyUsageError('--name must be 1-64 characters of letters, digits and . _ @ : - (starting with a letter or digit)');
+  checkName(name);
   if (!ADMIN_ROLES.includes(role)) throw new KeyUsageError('--role must be read or write');
   const token = generateAdminToken();
   const record: AdminRecord = {
@@ -45,9 +42,8 @@ export async function revokeAdmin(
   update: UpdateOptions = {},
 ): Promise<{ record: AdminRecord; already: boolean }> {
   return store.updateAdmins<{ record: AdminRecord; already: boolean }>((admins) => {
-    const target =
-      admins.find((a) => a.id === idOrName) ?? admins.find((a) => a.name === idOrName && a.revoked === null) ?? admins.findLast((a) => a.name === idOrName);
-    if (target === undefined) throw new KeyUsageError(`no admin token with id or name ${idOrName}`);
+    const target = byIdOrName(admins, idOrName);
+    if (target === null) throw new KeyUsageError(`no admin token with id or name ${idOrName}`);
     if (target.revoked !== null) return { admins, result: { record: target, already: true } };
     const revoked: AdminRecord = { ...target, revoked: new Date(now).toISOString() };
     return { admins: admins.map((a) => (a === target ? revoked : a)), result: { record: revoked, already: false } };

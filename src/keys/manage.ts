@@ -49,15 +49,25 @@ function checkLifetime(ms: number | null | undefined): void {
   }
 }
 
-/** A key by id, by `ext:<external id>`, or the active key of that name, or else the latest revoked one of that name; null when none. */
+/** By id, or the active one of that name, or else the latest revoked one of that name (keys and admin tokens alike); null when none. */
+export function byIdOrName<T extends { readonly id: string; readonly name: string; readonly revoked: string | null }>(
+  list: readonly T[],
+  idOrName: string,
+): T | null {
+  return (
+    list.find((r) => r.id === idOrName) ?? list.find((r) => r.name === idOrName && r.revoked === null) ?? list.findLast((r) => r.name === idOrName) ?? null
+  );
+}
+
+/** A key by id, by `ext:<external id>`, or by name as byIdOrName; null when none. */
 export function findKey(records: readonly KeyRecord[], idOrName: string): KeyRecord | null {
   if (idOrName.startsWith('ext:')) return records.find((r) => r.externalId === idOrName.slice(4)) ?? null;
-  return (
-    records.find((r) => r.id === idOrName) ??
-    records.find((r) => r.name === idOrName && r.revoked === null) ??
-    records.findLast((r) => r.name === idOrName) ??
-    null
-  );
+  return byIdOrName(records, idOrName);
+}
+
+/** The names keys and admin tokens take; a KeyUsageError saying the rule otherwise. */
+export function checkName(name: string): void {
+  if (!NAME.test(name)) throw new KeyUsageError('--name must be 1-64 characters of letters, digits and . _ @ : - (starting with a letter or digit)');
 }
 
 /** A key as findKey finds it, or a KeyUsageError naming what was asked for. */
@@ -83,9 +93,7 @@ function replace(records: readonly KeyRecord[], old: KeyRecord, next: KeyRecord)
 }
 
 export async function createKey(store: KeyStore, name: string, options: KeyOptions = {}, now = Date.now(), update: UpdateOptions = {}): Promise<CreatedKey> {
-  if (!NAME.test(name)) {
-    throw new KeyUsageError('--name must be 1-64 characters of letters, digits and . _ @ : - (starting with a letter or digit)');
-  }
+  checkName(name);
   checkLifetime(options.expiresInMs);
   checkExternalId(options.externalId);
   const token = generateToken();
