@@ -13,7 +13,9 @@ import { createLogger, type LogHandle } from '../observe/log.ts';
 import { createGateway, type Gateway } from '../process/server.ts';
 import { startAdmin, type Admin } from '../process/admin.ts';
 import { providerEnv, type Example, type UpstreamSpec } from '../request/routes.ts';
-import { STANDIN_RUN, startStandins } from './standins.ts';
+import { STANDIN_BUSY_RETRY_AFTER, STANDIN_RUN, startStandins } from './standins.ts';
+import { numberedEnv } from '../config/upstreams.ts';
+import type { Retry } from '../request/credentials.ts';
 import { detach } from '../lib/detach.ts';
 
 /** One curl command line for `example` on `route` (what the demo prints and its test runs). */
@@ -32,6 +34,12 @@ function curlLine(base: string, route: string, example: Example, auth: string | 
 const BUDGET = 10;
 /** The demo's scraper budget, USD: two stand-in runs spend it. */
 const RUN_BUDGET = 0.5;
+
+/** The route given two credentials, the first of which answers 429 every this many requests (its account busy now and then). */
+const BUSY_ROUTE = 'speech';
+const BUSY_EVERY = 3;
+/** A plain call on that route its stand-in answers (the voices list). */
+const BUSY_CALL = '/v1/voices';
 
 /** A key for the demo, and the example it is shown with. */
 interface DemoKey {
@@ -71,6 +79,25 @@ interface DemoPlaces {
   readonly keysFile: string;
   /** The admin listener's base URL; null when KEYWARD_ADMIN_PORT=off. */
   readonly admin: string | null;
+  /** The route with two credentials; null when the providers have none by BUSY_ROUTE's name. */
+  readonly busy: UpstreamSpec | null;
+}
+
+/** The line the demo prints when the gateway sent a request again on another credential. */
+export function retryLine(r: Retry): string {
+  return `retried: ${r.route.name} answered ${r.status} on credential ${r.from}, sent again on credential ${r.to} (credential ${r.from} set aside for its Retry-After)`;
+}
+
+/** The demo's lines for the route with two credentials: what happens, and a loop of plain calls that shows it. */
+function busyText(base: string, auth: string, busy: UpstreamSpec | null): string[] {
+  if (busy === null) return [];
+  return [
+    `# ${busy.name} has two credentials (two accounts); the stand-in answers 429 to one in ${BUSY_EVERY} requests made with credential 1 (Retry-After: ${STANDIN_BUSY_RETRY_AFTER}).`,
+    `# keyward sets credential 1 aside and sends the request again on credential 2: every call gets 200, a "retried: …" line is printed here,`,
+    `# and the request's log line on stderr says "credential":2,"refusedBy":"1:429"`,
+    `for i in 1 2 3 4 5 6; do curl -sS -o /dev/null -w '%{http_code}\\n' ${auth} ${base}/${busy.name}${BUSY_CALL}; done`,
+    '',
+  ];
 }
 
 /** A value quoted for a POSIX shell, whatever it holds. */
@@ -108,6 +135,7 @@ function demoText(
           curlLine(base, budgeted.spec.name, { ...budgeted.example, output: undefined }, `-H 'Authorization: Bearer ${budgeted.key.token}'`),
           '',
         ]),
+    ...busyText(base, auth, places.busy),
     ...(runs === null
       ? []
       : [
@@ -132,7 +160,12 @@ function demoText(
 export async function runDemo(io: Io, specs: readonly UpstreamSpec[]): Promise<number> {
   const tag = randomBytes(12).toString('hex');
   const secrets = Object.fromEntries(specs.map((spec) => [spec.name, spec.sampleSecrets(`demo${tag}`)]));
-  const standins = await startStandins(secrets, specs);
+  // Two accounts on one route, the first busy now and then: the retry on another credential can be watched (docs/credentials.md).
+  const busy = specs.find((spec) => spec.name === BUSY_ROUTE) ?? null;
+  const second = busy === null ? [] : busy.sampleSecrets(`demo2${tag}`);
+  const standins = await startStandins(secrets, specs, {
+    credentials: busy === null ? {} : { [busy.name]: [{ secrets: secrets[busy.name] ?? [], busyEvery: BUSY_EVERY }, { secrets: second }] },
+  });
   const dir = mkdtempSync(join(tmpdir(), 'keyward-demo-'));
   let gateway: Gateway | null = null;
   let admin: Admin | null = null;
@@ -156,13 +189,14 @@ export async function runDemo(io: Io, specs: readonly UpstreamSpec[]): Promise<n
       KEYWARD_ADMIN_PORT: io.env.KEYWARD_ADMIN_PORT ?? '0',
       KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
       ...Object.fromEntries(specs.flatMap((spec) => Object.entries(providerEnv(spec, standins.urls[spec.name] ?? '', secrets[spec.name] ?? [])))),
+      ...Object.fromEntries((busy?.secretEnvs ?? []).map((name, i) => [numberedEnv(name, 2), second[i]])),
     };
     const config = loadConfig(env, (p) => readFileSync(p, 'utf8'), io.cwd, specs);
     const store = openKeyStore(config);
     const keys = await demoKeys(store, specs);
     // Request logs go to stderr so the instructions on stdout stay readable.
     log = createLogger(config.logLevel, undefined, 2);
-    const g = await createGateway(config, store, log.logger);
+    const g = await createGateway(config, store, log.logger, { onRetry: (r) => io.stdout.write(`${retryLine(r)}\n`) });
     gateway = g;
     // Every port bound before the gateway says it listens (as `serve` does).
     const a =
@@ -181,6 +215,7 @@ export async function runDemo(io: Io, specs: readonly UpstreamSpec[]): Promise<n
     text = demoText(`http://${host(address.address)}:${address.port}`, specs, keys, {
       keysFile: config.keysFile,
       admin: a === null || config.admin === null ? null : `http://${host(config.admin.host)}:${a.port}`,
+      busy,
     });
   } catch (err) {
     await cleanUp();

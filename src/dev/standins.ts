@@ -166,12 +166,32 @@ const generic =
 
 const REALISTIC: Readonly<Record<string, () => Handler>> = { scraper: scraperStandin, seo: () => seo, speech: () => speech };
 
-/** Answers 401 unless the request carries exactly the credential `spec` injects. */
-function standin(spec: UpstreamSpec, secrets: readonly string[]): Handler {
-  const [header, value] = spec.credential(secrets);
+/** One of the credentials a stand-in accepts: its secrets (one per `secretEnvs` entry), and how often its account is busy. */
+export interface StandinCredential {
+  readonly secrets: readonly string[];
+  /** Every n-th request made with it answers 429 with `Retry-After` (the account's own limit, now and then); absent: never. */
+  readonly busyEvery?: number;
+}
+
+export interface StandinOptions {
+  /** Route name → every credential its stand-in accepts, numbered from 1; absent: the one given in `secrets`. */
+  readonly credentials?: Readonly<Record<string, readonly StandinCredential[]>>;
+}
+
+/** How long a busy credential asks to be left alone, seconds. */
+export const STANDIN_BUSY_RETRY_AFTER = 2;
+
+/** Answers 401 unless the request carries exactly one of the credentials `spec` injects; 429 when that one's account is busy. */
+function standin(spec: UpstreamSpec, accepted: readonly StandinCredential[]): Handler {
+  const headers = accepted.map((c) => ({ header: spec.credential(c.secrets), busyEvery: c.busyEvery, calls: 0 }));
   const answer = REALISTIC[spec.name]?.() ?? generic(spec);
   return (req, res, body, path) => {
-    if (!same(req.headers[header], value)) return json(res, 401, { error: 'invalid credential' });
+    const used = headers.find(({ header: [name, value] }) => same(req.headers[name], value));
+    if (used === undefined) return json(res, 401, { error: 'invalid credential' });
+    if (used.busyEvery !== undefined && ++used.calls % used.busyEvery === 0) {
+      res.setHeader('retry-after', String(STANDIN_BUSY_RETRY_AFTER));
+      return json(res, 429, { detail: { status: 'too_many_concurrent_requests', message: 'Too many concurrent requests on this account.' } });
+    }
     answer(req, res, body, path);
   };
 }
@@ -185,9 +205,13 @@ function serve(handler: Handler): Promise<http.Server> {
   return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(server)));
 }
 
-/** One stand-in per provider, each expecting the secrets given for it (route name → one per `secretEnvs` entry). */
-export async function startStandins(secrets: Readonly<Record<string, readonly string[]>>, specs: readonly UpstreamSpec[]): Promise<Standins> {
-  const servers = await Promise.all(specs.map((spec) => serve(standin(spec, secrets[spec.name] ?? []))));
+/** One stand-in per provider, each expecting the secrets given for it (route name → one per `secretEnvs` entry), or the credentials of `options`. */
+export async function startStandins(
+  secrets: Readonly<Record<string, readonly string[]>>,
+  specs: readonly UpstreamSpec[],
+  options: StandinOptions = {},
+): Promise<Standins> {
+  const servers = await Promise.all(specs.map((spec) => serve(standin(spec, options.credentials?.[spec.name] ?? [{ secrets: secrets[spec.name] ?? [] }]))));
   const urls: Record<string, string> = {};
   specs.forEach((spec, i) => (urls[spec.name] = `http://127.0.0.1:${((servers[i] as http.Server).address() as AddressInfo).port}`));
   return {

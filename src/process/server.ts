@@ -21,7 +21,7 @@ import type { RunTarget } from '../ledger/run-ask.ts';
 import { serveEvents } from './events.ts';
 import { startUsage, type UsageOptions } from './usage-part.ts';
 import { buildRuntime, idleReason, restartOnlyChanges, type Runtime } from './runtime.ts';
-import { CredentialBoard } from '../request/credentials.ts';
+import { CredentialBoard, type Retry } from '../request/credentials.ts';
 import { shareInFleet, shareWithPrimary } from './credential-share.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import { Sweeper } from '../request/timers.ts';
@@ -78,6 +78,8 @@ export interface GatewayOptions extends UsageOptions {
   readonly metrics?: Metrics;
   /** How often last-use times are written to the store, ms. */
   readonly lastUseFlushMs?: number;
+  /** Told of every request this process sent again on another credential (the demo prints it). */
+  readonly onRetry?: (retry: Retry) => void;
 }
 
 function serverOptions(config: Config): http.ServerOptions {
@@ -251,7 +253,10 @@ function credentialsSeenAndShared(
     if (a.status === 401) logger.error(fields, 'upstream refused a credential (401); set aside until the configuration is reloaded');
     else logger.warn(fields, 'upstream credential set aside');
   });
-  board.onRetry((route, status) => metrics.credentialRetry(route.index, status));
+  board.onRetry((retry) => {
+    metrics.credentialRetry(retry.route.index, retry.status);
+    options.onRetry?.(retry);
+  });
   return {
     stop,
     reloaded: () => {

@@ -47,6 +47,14 @@ export function asideUntil(status: AsideStatus, retryAfter: string | undefined, 
   return now + Math.min(Math.max(ms, 1000), RETRY_AFTER_MAX_MS);
 }
 
+/** A request sent again: credential `from` answered `status`, and the request went to `to`. */
+export interface Retry {
+  readonly route: Route;
+  readonly status: AsideStatus;
+  readonly from: number;
+  readonly to: number;
+}
+
 const slot = (route: string, label: number): string => `${route}\u0000${label}`;
 
 export class CredentialBoard {
@@ -59,18 +67,18 @@ export class CredentialBoard {
   readonly #listeners: Array<(a: Aside, shared: boolean) => void> = [];
 
   /** Told of every request sent again on another credential after `status`. */
-  readonly #retries: Array<(route: Route, status: AsideStatus) => void> = [];
+  readonly #retries: Array<(retry: Retry) => void> = [];
 
   onAside(listener: (a: Aside, shared: boolean) => void): void {
     this.#listeners.push(listener);
   }
 
-  onRetry(listener: (route: Route, status: AsideStatus) => void): void {
+  onRetry(listener: (retry: Retry) => void): void {
     this.#retries.push(listener);
   }
 
-  retried(route: Route, status: AsideStatus): void {
-    for (const l of this.#retries) l(route, status);
+  retried(retry: Retry): void {
+    for (const l of this.#retries) l(retry);
   }
 
   available(route: string, label: number, now: number): boolean {

@@ -441,7 +441,7 @@ export class Forwarder {
     const tried = new Set(refusedBy.map((t) => Number(t.slice(0, t.indexOf(':')))));
     const next = this.#board.choose(route, this.#settings.credentialOrder, tried, now);
     if (next === null) return false;
-    this.#board.retried(route, status);
+    this.#board.retried({ route, status, from: used.label, to: next.label });
     proxyRes.resume();
     this.#board.give(route, used);
     this.#board.take(route, next);

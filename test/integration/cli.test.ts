@@ -317,6 +317,19 @@ test(
         };
         return s.limits.find((l) => l.kind === 'budget' && l.route === 'scraper')?.used ?? -1;
       };
+      // Two speech credentials, the first busy on one request in three: the printed loop gets 200 every time,
+      // and each 429 it met was retried on credential 2 (a line here, the request line on stderr).
+      const loop = demo
+        .output()
+        .split('\n')
+        .find((l) => l.startsWith('for i in ')) as string;
+      for (let round = 0; round < 2; round++) {
+        const codes = (await deadline(exec('sh', ['-c', loop], { cwd: dir, encoding: 'utf8' }), 15_000, loop)).stdout;
+        assert.deepEqual(codes.trim().split('\n'), ['200', '200', '200', '200', '200', '200']);
+      }
+      const retries = demo.output().match(/^retried: speech answered 429 on credential 1, sent again on credential 2 /gm) ?? [];
+      assert.ok(retries.length >= 1, demo.output());
+      assert.doesNotMatch(demo.output(), /^retried: .*on credential 2,/m);
       for (const used of [0.3, 0.5]) {
         assert.equal((JSON.parse((await exec('sh', ['-c', run], { cwd: dir, encoding: 'utf8' })).stdout) as { data: { status: string } }).data.status, 'READY');
         await eventually(async () => (await scraperUsed()) === used, 30_000, `the run booked (used ${used})`);
@@ -326,6 +339,9 @@ test(
       const result = await deadline(demo.done, 10_000, 'demo exit');
       assert.equal(result.code, 0);
       assert.match(result.stderr, /"msg":"request completed"/);
+      const retriedLines = result.stderr.split('\n').filter((l) => l.includes('"refusedBy":"1:429"'));
+      assert.equal(retriedLines.length, retries.length);
+      for (const l of retriedLines) assert.match(l, /"route":"speech".*"status":200.*"credential":2,/);
     } finally {
       demo.child.kill('SIGKILL');
       rmSync(dir, { recursive: true, force: true });

@@ -85,3 +85,66 @@ test('SIGHUP applies a new upstream and secret to new requests while one in flig
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("several credentials: SIGHUP reads each credential's file again; one that disappears keeps the running set serving and names its option, never a value", async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'keyward-reload-creds-'));
+  const tag = Math.random().toString(36).slice(2, 10);
+  // Answers which credential it got (`ONE`, `TWO`, `NEW`): a secret itself would be scrubbed by the egress filter.
+  const up = await startUpstream((req, res) => req.on('end', () => res.end(String(req.headers['xi-api-key']).slice(3, 6))));
+  const first = join(dir, 'speech_key');
+  const second = join(dir, 'speech_key_2');
+  writeFileSync(first, `sk_ONE${tag}\n`);
+  writeFileSync(second, `sk_TWO${tag}\n`);
+  const env = {
+    KEYWARD_PORT: '0',
+    KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+    KEYWARD_SPEECH_URL: up.url,
+    KEYWARD_SPEECH_KEY_FILE: first,
+    KEYWARD_SPEECH_KEY_2_FILE: second,
+    KEYWARD_CREDENTIAL_ORDER: 'spread',
+    KEYWARD_LOG_LEVEL: 'info',
+  };
+  const key = JSON.parse((await runCli(['keys', 'create', '--name', 'r', '--json'], env)).stdout) as { token: string };
+  const serve = await startCli(['serve'], env, '"msg":"keyward listening"');
+  try {
+    const port = (
+      JSON.parse(
+        serve
+          .output()
+          .split('\n')
+          .find((l) => l.includes('keyward listening')) as string,
+      ) as { port: number }
+    ).port;
+    const auth = { authorization: `Bearer ${key.token}` };
+    // Two requests in a row on `spread` with nothing in flight: one on each credential.
+    const both = async (): Promise<string[]> =>
+      [
+        (await request(`http://127.0.0.1:${port}/speech/v1/x`, { headers: auth })).body.toString(),
+        (await request(`http://127.0.0.1:${port}/speech/v1/x`, { headers: auth })).body.toString(),
+      ].sort();
+    assert.deepEqual(await both(), ['ONE', 'TWO']);
+
+    writeFileSync(second, `sk_NEW${tag}\n`);
+    serve.child.kill('SIGHUP');
+    await eventually(() => serve.output().includes('"msg":"configuration reloaded"'), 5_000, 'reloaded');
+    assert.deepEqual(await both(), ['NEW', 'ONE']);
+
+    rmSync(second);
+    serve.child.kill('SIGHUP');
+    await eventually(() => serve.output().includes('"msg":"configuration not reloaded; keeping the running one"'), 5_000, 'refused');
+    const refused = JSON.parse(
+      serve
+        .output()
+        .split('\n')
+        .find((l) => l.includes('configuration not reloaded')) as string,
+    ) as { problems: string[] };
+    assert.match(refused.problems.join('|'), /KEYWARD_SPEECH_KEY_2_FILE: cannot read/);
+    assert.deepEqual(await both(), ['NEW', 'ONE'], 'both credentials still serve');
+    for (const s of ['ONE', 'TWO', 'NEW']) assert.equal(serve.output().includes(`sk_${s}${tag}`), false, 'no secret in the log');
+  } finally {
+    serve.child.kill('SIGTERM');
+    await deadline(serve.done, 10_000, 'exit');
+    await up.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

@@ -21,6 +21,8 @@ test('asideUntil: 401 for good, 402 the payment cooldown, 429 its Retry-After in
   assert.equal(asideUntil(429, '0', NOW, S), NOW + 30_000);
   assert.equal(asideUntil(429, '99999999', NOW, S), NOW + RETRY_AFTER_MAX_MS, 'a hostile Retry-After cannot shelve an account for good');
   assert.equal(asideUntil(429, '1e9', NOW, S), NOW + 30_000);
+  assert.equal(asideUntil(429, '-5', NOW, S), NOW + 30_000, 'negative: the cooldown');
+  assert.equal(asideUntil(429, new Date(NOW + 5 * 365 * 86_400_000).toUTCString(), NOW, S), NOW + RETRY_AFTER_MAX_MS, 'a date years ahead: the bound');
 });
 
 test('spread: the fewest in flight, ties in turn; first: the lowest-numbered available; tried ones skipped', () => {
