@@ -10,7 +10,7 @@ import { MemoryAlertStore } from '../ledger/memory-store.ts';
 import { StoreView, type StatusSources } from '../views/key-status.ts';
 import { periodUse } from '../ledger/ledger.ts';
 import type { Ledger } from '../ledger/ledger.ts';
-import type { Limiter } from '../limits/limiter.ts';
+import type { FleetFigures, Limiter } from '../limits/limiter.ts';
 import { policyFor, type Policy } from '../limits/policy.ts';
 import { Webhook } from './webhook.ts';
 import type { AlertStore, UsageStore } from '../ledger/store.ts';
@@ -28,6 +28,8 @@ export interface SpendOptions {
   readonly store: UsageStore;
   readonly ledger: Ledger;
   readonly limiter: Limiter;
+  /** In a fleet, the store's view of a key's figures (`storeView`), the limiter's too; null for one machine. */
+  readonly view: StoreView | null;
   readonly logger: Logger;
   /** Where `keyward_limit_alerts_total` is registered. */
   readonly registry: Registry;
@@ -60,7 +62,7 @@ export interface Spend {
  */
 export function createSpend(o: SpendOptions): Spend {
   const fleet = o.store.fleet !== undefined;
-  const view = fleet ? new StoreView(o.store, o.ledger, o.config.usageFlushMs) : null;
+  const view = o.view;
   // Alerts wait for the store's figures (never a stale answer): a threshold is judged on the fleet's totals.
   const fresh = fleet ? new StoreView(o.store, o.ledger, 0, Infinity) : null;
   const alertStore: AlertStore = o.store.alerts ?? new MemoryAlertStore();
@@ -84,7 +86,6 @@ export function createSpend(o: SpendOptions): Spend {
     // A fleet's totals are read from the store: once per flush interval, not after each request.
     everyMs: fleet ? o.config.usageFlushMs : 0,
   });
-  if (view !== null) fleetFigures(o.limiter, view);
   return {
     status: statusSources(o, view),
     counted: (key, policy) => alerts.touched(key, policy),
@@ -147,15 +148,25 @@ function firing(o: SpendOptions, metric: ReturnType<typeof alertCounters>['fired
   };
 }
 
+/**
+ * In a fleet, a key's usage is the store's rows (read at most once per flush
+ * interval) plus what this gateway has not written yet; null for one machine.
+ */
+export function storeView(store: UsageStore, ledger: Ledger, flushMs: number): StoreView | null {
+  return store.fleet === undefined ? null : new StoreView(store, ledger, flushMs);
+}
+
 /** In a fleet, the limiter reads the fleet's figures from the store's view. */
-function fleetFigures(limiter: Limiter, view: StoreView): void {
-  // A refusal the fleet's leases decided gives the key's fleet figures as /keyward/key last read them.
-  limiter.figures = (keyId, now) => {
-    const u = view.cached(keyId, now);
-    return u === null ? null : periodUse(u);
+export function fleetFigures(view: StoreView): FleetFigures {
+  return {
+    // A refusal the fleet's leases decided gives the key's fleet figures as /keyward/key last read them.
+    cached: (keyId, now) => {
+      const u = view.cached(keyId, now);
+      return u === null ? null : periodUse(u);
+    },
+    // A scraper run's cap is what is left of the fleet's budget: read for it (docs/limits.md, "Scraper runs").
+    fresh: (keyId, now) => view.refresh(keyId, now),
   };
-  // A scraper run's cap is what is left of the fleet's budget: read for it (docs/limits.md, "Scraper runs").
-  limiter.freshFigures = (keyId, now) => view.refresh(keyId, now);
 }
 
 /** Where a key stands: its usage (this process's ledger, or the fleet's store) and its limits. */

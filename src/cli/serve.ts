@@ -10,7 +10,8 @@ import { createGateway, type Gateway, type Readiness } from '../process/server.t
 import { Ledger } from '../ledger/ledger.ts';
 import { Limiter } from '../limits/limiter.ts';
 import { periodUse } from '../ledger/ledger.ts';
-import { createSpend } from '../alerts/spend.ts';
+import { createSpend, fleetFigures, storeView } from '../alerts/spend.ts';
+import { RouteCosts } from '../limits/route-costs.ts';
 import { costUnits } from '../process/runtime.ts';
 import { pageSource, pageThread, type PageThread } from '../views/page-thread.ts';
 import { countOnly, fleetLeases, openUsageStore } from '../ledger/open.ts';
@@ -199,12 +200,14 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io, pro
     if (first) log.logger.warn({ err }, 'usage totals not read; kept and retried');
   });
   await ledger.start(config.usageFlushMs);
-  const leases = await fleetLeases(usage, ledger, config, undefined, log.logger);
-  const limiter = new Limiter(ledger, leases, settledRoutes(config), config.admissionWaitMs);
+  const costs = new RouteCosts();
+  const leases = await fleetLeases(usage, ledger, config, undefined, log.logger, costs);
+  const view = storeView(usage, ledger, config.usageFlushMs);
+  const limiter = new Limiter(ledger, { leases, costs, billedLater: settledRoutes(config), waitMs: config.admissionWaitMs, fleet: view && fleetFigures(view) });
   // The primary decides limits, so it fires their alerts and says where a key stands; its own metric is added to the workers'.
   const registry = newRegistry();
   const units = costUnits(config);
-  const spend = createSpend({ config, store: usage, ledger, limiter, logger: log.logger, registry, unitOf: (r) => units(r) ?? 'usd' });
+  const spend = createSpend({ config, store: usage, ledger, limiter, view, logger: log.logger, registry, unitOf: (r) => units(r) ?? 'usd' });
   await spend.start();
   // The keys the workers asked about lately (the primary holds no key set): a settled run's alerts need its key's name and policy.
   const recent = new Map<string, { key: { id: string; name: string }; policy: Policy }>();

@@ -4,6 +4,7 @@
 // moves its day's cost and the key's budget allowances: whichever gateway
 // gets there first books it, and nobody books it twice.
 import type { Database } from '../keys/store.ts';
+import { budgetKind } from '../limits/leases.ts';
 import { periodsOf, type DueRun, type PendingRun, type RunStore } from './runs.ts';
 
 export class PgRunStore implements RunStore {
@@ -38,7 +39,7 @@ export class PgRunStore implements RunStore {
           insert into keyward_usage (key_id, route, day, cost) values (${run.keyId}, ${run.route}, ${run.day}::date, greatest(0, ${delta}::float8))
           on conflict (key_id, route, day) do update set cost = greatest(0, keyward_usage.cost + ${delta}::float8)`;
         await tx`update keyward_credential_usage set cost = greatest(0, cost + ${delta}::float8) where route = ${run.route} and credential = ${run.credential ?? 1} and day = ${run.day}::date`;
-        await tx`update keyward_allowances set granted = greatest(0, granted + ${delta}::float8) where key_id = ${run.keyId} and kind = ${`budget:${run.route}`} and period in (${day}, ${month})`;
+        await tx`update keyward_allowances set granted = greatest(0, granted + ${delta}::float8) where key_id = ${run.keyId} and kind = ${budgetKind(run.route)} and period in (${day}, ${month})`;
         return true;
       }),
     );

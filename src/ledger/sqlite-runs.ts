@@ -2,6 +2,7 @@
 // batch that booked their start (sqlite-store.ts), settled here in one
 // transaction with the row and allowances their cost moves.
 import type { DatabaseSync } from 'node:sqlite';
+import { budgetKind } from '../limits/leases.ts';
 import { periodsOf, type DueRun, type PendingRun, type RunStore } from './runs.ts';
 import { immediate } from './sqlite-leases.ts';
 import type { LedgerMark } from './sqlite-mark.ts';
@@ -63,7 +64,7 @@ export class SqliteRunStore implements RunStore {
         const [day, month] = periodsOf(run.day);
         this.#db
           .prepare('update allowances set granted = max(0, granted + ?) where key_id = ? and kind = ? and period in (?, ?)')
-          .run(delta, run.keyId, `budget:${run.route}`, day, month);
+          .run(delta, run.keyId, budgetKind(run.route), day, month);
         return true;
       },
       this.#mark,

@@ -7,19 +7,23 @@
 // limits never asks: its requests cost what they cost with one process.
 import type { Worker } from 'node:cluster';
 import type { Principal } from '../keys/keyset.ts';
-import type { Admission, LimitState, Limiter, PaidStart, Refused, Undecided } from './limiter.ts';
+import {
+  pending,
+  whenDecided,
+  type Admission,
+  type Decision,
+  type LimitState,
+  type Limiter,
+  type PaidStart,
+  type Refused,
+  type Undecided,
+  type Verdict,
+} from './limiter.ts';
 import type { Limits } from '../keys/limits.ts';
 import { policyOf, type Policy } from './policy.ts';
-import { detach, neverRejects } from '../lib/detach.ts';
 
 /** Admission for one request of a key with limits: at once, or after the primary answered. */
-export type Admit = (
-  principal: Principal,
-  policy: Policy,
-  route: string,
-  now: number,
-  start: PaidStart | null,
-) => Admission | Refused | Undecided | Promise<Admission | Refused | Undecided>;
+export type Admit = (principal: Principal, policy: Policy, route: string, now: number, start: PaidStart | null) => Verdict;
 
 const ADMIT = 'keyward:admit';
 const ADMITTED = 'keyward:admitted';
@@ -79,7 +83,7 @@ interface CancelMessage {
  */
 export const ANSWER_MS = 5_000;
 /** The primary did not answer in time (frozen, or gone): 503, nothing forwarded, nothing consumed. */
-const NO_ANSWER: Undecided = { code: 'admission_unavailable', retryAfter: 1 };
+const NO_ANSWER: Undecided = { kind: 'undecided', code: 'admission_unavailable', retryAfter: 1 };
 
 /** The limits as sent to the primary: serialised once per key record. */
 const SENT = new WeakMap<object, string>();
@@ -122,7 +126,7 @@ export function remoteAdmit(
   });
   return (principal, _policy, route, now, start) => {
     const id = ++next;
-    return new Promise<Admission | Refused | Undecided>((resolve) => {
+    const answered = new Promise<Decision>((resolve) => {
       const timer = setTimeout(() => {
         waiting.delete(id);
         send({ type: CANCEL, id });
@@ -140,10 +144,17 @@ export function remoteAdmit(
         };
         const reserved = figure(msg.reserved);
         const cap = figure(msg.cap);
-        resolve(cap !== undefined ? { done, cap, reserved: reserved ?? cap } : reserved !== undefined ? { done, reserved } : { done });
+        resolve(
+          cap !== undefined
+            ? { kind: 'admitted', done, cap, reserved: reserved ?? cap }
+            : reserved !== undefined
+              ? { kind: 'admitted', done, reserved }
+              : { kind: 'admitted', done },
+        );
       });
       send({ type: ADMIT, id, key: principal.id, name: principal.name, limits: sent(principal), route, now, ...(start === null ? {} : { start }) });
     });
+    return pending(answered);
   };
 }
 
@@ -306,10 +317,10 @@ class PrimaryAdmissions {
     const key = { id: msg.key, name: typeof msg.name === 'string' ? msg.name : msg.key };
     if (policy === null) return void worker.send({ type: ADMITTED, id, refused: null } satisfies AdmittedMessage);
     // `later`: decided after a wait, during which the worker may have cancelled or exited (its entry gone).
-    const answer = (r: Admission | Refused | Undecided, later: boolean): void => {
+    const answer = (r: Decision, later: boolean): void => {
       const cancelled = later && (this.#deciding.get(worker)?.get(id) ?? true);
       this.#deciding.get(worker)?.delete(id);
-      if ('code' in r) return void (cancelled || worker.send({ type: ADMITTED, id, refused: r } satisfies AdmittedMessage));
+      if (r.kind !== 'admitted') return void (cancelled || worker.send({ type: ADMITTED, id, refused: r } satisfies AdmittedMessage));
       const held: Held = { admission: r, key, policy, route };
       // Nobody holds it: given back at once, never forwarded.
       if (cancelled || !worker.isConnected()) return this.#release(held, false, null);
@@ -319,12 +330,9 @@ class PrimaryAdmissions {
     };
     const now = typeof msg.now === 'number' ? msg.now : Date.now();
     const r = this.#limiter.admit(key.id, policy, route, now, this.#share(), paidStart(msg.start));
-    if (!(r instanceof Promise)) return answer(r, false);
+    if (r.kind !== 'pending') return answer(r, false);
     mine(this.#deciding, worker).set(id, false);
-    detach(
-      r.then((decided) => answer(decided, true)),
-      neverRejects,
-    );
+    whenDecided(r, (decided) => answer(decided, true));
   }
 
   #cancel(worker: Worker, id: number): void {

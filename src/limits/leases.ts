@@ -30,6 +30,15 @@ export interface LeaseUse {
   readonly over: number;
 }
 
+/** The allowance of a key's quota, as lease stores name its kind. */
+export const QUOTA = 'quota';
+/** The allowance of a key's budget on `route`, as lease stores name its kind. */
+export const budgetKind = (route: string): string => `budget:${route}`;
+
+/** One allowance (key, kind, period): the composite each lease is kept by. */
+type AllowanceId = string & { readonly __allowance: true };
+const allowanceId = (keyId: string, kind: string, period: string): AllowanceId => `${keyId}\u0000${kind}\u0000${period}` as AllowanceId;
+
 /** One key's allowance of one kind (`quota`, `budget:ROUTE`) in one period. */
 export interface Allowance {
   readonly keyId: string;
@@ -112,19 +121,20 @@ export class Leases {
   readonly clock: Clock;
   readonly #live: () => number;
   readonly #ttlS: number;
-  readonly #leases = new Map<string, Lease>();
+  readonly #leases = new Map<AllowanceId, Lease>();
   #timer: NodeJS.Timeout | null = null;
   #renewing: Promise<void> | null = null;
   #stopped = false;
   /** Round trips made for claims (the bench reads it). */
   claims = 0;
-  /** The limiter's costs per call, shared with the fleet at each renewal (set by the limiter). */
-  costs: CostShare | null = null;
+  /** Each route's cost per call, shared with the fleet at each renewal (null: not shared). */
+  readonly #costs: CostShare | null;
   readonly #sharedCosts = new Map<string, number>();
   /** Told when a renewal found leases of this gateway swept (it was frozen or cut off past their expiry). */
   onLost: (count: number) => void = () => undefined;
 
-  constructor(store: LeaseStore, gateway: string, clock: Clock, live: () => number, ttlS: number) {
+  constructor(store: LeaseStore, gateway: string, clock: Clock, live: () => number, ttlS: number, costs: CostShare | null = null) {
+    this.#costs = costs;
     this.#store = store;
     this.#gateway = gateway;
     this.clock = clock;
@@ -187,7 +197,7 @@ export class Leases {
   }
 
   #lease(keyId: string, kind: string, period: string): Lease {
-    const id = `${keyId}\u0000${kind}\u0000${period}`;
+    const id = allowanceId(keyId, kind, period);
     let lease = this.#leases.get(id);
     if (lease === undefined) {
       lease = { keyId, kind, period, held: 0, used: 0, reserved: 0, claiming: null, exhausted: false, failed: false };
@@ -222,12 +232,12 @@ export class Leases {
 
   /** What requests in flight here have taken from `keyId`'s `kind` lease this period. */
   reserved(keyId: string, kind: string, period: string): number {
-    return this.#leases.get(`${keyId}\u0000${kind}\u0000${period}`)?.reserved ?? 0;
+    return this.#leases.get(allowanceId(keyId, kind, period))?.reserved ?? 0;
   }
 
   /** Give back what `take` reserved: `used` of it was spent (a forwarded request's unit, a call's reported cost). */
   reconcile(keyId: string, kind: string, period: string, reserved: number, used: number): void {
-    const lease = this.#leases.get(`${keyId}\u0000${kind}\u0000${period}`);
+    const lease = this.#leases.get(allowanceId(keyId, kind, period));
     if (lease === undefined) return;
     lease.reserved = Math.max(0, lease.reserved - reserved);
     lease.used += used;
@@ -251,17 +261,17 @@ export class Leases {
     // What was spent beyond the grant is in the allowance now: the grant covers it.
     for (const l of live) l.held = Math.max(l.held, l.used);
     if (lost > 0) this.onLost(lost);
-    if (this.costs !== null && this.#store.costs !== undefined) {
+    if (this.#costs !== null && this.#store.costs !== undefined) {
       // What calls cost, learnt anywhere in the fleet: written when learnt here, read where not.
-      const mine = [...this.costs.learnt()].filter(([route, c]) => this.#sharedCosts.get(route) !== c);
+      const mine = [...this.#costs.learnt()].filter(([route, c]) => this.#sharedCosts.get(route) !== c);
       for (const [route, perCall] of await this.#store.costs(mine)) {
         this.#sharedCosts.set(route, perCall);
-        this.costs.adopt(route, perCall);
+        this.#costs.adopt(route, perCall);
       }
     }
     if (ended.length > 0) {
       await this.#store.release(this.#gateway, ended.map(use));
-      for (const l of ended) this.#leases.delete(`${l.keyId}\u0000${l.kind}\u0000${l.period}`);
+      for (const l of ended) this.#leases.delete(allowanceId(l.keyId, l.kind, l.period));
     }
     for (const l of this.#leases.values()) [l.exhausted, l.failed] = [false, false];
   }

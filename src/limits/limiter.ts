@@ -9,10 +9,12 @@
 // the upstream gives back its quota unit and budget reservation, and a
 // budget's reservation becomes the cost the upstream reported (which the
 // ledger counts in the same tick).
-import { UNREACHABLE, type CostShare, type Leases } from './leases.ts';
+import { budgetKind, QUOTA, UNREACHABLE, type Leases } from './leases.ts';
+import { learn, RouteCosts } from './route-costs.ts';
 import { periodOf, type Period, type Policy } from './policy.ts';
 import { floorMicro, micro, rfc3339 } from '../lib/format.ts';
 import { within } from '../lib/deadline.ts';
+import { detach, neverRejects } from '../lib/detach.ts';
 
 /**
  * A budget is spent when what is left of it rounds to nothing at the
@@ -53,6 +55,7 @@ export interface LimitState extends LimitDetail {
 }
 
 export interface Refused {
+  readonly kind: 'refused';
   readonly code: LimitCode;
   /** Null only when the primary did not answer (workers). */
   readonly detail: LimitDetail | null;
@@ -78,11 +81,13 @@ export interface Refused {
  * 503; nothing forwarded, nothing consumed.
  */
 export interface Undecided {
+  readonly kind: 'undecided';
   readonly code: 'admission_unavailable' | 'ledger_unavailable';
   readonly retryAfter: number;
 }
 
 export interface Admission {
+  readonly kind: 'admitted';
   /**
    * The request is over. `reached`: any byte of it may have reached the
    * upstream (false only when the connection was never made); `cost`: what
@@ -104,6 +109,35 @@ export interface Admission {
    */
   readonly cap?: number;
 }
+
+/** What admission decided: admitted, refused by a limit (429), or not decided in time (503). */
+export type Decision = Admission | Refused | Undecided;
+
+/**
+ * Not decided yet: a lease claim, the fleet's figures, a key's first cost
+ * or (in a worker) the primary's answer is awaited.
+ */
+export interface Pending {
+  readonly kind: 'pending';
+  readonly decided: Promise<Decision>;
+}
+
+/** What admission returns: a decision taken at once, or one to wait for; `kind` says which. */
+export type Verdict = Decision | Pending;
+
+export const pending = (decided: Promise<Decision>): Pending => ({ kind: 'pending', decided });
+
+/** The decision, as a promise when it is still pending. */
+export const decided = (v: Verdict): Decision | Promise<Decision> => (v.kind === 'pending' ? v.decided : v);
+
+/** `f` once the decision is taken: at once when it was, else when it is. */
+export function whenDecided(v: Verdict, f: (d: Decision) => void): void {
+  if (v.kind !== 'pending') return f(v);
+  detach(v.decided.then(f), neverRejects);
+}
+
+/** The verdict with `f` applied to its decision, whenever that is taken. */
+export const mapDecision = (v: Verdict, f: (d: Decision) => Decision): Verdict => (v.kind === 'pending' ? pending(v.decided.then(f)) : f(v));
 
 /**
  * A call that starts paid work billed after the fact (a scraper run): what
@@ -132,7 +166,7 @@ export interface PeriodUse {
   cost(keyId: string, route: string, period: Period, now: number): number;
 }
 
-const NOTHING: Admission = { done: () => undefined };
+const NOTHING: Admission = { kind: 'admitted', done: () => undefined };
 const seconds = (ms: number): number => Math.max(1, Math.ceil(ms / 1000));
 /**
  * The longest a key's calls on a budgeted route wait for its first call's
@@ -148,95 +182,72 @@ export const PROBE_MS = 2_000;
  */
 export const PROBE_WAIT_MS = 2 * PROBE_MS;
 /** Not decided in time: a store or the primary did not answer, or a key's cost stayed unknown. */
-const UNDECIDED: Undecided = { code: 'admission_unavailable', retryAfter: 1 };
+const UNDECIDED: Undecided = { kind: 'undecided', code: 'admission_unavailable', retryAfter: 1 };
 /** The ledger's store did not answer within the admission wait. */
-const LEDGER_SILENT: Undecided = { code: 'ledger_unavailable', retryAfter: 1 };
+const LEDGER_SILENT: Undecided = { kind: 'undecided', code: 'ledger_unavailable', retryAfter: 1 };
 const CLAIMED = Symbol('claimed');
-/** Weight of the newest cost in a budget's estimate: recent calls count most, one odd call does not swing it. */
-const NEWEST = 0.5;
-
-/** A cost estimate learnt from completed calls. */
-const learn = (map: Map<string, number>, k: string, cost: number): void => {
-  const was = map.get(k);
-  map.set(k, was === undefined ? cost : was + NEWEST * (cost - was));
-};
 
 /** A key's allowance on one route: the composite every per-key, per-route map is keyed by. */
 export type KeyRoute = string & { readonly __keyRoute: true };
 export const keyRoute = (keyId: string, route: string): KeyRoute => `${keyId}\u0000${route}` as KeyRoute;
 
-/** The dearest call a route reported in the current UTC day and month: no estimate on that route is lower (docs/limits.md). */
-interface Dearest {
-  day: string;
-  dayMax: number;
-  month: string;
-  monthMax: number;
+/**
+ * The key's figures across a fleet (read from the store's view of the
+ * ledger): `cached` as last read, never waiting (what a refusal the leases
+ * decided gives); `fresh` read afresh for a settled route's run, whose cap
+ * is what is left of the fleet's budget.
+ */
+export interface FleetFigures {
+  cached(keyId: string, now: number): PeriodUse | null;
+  fresh(keyId: string, now: number): Promise<unknown>;
+}
+
+/** What a limiter decides with, beside the ledger's period totals. */
+export interface LimiterDeps {
+  /** Quotas and budgets by leases (a fleet's in PostgreSQL, one machine's in its SQLite file); absent: the period totals alone (counting in memory). */
+  readonly leases?: Leases | null;
+  /** Each route's cost per call, shared with the leases (default: one of its own). */
+  readonly costs?: RouteCosts;
+  /** Routes whose cost is settled after the fact (the scraper's runs): a paid start reserves its cap, nothing else reserves or teaches. */
+  readonly billedLater?: ReadonlySet<string>;
+  /** The longest an admission waits for the store (a lease claim, a run's fresh figures), ms. */
+  readonly waitMs?: number;
+  /** In a fleet: the key's figures across it. */
+  readonly fleet?: FleetFigures | null;
 }
 
 export class Limiter {
   readonly #use: PeriodUse;
-  /** Quotas and budgets by leases (a fleet's in PostgreSQL, one machine's in its SQLite file); null: the period totals of `use` alone (counting in memory). */
   readonly #leases: Leases | null;
+  readonly #costs: RouteCosts;
+  readonly #fleet: FleetFigures | null;
   readonly #buckets = new Map<string, { tokens: number; at: number }>();
   readonly #inFlight = new Map<string, number>();
   /** Quota units taken by requests in flight, by key. */
   readonly #units = new Map<string, number>();
   /** Budget reserved by requests in flight, by key and route. */
   readonly #reserved = new Map<KeyRoute, number>();
-  /** What a call costs, learnt per key and route, and per route for a key's first calls. */
+  /** What a call costs, learnt per key and route (per route in `#costs`, for a key's first calls). */
   readonly #estimates = new Map<KeyRoute, number>();
-  readonly #routeEstimates = new Map<string, number>();
-  readonly #dearest = new Map<string, Dearest>();
   /** By key and route: the key's first call with a budget, while its cost is not known yet. */
   readonly #probes = new Map<KeyRoute, Promise<void>>();
 
-  /** Routes whose cost is settled after the fact (the scraper's runs): a paid start reserves its cap, nothing else reserves or teaches. */
   readonly #billedLater: ReadonlySet<string>;
-
-  /** The longest an admission waits for the store (a lease claim, a run's fresh figures), ms. */
   readonly #waitMs: number;
 
-  constructor(use: PeriodUse, leases: Leases | null = null, settled: ReadonlySet<string> = new Set(), waitMs = Infinity) {
+  constructor(use: PeriodUse, deps: LimiterDeps = {}) {
     this.#use = use;
-    this.#leases = leases;
-    this.#billedLater = settled;
-    this.#waitMs = waitMs;
-    if (leases !== null) leases.costs = this.costs;
+    this.#leases = deps.leases ?? null;
+    this.#costs = deps.costs ?? new RouteCosts();
+    this.#billedLater = deps.billedLater ?? new Set();
+    this.#waitMs = deps.waitMs ?? Infinity;
+    this.#fleet = deps.fleet ?? null;
   }
-
-  /** What this limiter learnt of each route's cost per call, and how it takes the fleet's (leases.ts, shared at each renewal). */
-  readonly costs: CostShare = {
-    // The floor a reservation starts from: the dearest call of the day if it is above the average.
-    learnt: () => new Map([...this.#routeEstimates].map(([route, c]) => [route, Math.max(c, this.#floor(route, 'day', Date.now()))] as const)),
-    // A route this gateway has not seen: the fleet's figure, so its first call reserves it instead of nothing.
-    adopt: (route, perCall) => {
-      if (!Number.isFinite(perCall) || perCall < 0) return;
-      if (!this.#routeEstimates.has(route)) this.#routeEstimates.set(route, perCall);
-      this.#raise(route, perCall, Date.now());
-    },
-  };
 
   /** The estimate a budget reserves for the next call of `keyId` on `route`: its recent cost per call, else the route's, never below the route's dearest call this period. */
   estimate(keyId: string, route: string, period: Period = 'day', now = Date.now()): number {
-    const learnt = this.#estimates.get(keyRoute(keyId, route)) ?? this.#routeEstimates.get(route) ?? 0;
-    return Math.max(learnt, this.#floor(route, period, now));
-  }
-
-  #floor(route: string, period: Period, now: number): number {
-    const d = this.#dearest.get(route);
-    if (d === undefined) return 0;
-    return period === 'day' ? (d.day === periodOf('day', now).key ? d.dayMax : 0) : d.month === periodOf('month', now).key ? d.monthMax : 0;
-  }
-
-  #raise(route: string, cost: number, now: number): void {
-    const day = periodOf('day', now).key;
-    const month = periodOf('month', now).key;
-    let d = this.#dearest.get(route);
-    if (d === undefined) this.#dearest.set(route, (d = { day, dayMax: 0, month, monthMax: 0 }));
-    if (d.day !== day) [d.day, d.dayMax] = [day, 0];
-    if (d.month !== month) [d.month, d.monthMax] = [month, 0];
-    d.dayMax = Math.max(d.dayMax, cost);
-    d.monthMax = Math.max(d.monthMax, cost);
+    const learnt = this.#estimates.get(keyRoute(keyId, route)) ?? this.#costs.perCall(route) ?? 0;
+    return Math.max(learnt, this.#costs.floor(route, period, now));
   }
 
   /**
@@ -247,36 +258,20 @@ export class Limiter {
    * gateway must first claim more. `start`: the request starts paid work
    * billed after the fact (a scraper run), capped and reserved at its cap.
    */
-  admit(
-    keyId: string,
-    policy: Policy,
-    route: string,
-    now: number,
-    share = 1,
-    start: PaidStart | null = null,
-  ): Admission | Refused | Undecided | Promise<Admission | Refused | Undecided> {
+  admit(keyId: string, policy: Policy, route: string, now: number, share = 1, start: PaidStart | null = null): Verdict {
     return this.#admitWaiting(keyId, policy, route, now, share, start, now);
   }
 
   /** `since`: when this call began to wait for its key's first call's cost. */
-  #admitWaiting(
-    keyId: string,
-    policy: Policy,
-    route: string,
-    now: number,
-    share: number,
-    start: PaidStart | null,
-    since: number,
-  ): Admission | Refused | Undecided | Promise<Admission | Refused | Undecided> {
+  #admitWaiting(keyId: string, policy: Policy, route: string, now: number, share: number, start: PaidStart | null, since: number): Verdict {
     // A run on a settled route in a fleet is capped at what is left of the
     // fleet's budget: read for it by a query that starts with it (bounded by
     // the store's deadline), as a lease claim would be. Runs are started
     // seconds apart; no other request waits for this.
-    if (start !== null && this.freshFigures !== null && this.#leases !== null && this.#billedLater.has(route) && policy.budgets.has(route)) {
+    if (start !== null && this.#fleet !== null && this.#leases !== null && this.#billedLater.has(route) && policy.budgets.has(route)) {
       // Not read in time: the lease alone decides (its caps are exact; the figures only refuse sooner).
-      const decide = (): Admission | Refused | Undecided | Promise<Admission | Refused | Undecided> =>
-        this.#decide(keyId, policy, route, Date.now(), share, start);
-      return within(this.freshFigures(keyId, now), this.#waitMs, undefined).then(decide, decide);
+      const decide = (): Decision | Promise<Decision> => decided(this.#decide(keyId, policy, route, Date.now(), share, start));
+      return pending(within(this.#fleet.fresh(keyId, now), this.#waitMs, undefined).then(decide, decide));
     }
     // A budget on a route whose cost was never seen here has nothing to
     // reserve: the key's first call goes alone, and that key's calls that
@@ -289,7 +284,7 @@ export class Limiter {
     const waiting = this.#probes.get(slot);
     if (waiting !== undefined) {
       if (now - since >= PROBE_WAIT_MS) return UNDECIDED;
-      return waiting.then(() => this.#admitWaiting(keyId, policy, route, Date.now(), share, start, since));
+      return pending(waiting.then(() => decided(this.#admitWaiting(keyId, policy, route, Date.now(), share, start, since))));
     }
     // This call is the probe: the key's calls on the route that come while it runs wait for it.
     let over: () => void = () => undefined;
@@ -302,12 +297,13 @@ export class Limiter {
     };
     const timer = setTimeout(release, PROBE_MS);
     timer.unref();
-    const wrap = (r: Admission | Refused | Undecided): Admission | Refused | Undecided => {
-      if ('code' in r) {
+    const wrap = (r: Decision): Decision => {
+      if (r.kind !== 'admitted') {
         release();
         return r;
       }
       return {
+        kind: 'admitted',
         done: (reached, cost) => {
           r.done(reached, cost);
           release();
@@ -320,44 +316,27 @@ export class Limiter {
         },
       };
     };
-    const r = this.#decide(keyId, policy, route, now, share, start);
-    return r instanceof Promise ? r.then(wrap) : wrap(r);
+    return mapDecision(this.#decide(keyId, policy, route, now, share, start), wrap);
   }
 
-  #decide(
-    keyId: string,
-    policy: Policy,
-    route: string,
-    now: number,
-    share: number,
-    start: PaidStart | null,
-  ): Admission | Refused | Undecided | Promise<Admission | Refused | Undecided> {
+  #decide(keyId: string, policy: Policy, route: string, now: number, share: number, start: PaidStart | null): Verdict {
     return this.#leases !== null && (policy.quota !== null || policy.budgets.has(route))
       ? this.#leased(this.#leases, keyId, policy, route, now, share, start, 0)
       : this.#admit(keyId, policy, route, now, share, start);
   }
 
-  /**
-   * The key's figures across the fleet as last read from the store (what
-   * GET /keyward/key shows), for a refusal the leases decided; this
-   * gateway's own when none was read. Never waits.
-   */
-  figures: ((keyId: string, now: number) => PeriodUse | null) | null = null;
-
-  /** Reads the key's fleet figures afresh (a query started for this admission) before a settled route's run is capped; null alone. */
-  freshFigures: ((keyId: string, now: number) => Promise<unknown>) | null = null;
-
+  /** The key's requests across the fleet as last read (what GET /keyward/key shows), for a refusal the leases decided; this gateway's own when none was read. */
   #fleetRequests(keyId: string, period: Period, now: number): number {
-    return (this.figures?.(keyId, now) ?? this.#use).requests(keyId, period, now);
+    return (this.#fleet?.cached(keyId, now) ?? this.#use).requests(keyId, period, now);
   }
 
   #fleetCost(keyId: string, route: string, period: Period, now: number): number {
-    return (this.figures?.(keyId, now) ?? this.#use).cost(keyId, route, period, now);
+    return (this.#fleet?.cached(keyId, now) ?? this.#use).cost(keyId, route, period, now);
   }
 
   #known(keyId: string, route: string): boolean {
     // A settled route's cost is never in its response: nothing to wait for, a paid start reserves its cap.
-    return this.#routeEstimates.has(route) || this.#estimates.has(keyRoute(keyId, route)) || this.#billedLater.has(route);
+    return this.#costs.has(route) || this.#estimates.has(keyRoute(keyId, route)) || this.#billedLater.has(route);
   }
 
   /**
@@ -400,7 +379,7 @@ export class Limiter {
 
   /** The fleet's quota is all granted: the key's figure is what the fleet counted (as last read), at least the quota. */
   #quotaRefused(leases: Leases, keyId: string, quota: { readonly count: number; readonly period: Period }, q: string, at: number): Refused {
-    const used = Math.max(quota.count, this.#fleetRequests(keyId, quota.period, at) + leases.reserved(keyId, 'quota', q));
+    const used = Math.max(quota.count, this.#fleetRequests(keyId, quota.period, at) + leases.reserved(keyId, QUOTA, q));
     return periodOver('quota_exceeded', quota.count, quota.period, at, used, null);
   }
 
@@ -420,11 +399,11 @@ export class Limiter {
     const quota = policy.quota;
     const budget = policy.budgets.get(route);
     if (quota !== null) {
-      const used = this.#use.requests(keyId, quota.period, at) + leases.reserved(keyId, 'quota', leases.periodKey(quota.period, at));
+      const used = this.#use.requests(keyId, quota.period, at) + leases.reserved(keyId, QUOTA, leases.periodKey(quota.period, at));
       if (used >= quota.count) return periodOver('quota_exceeded', quota.count, quota.period, at, used, null);
     }
     if (budget === undefined) return null;
-    const reserved = leases.reserved(keyId, `budget:${route}`, leases.periodKey(budget.period, at));
+    const reserved = leases.reserved(keyId, budgetKind(route), leases.periodKey(budget.period, at));
     const spent = this.#use.cost(keyId, route, budget.period, at) + reserved;
     if (budgetSpent(budget.amount, spent)) return periodOver('budget_exceeded', budget.amount, budget.period, at, spent, route);
     // The fleet's figure as last read, when larger than what this gateway counted itself.
@@ -439,36 +418,29 @@ export class Limiter {
   }
 
   /** A fleet's admission: the quota and budget from this gateway's leases, rate and concurrency as its share. */
-  #leased(
-    leases: Leases,
-    keyId: string,
-    policy: Policy,
-    route: string,
-    now: number,
-    share: number,
-    start: PaidStart | null,
-    attempt: number,
-  ): Admission | Refused | Undecided | Promise<Admission | Refused | Undecided> {
+  #leased(leases: Leases, keyId: string, policy: Policy, route: string, now: number, share: number, start: PaidStart | null, attempt: number): Verdict {
     const quota = policy.quota;
     const budget = policy.budgets.get(route);
     const at = leases.clock.now();
     const q = quota === null ? '' : leases.periodKey(quota.period, at);
     const b = budget === undefined ? '' : leases.periodKey(budget.period, at);
-    const kind = `budget:${route}`;
+    const kind = budgetKind(route);
     // A claim is under way: ask again once it settled. Each claim either gets
     // something or marks the lease exhausted (then refused), so this ends;
     // the bound is only a guard.
     // A claim the store does not answer within the admission wait: 503, nothing consumed (the claim goes
     // on, and what it gets stays in the lease). Each round trip has the wait: a burst that queues behind
     // claims a healthy store answers is not refused for it.
-    const later = (p: Promise<void>, refused: Refused): Promise<Admission | Refused | Undecided> | Refused =>
+    const later = (p: Promise<void>, refused: Refused): Verdict =>
       attempt >= 50
         ? refused
-        : within(
-            p.then(() => CLAIMED),
-            this.#waitMs,
-            LEDGER_SILENT,
-          ).then((r) => (r === LEDGER_SILENT ? LEDGER_SILENT : this.#leased(leases, keyId, policy, route, Date.now(), share, start, attempt + 1)));
+        : pending(
+            within(
+              p.then(() => CLAIMED),
+              this.#waitMs,
+              LEDGER_SILENT,
+            ).then((r) => (r === LEDGER_SILENT ? LEDGER_SILENT : decided(this.#leased(leases, keyId, policy, route, Date.now(), share, start, attempt + 1)))),
+          );
     const before = this.#beforeLease(leases, keyId, policy, route, at);
     if (typeof before !== 'number' && before !== null) return before;
     const reserve = budget === undefined ? 0 : this.#reserve(keyId, policy, route, budget, before ?? 0, start, now);
@@ -476,13 +448,13 @@ export class Limiter {
     // A refusal is built only when one is due (bench/README.md, "Admission"):
     // `take` changes nothing a refusal reads unless it admits.
     if (quota !== null) {
-      const took = leases.take(keyId, 'quota', q, quota.count, 1);
+      const took = leases.take(keyId, QUOTA, q, quota.count, 1);
       if (took instanceof Promise) return later(took, this.#quotaRefused(leases, keyId, quota, q, at));
       if (took === UNREACHABLE) return LEDGER_SILENT;
       if (!took) return this.#quotaRefused(leases, keyId, quota, q, at);
     }
     const untake = (): void => {
-      if (quota !== null) leases.reconcile(keyId, 'quota', q, 1, 0);
+      if (quota !== null) leases.reconcile(keyId, QUOTA, q, 1, 0);
     };
     let estimate = reserve ?? 0;
     if (budget !== undefined && this.#billedLater.has(route) && estimate > 0) {
@@ -511,7 +483,7 @@ export class Limiter {
       return limit;
     }
     return this.#admission(keyId, route, limit > 0, budget !== undefined, start, estimate, (reached, cost) => {
-      if (quota !== null) leases.reconcile(keyId, 'quota', q, 1, reached ? 1 : 0);
+      if (quota !== null) leases.reconcile(keyId, QUOTA, q, 1, reached ? 1 : 0);
       if (budget !== undefined) leases.reconcile(keyId, kind, b, estimate, reached ? (cost ?? 0) : 0);
     });
   }
@@ -536,7 +508,11 @@ export class Limiter {
       if (budget && reached && cost !== null && !this.#billedLater.has(route)) this.#learn(keyId, route, cost);
     };
     // A paid start carries its cap; other admissions only `done` (and what they reserved).
-    return start !== null && budget && this.#billedLater.has(route) ? { done, cap: reserved, reserved } : budget ? { done, reserved } : { done };
+    return start !== null && budget && this.#billedLater.has(route)
+      ? { kind: 'admitted', done, cap: reserved, reserved }
+      : budget
+        ? { kind: 'admitted', done, reserved }
+        : { kind: 'admitted', done };
   }
 
   /** Concurrency and rate, this gateway's share: a refusal, or the concurrency limit whose slot was taken (0: none). */
@@ -555,7 +531,7 @@ export class Limiter {
         window: null,
         resetsAt: null,
       };
-      return { code: 'concurrency_limited', detail, retryAfter: 1, limit: policy.concurrency, remaining: 0, reset: 1, policy: null };
+      return { kind: 'refused', code: 'concurrency_limited', detail, retryAfter: 1, limit: policy.concurrency, remaining: 0, reset: 1, policy: null };
     }
     if (policy.rate !== null) {
       const { count, seconds: per } = policy.rate;
@@ -570,6 +546,7 @@ export class Limiter {
         // The key's rate per its window, its burst as the draft's `burst` parameter (not this gateway's share).
         const detail: LimitDetail = { kind: 'rate', route: null, value: count, used: count, period: null, window: per, resetsAt: resetAt(now + wait * 1000) };
         return {
+          kind: 'refused',
           code: 'rate_limited',
           detail,
           retryAfter: wait,
@@ -598,7 +575,7 @@ export class Limiter {
     const q = policy.quota;
     if (q !== null) {
       const used =
-        use.requests(keyId, q.period, now) + (this.#units.get(keyId) ?? 0) + (this.#leases?.reserved(keyId, 'quota', this.#leases.periodKey(q.period)) ?? 0);
+        use.requests(keyId, q.period, now) + (this.#units.get(keyId) ?? 0) + (this.#leases?.reserved(keyId, QUOTA, this.#leases.periodKey(q.period)) ?? 0);
       out.push({
         kind: 'quota',
         route: null,
@@ -614,7 +591,7 @@ export class Limiter {
       const spent =
         use.cost(keyId, route, b.period, now) +
         (this.#reserved.get(keyRoute(keyId, route)) ?? 0) +
-        (this.#leases?.reserved(keyId, `budget:${route}`, this.#leases.periodKey(b.period)) ?? 0);
+        (this.#leases?.reserved(keyId, budgetKind(route), this.#leases.periodKey(b.period)) ?? 0);
       const used = micro(spent);
       out.push({
         kind: 'budget',
@@ -665,15 +642,14 @@ export class Limiter {
   #learn(keyId: string, route: string, cost: number): void {
     if (!Number.isFinite(cost) || cost < 0) return;
     learn(this.#estimates, keyRoute(keyId, route), cost);
-    learn(this.#routeEstimates, route, cost);
-    this.#raise(route, cost, Date.now());
+    this.#costs.learn(route, cost, Date.now());
   }
 }
 
 /** `a` with another `done` (a wrapper's), its budget figures kept: one shape per kind, no spread on the request path. */
 export function withDone(a: Admission, done: Admission['done']): Admission {
-  if (a.cap !== undefined) return { done, cap: a.cap, reserved: a.reserved ?? a.cap };
-  return a.reserved === undefined ? { done } : { done, reserved: a.reserved };
+  if (a.cap !== undefined) return { kind: 'admitted', done, cap: a.cap, reserved: a.reserved ?? a.cap };
+  return a.reserved === undefined ? { kind: 'admitted', done } : { kind: 'admitted', done, reserved: a.reserved };
 }
 
 /** When a period ends, as RFC 3339 in UTC rounded up to the second (a reset time a client can wait for). */
@@ -693,8 +669,8 @@ function periodOver(code: LimitCode, limit: number, period: Period, now: number,
     resetsAt: resetAt(ends),
   };
   // A quota counts requests over the period (its window in seconds); a budget counts money or characters.
-  if (code === 'budget_exceeded') return { code, detail, retryAfter: wait, limit: null, remaining: null, reset: wait, policy: null };
-  return { code, detail, retryAfter: wait, limit, remaining: 0, reset: wait, policy: `${limit};w=${Math.round((ends - starts) / 1000)}` };
+  if (code === 'budget_exceeded') return { kind: 'refused', code, detail, retryAfter: wait, limit: null, remaining: null, reset: wait, policy: null };
+  return { kind: 'refused', code, detail, retryAfter: wait, limit, remaining: 0, reset: wait, policy: `${limit};w=${Math.round((ends - starts) / 1000)}` };
 }
 
 /** Take `n` from `map`'s entry for `k`, removing it at zero (floating-point dust included). */

@@ -10,9 +10,10 @@ import type { Admit } from '../limits/admissions.ts';
 import { StoreView, type StatusSources } from '../views/key-status.ts';
 import { Ledger } from '../ledger/ledger.ts';
 import type { Clock, Leases } from '../limits/leases.ts';
-import { Limiter, withDone, type Admission, type LimitState, type Refused, type Undecided } from '../limits/limiter.ts';
+import { Limiter, mapDecision, withDone, type LimitState } from '../limits/limiter.ts';
 import { fleetLeases, openUsageStore, writeOnly } from '../ledger/open.ts';
-import { createSpend, type Spend } from '../alerts/spend.ts';
+import { createSpend, fleetFigures, storeView, type Spend } from '../alerts/spend.ts';
+import { RouteCosts } from '../limits/route-costs.ts';
 import { spoolPrefix } from '../ledger/spool.ts';
 import type { Limits } from '../keys/limits.ts';
 import { policyFor } from '../limits/policy.ts';
@@ -97,12 +98,16 @@ export async function startUsage(config: Config, store: KeyStore, logger: Logger
   );
   ledger.timed = (seconds) => metrics.task('ledger_write', seconds);
   await ledger.start(config.usageFlushMs);
-  const leases = worker === null ? await fleetLeases(usageStore, ledger, config, options.clock, logger) : null;
-  const limiter = new Limiter(ledger, leases, settledRoutes(config), config.admissionWaitMs);
+  const costs = new RouteCosts();
+  const leases = worker === null ? await fleetLeases(usageStore, ledger, config, options.clock, logger, costs) : null;
+  const view = worker === null ? storeView(usageStore, ledger, config.usageFlushMs) : null;
+  const limiter = new Limiter(ledger, { leases, costs, billedLater: settledRoutes(config), waitMs: config.admissionWaitMs, fleet: view && fleetFigures(view) });
   const units = costUnits(config);
   // The process that decides limits answers where a key stands and fires its alerts; a worker asks its primary.
   const spend: Spend | null =
-    worker === null ? createSpend({ config, store: usageStore, ledger, limiter, logger, registry: metrics.registry, unitOf: (r) => units(r) ?? 'usd' }) : null;
+    worker === null
+      ? createSpend({ config, store: usageStore, ledger, limiter, view, logger, registry: metrics.registry, unitOf: (r) => units(r) ?? 'usd' })
+      : null;
   await spend?.start();
   const admit: Admit =
     worker?.admit ??
@@ -143,13 +148,13 @@ function alerting(limiter: Limiter, ledger: Ledger, spend: Spend): Admit {
   return (principal, policy, route, now, start) => {
     const r = limiter.admit(principal.id, policy, route, now, ledger.gateways, start);
     if (policy.alerts.length === 0) return r;
-    const watch = (a: Admission | Refused | Undecided): Admission | Refused | Undecided =>
-      'code' in a
+    return mapDecision(r, (a) =>
+      a.kind !== 'admitted'
         ? a
         : withDone(a, (reached, cost) => {
             a.done(reached, cost);
             if (reached) spend.counted(principal, policy);
-          });
-    return r instanceof Promise ? r.then(watch) : watch(r);
+          }),
+    );
   };
 }

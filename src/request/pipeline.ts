@@ -24,12 +24,11 @@ import type { Generation, Target } from './runtime.ts';
 import type { Sweeper } from './timers.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import type { Admit } from '../limits/admissions.ts';
-import type { Admission, LimitCode, PaidStart, Refused, Undecided } from '../limits/limiter.ts';
+import { whenDecided, type Decision, type LimitCode, type PaidStart, type Refused } from '../limits/limiter.ts';
 import { policyFor } from '../limits/policy.ts';
 import { scraperCall, type ScraperCall } from './scraper-calls.ts';
 import { keepReadingForRun } from './forward.ts';
 import type { CredentialBoard } from './credentials.ts';
-import { detach, neverRejects } from '../lib/detach.ts';
 import { allowedFrom, clientAddress, inRanges } from '../lib/addresses.ts';
 
 const LIMIT_ERRORS: Readonly<Record<LimitCode, GatewayError>> = {
@@ -282,18 +281,15 @@ class RequestPipeline implements Pipeline {
     // A paid start is capped and reserved at its cap; the client may ask for a lower one (docs/limits.md, "Scraper runs").
     const start: PaidStart | null = a.call === null || a.call.kind === 'later' ? null : { asked: askedRunCap(a.forwardQuery) };
     const admitted = this.#deps.admit(principal, policy, route.name, Date.now(), start);
-    if (!(admitted instanceof Promise)) return this.#admittedOrNot(admitted, a);
-    // A worker waits for its primary's answer; the request is not read meanwhile.
-    detach(
-      admitted.then((r) => this.#admittedOrNot(r, a)),
-      neverRejects,
-    );
+    if (admitted.kind !== 'pending') return this.#admittedOrNot(admitted, a);
+    // A worker waits for its primary's answer (a fleet for a lease claim); the request is not read meanwhile.
+    whenDecided(admitted, (r) => this.#admittedOrNot(r, a));
   }
 
-  #admittedOrNot(r: Admission | Refused | Undecided, a: Admitted): void {
-    if ('code' in r) {
+  #admittedOrNot(r: Decision, a: Admitted): void {
+    if (r.kind !== 'admitted') {
       if (a.ex.closed) return;
-      if ('detail' in r) return this.#refuseLimited(a, r);
+      if (r.kind === 'refused') return this.#refuseLimited(a, r);
       const err = r.code === 'ledger_unavailable' ? ERRORS.ledgerUnavailable : ERRORS.admissionUnavailable;
       return answer(a.ex, a.res, err, hasBody(a.req) || this.#deps.draining(), { 'retry-after': r.retryAfter });
     }

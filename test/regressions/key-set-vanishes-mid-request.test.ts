@@ -66,7 +66,7 @@ test('a key set that vanishes after its first read in a request neither crashes 
       metrics,
       lastUse: new LastUse(store, 60_000, () => undefined),
       complete: createCompletion(logger, metrics, () => new Set(), ledger),
-      admit: () => ({ done: () => undefined }),
+      admit: () => ({ kind: 'admitted', done: () => undefined }),
       ledger,
       keyStatus: () => null,
     });

@@ -6,7 +6,7 @@ import { EventEmitter } from 'node:events';
 import type { Worker } from 'node:cluster';
 import { test } from 'node:test';
 import { remoteAdmit, serveAdmissions } from '../../src/limits/admissions.ts';
-import { Limiter, type PeriodUse } from '../../src/limits/limiter.ts';
+import { decided, Limiter, type PeriodUse } from '../../src/limits/limiter.ts';
 import { policyOf } from '../../src/limits/policy.ts';
 import type { Principal } from '../../src/keys/keyset.ts';
 
@@ -59,11 +59,11 @@ test('a worker that stops waiting answers admission_unavailable, and what the pr
   const policy = policyOf(limits) as NonNullable<ReturnType<typeof policyOf>>;
   const p = pair(limiter, 50);
   p.freeze();
-  const late = await p.admit(principal(limits), policy, 'seo', Date.now(), null);
-  assert.deepEqual(late, { code: 'admission_unavailable', retryAfter: 1 });
+  const late = await decided(p.admit(principal(limits), policy, 'seo', Date.now(), null));
+  assert.deepEqual(late, { kind: 'undecided', code: 'admission_unavailable', retryAfter: 1 });
   p.thaw();
   // The primary admitted it once thawed, then took the cancellation: the slot is free.
-  const next = await p.admit(principal(limits), policy, 'seo', Date.now(), null);
+  const next = await decided(p.admit(principal(limits), policy, 'seo', Date.now(), null));
   assert.ok(!('code' in next), JSON.stringify(next));
   assert.equal(limiter.status('k', policy, Date.now()).find((l) => l.kind === 'concurrency')?.used, 1);
   next.done(true, null);
@@ -71,14 +71,14 @@ test('a worker that stops waiting answers admission_unavailable, and what the pr
 });
 
 test("a paid start's cap travels from the primary to the worker, and a worker that exits gives its slots back", async () => {
-  const limiter = new Limiter(NONE, null, new Set(['scraper']));
+  const limiter = new Limiter(NONE, { billedLater: new Set(['scraper']) });
   const limits = { budgets: { scraper: '1/day' }, concurrency: 5 };
   const policy = policyOf(limits) as NonNullable<ReturnType<typeof policyOf>>;
   const p = pair(limiter, 1_000);
-  const a = await p.admit(principal(limits), policy, 'scraper', Date.now(), { asked: 0.25 });
+  const a = await decided(p.admit(principal(limits), policy, 'scraper', Date.now(), { asked: 0.25 }));
   assert.ok(!('code' in a));
   assert.deepEqual({ cap: a.cap, reserved: a.reserved }, { cap: 0.25, reserved: 0.25 });
-  const b = await p.admit(principal(limits), policy, 'scraper', Date.now(), { asked: null });
+  const b = await decided(p.admit(principal(limits), policy, 'scraper', Date.now(), { asked: null }));
   assert.ok(!('code' in b));
   assert.equal(b.cap, 0.1, 'a tenth of the budget');
   p.exit();

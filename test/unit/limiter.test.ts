@@ -2,7 +2,7 @@
 // the budget's estimate, and the numbers a refusal reports.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { Limiter, type Admission, type PeriodUse, type Refused, type Undecided } from '../../src/limits/limiter.ts';
+import { decided, Limiter, type Admission, type PeriodUse, type Refused, type Verdict } from '../../src/limits/limiter.ts';
 import type { Limits } from '../../src/keys/limits.ts';
 import { policyOf } from '../../src/limits/policy.ts';
 
@@ -23,13 +23,12 @@ class Totals implements PeriodUse {
 }
 
 const policy = (l: Limits) => policyOf(l) as NonNullable<ReturnType<typeof policyOf>>;
-type Answer = Admission | Refused | Undecided;
-const admitted = (r: Answer | Promise<Answer>): Admission => {
-  assert.ok(!(r instanceof Promise) && !('code' in r), `refused: ${JSON.stringify(r)}`);
+const admitted = (r: Verdict): Admission => {
+  assert.ok(r.kind === 'admitted', `refused: ${JSON.stringify(r)}`);
   return r;
 };
-const refused = (r: Answer | Promise<Answer>): Refused => {
-  assert.ok(!(r instanceof Promise) && 'detail' in r, 'admitted, or not decided');
+const refused = (r: Verdict): Refused => {
+  assert.ok(r.kind === 'refused', 'admitted, or not decided');
   return r;
 };
 
@@ -48,8 +47,8 @@ test("RateLimit fields are the key's own whole numbers when a fleet shares a bur
   const limiter = new Limiter(new Totals());
   const p = policy({ rate: '10/h', burst: 10 });
   const now = Date.now();
-  let r: Answer | Promise<Answer> = admitted(limiter.admit('k', p, 'seo', now, 3));
-  for (let i = 0; i < 5 && !('code' in r); i++) r = limiter.admit('k', p, 'seo', now, 3);
+  let r: Verdict = admitted(limiter.admit('k', p, 'seo', now, 3));
+  for (let i = 0; i < 5 && r.kind === 'admitted'; i++) r = limiter.admit('k', p, 'seo', now, 3);
   const no = refused(r);
   assert.equal(no.code, 'rate_limited');
   assert.equal(no.limit, 10, "the key's rate, not this gateway's third of it");
@@ -120,14 +119,14 @@ test("a key's first budgeted call on a route holds up only that key's calls, and
   const bobFirst = admitted(limiter.admit('bob', p, 'seo', now));
   // Alice's second call waits for her first one's cost.
   const aliceSecond = limiter.admit('alice', p, 'seo', now);
-  assert.ok(aliceSecond instanceof Promise, "alice's overlapping call waits for her first one's cost");
+  assert.ok(aliceSecond.kind === 'pending', "alice's overlapping call waits for her first one's cost");
   let settled = false;
-  void aliceSecond.then(() => (settled = true));
+  void aliceSecond.decided.then(() => (settled = true));
   await new Promise((r) => setTimeout(r, 20));
   assert.equal(settled, false);
   totals.count('alice', 'seo', 0.4);
   aliceFirst.done(true, 0.4);
-  const second = admitted(await aliceSecond);
+  const second = admitted(await aliceSecond.decided);
   assert.equal(limiter.estimate('alice', 'seo'), 0.4, 'it reserved what the first one cost');
   second.done(false, 0);
   bobFirst.done(false, 0);
@@ -141,7 +140,7 @@ test("a first budgeted call that never ends holds its key's next calls for PROBE
   const t = performance.now();
   // The probe's own timer does not hold the process (it is unref'd): this test's wait does.
   const alive = setTimeout(() => undefined, PROBE_MS * 3);
-  const next = admitted(await limiter.admit('carol', p, 'speech', Date.now()));
+  const next = admitted(await decided(limiter.admit('carol', p, 'speech', Date.now())));
   clearTimeout(alive);
   const waited = performance.now() - t;
   assert.ok(waited >= PROBE_MS - 50 && waited < PROBE_MS + 1_000, `waited ${waited.toFixed(0)} ms for a stream that had not ended`);
@@ -154,10 +153,10 @@ test("a first budgeted call whose cost arrives at its head lets its key's waitin
   const p = policy({ budgets: { speech: '100/day' } });
   const first = admitted(limiter.admit('dora', p, 'speech', Date.now()));
   const waiting = limiter.admit('dora', p, 'speech', Date.now());
-  assert.ok(waiting instanceof Promise);
+  assert.ok(waiting.kind === 'pending');
   const t = performance.now();
   first.costKnown?.(12);
-  const next = admitted(await waiting);
+  const next = admitted(await waiting.decided);
   assert.ok(performance.now() - t < 500, 'not held until the first call ends');
   assert.equal(limiter.estimate('dora', 'speech'), 12);
   next.done(false, 0);
@@ -167,21 +166,23 @@ test("a first budgeted call whose cost arrives at its head lets its key's waitin
 test("a settled route's run in a fleet is refused once the fleet's figures read for it say the budget is spent, whatever this gateway's lease still holds", async () => {
   // A store that grants every claim whole: the lease holds more than the budget has left.
   const leases = await grantingLeases(0.6);
-  const limiter = new Limiter(new Totals(), leases, new Set(['scraper']));
   // The fleet's figures, as the store last said: 0.7 spent of a 1 USD budget, then all of it.
   let fleetSpent = 0.7;
   let reads = 0;
-  limiter.figures = () => ({ requests: () => 0, cost: () => fleetSpent });
-  limiter.freshFigures = async () => {
-    reads++;
+  const fleet = {
+    cached: () => ({ requests: () => 0, cost: () => fleetSpent }),
+    fresh: async () => {
+      reads++;
+    },
   };
+  const limiter = new Limiter(new Totals(), { leases, billedLater: new Set(['scraper']), fleet });
   const p = policy({ budgets: { scraper: '1/day' } });
-  const first = await limiter.admit('k', p, 'scraper', Date.now(), 3, { asked: 0.5 });
+  const first = await decided(limiter.admit('k', p, 'scraper', Date.now(), 3, { asked: 0.5 }));
   assert.ok(!('code' in first), 'admitted while the fleet has 0.3 left');
   assert.ok(Math.abs((first.cap ?? -1) - 0.3) < 1e-9, `capped at what the fleet has left (${first.cap})`);
   first.done(true, 0.1);
   fleetSpent = 1;
-  const second = await limiter.admit('k', p, 'scraper', Date.now(), 3, { asked: null });
+  const second = await decided(limiter.admit('k', p, 'scraper', Date.now(), 3, { asked: null }));
   assert.ok('code' in second, 'refused: the fleet spent the budget, though this lease holds 0.5 more');
   assert.equal(second.code, 'budget_exceeded');
   assert.equal(second.detail?.used, 1);
@@ -211,15 +212,17 @@ test('a budget spent to the micro-dollar is spent, in whatever order its costs w
       for (const part of parts) totals.count('k', 'scraper', part / 1e6);
       const alone = new Limiter(totals).admit('k', p, 'scraper', Date.now());
       // A fleet: the figures read for a settled route's run; a lease that would grant it.
-      const fleet = new Limiter(new Totals(), await grantingLeases(amount), new Set(['scraper']));
-      fleet.figures = () => ({ requests: () => 0, cost: () => spent });
-      fleet.freshFigures = async () => undefined;
-      const inFleet = await fleet.admit('k', p, 'scraper', Date.now(), 3, { asked: 1e-6 });
+      const fleet = new Limiter(new Totals(), {
+        leases: await grantingLeases(amount),
+        billedLater: new Set(['scraper']),
+        fleet: { cached: () => ({ requests: () => 0, cost: () => spent }), fresh: async () => undefined },
+      });
+      const inFleet = await decided(fleet.admit('k', p, 'scraper', Date.now(), 3, { asked: 1e-6 }));
       for (const [where, r] of [
         ['one machine', alone],
         ['a fleet', inFleet],
       ] as const) {
-        assert.ok(!(r instanceof Promise));
+        assert.ok(r.kind !== 'pending');
         if (short) {
           assert.ok(!('code' in r), `${where}: a micro-dollar left (${spent} of ${amount}) is admitted`);
           r.done(false, 0);
