@@ -120,7 +120,7 @@ function runBooking(ex: Exchange, status: number | null): { id: string; path: st
   // What is booked now is what the limits settle at: a reported cost, though nobody reported it.
   ex.costReported = true;
   if (run === null) {
-    const refused = status !== null && status >= 300 && !ex.takenOver && ex.upstreamResponse?.complete === true;
+    const refused = status !== null && status >= 300 && !ex.takenOver && ex.proxyRes?.complete === true;
     ex.cost = refused ? 0 : reserved;
     return null;
   }

@@ -48,7 +48,7 @@ export class Exchange {
   /** The upstream's response has no body (204, 304, HEAD): bytes after its head are not relayed. */
   bodiless = false;
   /** The upstream's response, once its head arrived: whether it was complete when its connection failed. */
-  upstreamResponse: IncomingMessage | null = null;
+  proxyRes: IncomingMessage | null = null;
   /** Sent again after a reused upstream connection failed (forward.ts); never twice. */
   retried = false;
   /** The route's credential the request went out with (docs/credentials.md); null until forwarded. */
@@ -114,10 +114,11 @@ export class Exchange {
   }
 
   /**
-   * The response of an exchange that is forwarded: only HTTP requests are,
-   * never an upgrade or CONNECT (which Node hands over as a bare socket).
+   * `res` of an exchange that is forwarded (http-proxy-3's `web`, as against
+   * `ws`): only HTTP requests are, never an upgrade or CONNECT (which Node
+   * hands over as a bare socket, `res` null).
    */
-  get response(): ServerResponse {
+  get webRes(): ServerResponse {
     if (this.res === null) throw new Error('an exchange without a response (an upgrade) reached forwarding');
     return this.res;
   }

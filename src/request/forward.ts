@@ -59,7 +59,7 @@ function markedError(code: string, message: string): ErrorWithCode {
 
 /** The shared sweep found a timeout for this exchange (timers.ts); act on it. */
 export function expire(ex: Exchange, what: Expiry): void {
-  const res = ex.response;
+  const res = ex.webRes;
   switch (what) {
     case 'answer':
     case 'upload-stalled':
@@ -132,7 +132,7 @@ export function keepReadingForRun(ex: Exchange, end: () => void): void {
  */
 function readForRun(ex: Exchange, proxyRes: http.IncomingMessage): void {
   const end = ex.afterRun as () => void;
-  ex.upstreamResponse = proxyRes;
+  ex.proxyRes = proxyRes;
   const status = proxyRes.statusCode ?? 0;
   const reader = status >= 200 && status < 300 && proxyRes.headers['content-encoding'] === undefined ? new RunReader() : null;
   let over = false;
@@ -210,7 +210,7 @@ function onProxyRes(
     return;
   }
   ex.bodiless = bodiless(proxyRes.statusCode as number, req.method);
-  ex.upstreamResponse = proxyRes;
+  ex.proxyRes = proxyRes;
   closeOnAbort(ex, proxyRes, res);
   const headers = downstreamResponseHeaders(proxyRes.rawHeaders);
   const inHeaders = maskHeaders(secrets, headers);
@@ -221,7 +221,7 @@ function onProxyRes(
     // fail the upstream request in the same tick (onError), and the client
     // must then be told the connection closes after this response.
     queueMicrotask(() => {
-      if (!ex.takenOver && !ex.closed && writeHead(ex, res, proxyRes, headers)) relayPlain({ up: proxyRes, res, ex, secrets, limits, onSecret, watch });
+      if (!ex.takenOver && !ex.closed && writeHead(ex, res, proxyRes, headers)) relayPlain({ proxyRes, res, ex, secrets, limits, onSecret, watch });
     });
     return;
   }
@@ -229,7 +229,7 @@ function onProxyRes(
   // A compressed body's head waits for its first clean decoded bytes: one
   // that does not decode gets a 502, not a 200 and a cut.
   relayCompressed({
-    up: proxyRes,
+    proxyRes,
     res,
     ex,
     secrets,
@@ -327,7 +327,7 @@ function retriable(err: ErrorWithCode, ex: Exchange): boolean {
   );
 }
 
-function onError(err: ErrorWithCode, req: http.IncomingMessage, res: ServerResponse | Socket, retry: (ex: Exchange) => void): void {
+function onError(err: ErrorWithCode, req: http.IncomingMessage, resOrSocket: ServerResponse | Socket, retry: (ex: Exchange) => void): void {
   const ex = exchangeOf(req);
   if (runLost(ex)) return;
   // A fully read request is auto-destroyed, so `req.destroyed` says nothing
@@ -336,15 +336,16 @@ function onError(err: ErrorWithCode, req: http.IncomingMessage, res: ServerRespo
     ex.proxyReq?.destroy();
     return;
   }
-  const response = res as ServerResponse;
-  if (ex.upstreamResponse?.complete === true) {
+  // Only `web` requests are forwarded: never a socket here.
+  const res = resOrSocket as ServerResponse;
+  if (ex.proxyRes?.complete === true) {
     // The response was complete (a 204, 304 or HEAD, or a body as long as
     // its Content-Length); what failed was the bytes after it, which Node's
     // parser took for a next response. The upstream connection is gone
     // (never pooled again); the response is relayed whole, and the client's
     // connection closes after it, since what came next is unknown.
-    if (!response.headersSent) response.shouldKeepAlive = false;
-    else if (ex.bodiless && !response.writableEnded) response.end();
+    if (!res.headersSent) res.shouldKeepAlive = false;
+    else if (ex.bodiless && !res.writableEnded) res.end();
     return;
   }
   if (retriable(err, ex)) {
@@ -352,12 +353,12 @@ function onError(err: ErrorWithCode, req: http.IncomingMessage, res: ServerRespo
     return;
   }
   const reason = upstreamReason(err.code);
-  if (response.headersSent) {
+  if (res.headersSent) {
     ex.fail(upstream(reason, err.code ?? null));
-    response.destroy();
+    res.destroy();
     return;
   }
-  upstreamFailed(ex, response, reason, err.code ?? null, !req.complete);
+  upstreamFailed(ex, res, reason, err.code ?? null, !req.complete);
 }
 
 export class Forwarder {
@@ -404,7 +405,7 @@ export class Forwarder {
       this.#dropIdle();
       ex.retried = true;
       ex.proxyReq = null;
-      this.forward(ex.req, ex.response, ex);
+      this.forward(ex.req, ex.webRes, ex);
     };
     this.#onError = (err, req, res) => onError(err, req, res, retry);
     // Every call passes its own callback, so this never fires; it is here so
@@ -454,7 +455,7 @@ export class Forwarder {
     old?.on('error', ignore);
     ex.proxyReq = null;
     const body = ex.replay.length === 0 ? {} : { buffer: Readable.from(ex.replay, { objectMode: false }) };
-    this.#proxy.web(ex.req, ex.response, body, this.#onError);
+    this.#proxy.web(ex.req, ex.webRes, body, this.#onError);
     return true;
   }
 

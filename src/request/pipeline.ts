@@ -402,7 +402,7 @@ function responseClosed({ sweeper, complete, credentials }: PipelineDeps): (this
     // A run-start sent whole whose answer has not come: read by the gateway
     // itself, then ended (forward.ts); the upstream timers still run.
     if (ex.runPath !== null && req.complete && ex.proxyReq !== null && ex.ttfbMs < 0 && ex.failure === null && !ex.takenOver) {
-      keepReadingForRun(ex, () => end(ex, ex.upstreamResponse?.statusCode ?? null, true));
+      keepReadingForRun(ex, () => end(ex, ex.proxyRes?.statusCode ?? null, true));
       return;
     }
     // The client left (or the answer is complete) with its upload unfinished:

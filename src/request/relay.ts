@@ -110,7 +110,7 @@ const ignore = (): void => undefined;
 /** What a response's relay works with. */
 export interface RelayParts {
   /** The upstream's response. */
-  readonly up: IncomingMessage;
+  readonly proxyRes: IncomingMessage;
   readonly res: ServerResponse;
   readonly ex: Exchange;
   readonly secrets: Secrets;
@@ -126,8 +126,8 @@ type Relayed = IncomingMessage & { [RELAY]?: PlainRelay };
 
 /** The client took what was written: the upstream may send more. */
 function resumeUpstream(this: ServerResponse): void {
-  const up = exchangeOf(this.req).upstreamResponse;
-  if (up !== null && up.isPaused()) up.resume();
+  const proxyRes = exchangeOf(this.req).proxyRes;
+  if (proxyRes !== null && proxyRes.isPaused()) proxyRes.resume();
 }
 
 function send(proxyRes: IncomingMessage, res: ServerResponse, out: Buffer): void {
@@ -175,7 +175,7 @@ const SNIFF_BYTES = 4;
  */
 class PlainRelay {
   readonly #parts: RelayParts;
-  readonly #up: IncomingMessage;
+  readonly #proxyRes: IncomingMessage;
   readonly #res: ServerResponse;
   readonly #ex: Exchange;
   readonly #onSecret: OnSecret;
@@ -188,12 +188,12 @@ class PlainRelay {
 
   constructor(parts: RelayParts) {
     this.#parts = parts;
-    this.#up = parts.up;
+    this.#proxyRes = parts.proxyRes;
     this.#res = parts.res;
     this.#ex = parts.ex;
     this.#onSecret = parts.onSecret;
     this.#watch = parts.watch;
-    this.#whole = contentLength(parts.up);
+    this.#whole = contentLength(parts.proxyRes);
     this.#scan = parts.secrets.empty ? null : new BodyScan(parts.secrets);
     this.#start = this.#scan === null ? null : EMPTY;
   }
@@ -208,10 +208,10 @@ class PlainRelay {
     this.#start = null;
     const compressed = sniff(start);
     if (compressed === null) return this.#relay(start);
-    const up = this.#up as Relayed;
-    up.removeListener('data', onPlainData);
-    up.removeListener('end', onPlainEnd);
-    up[RELAY] = undefined;
+    const proxyRes = this.#proxyRes as Relayed;
+    proxyRes.removeListener('data', onPlainData);
+    proxyRes.removeListener('end', onPlainEnd);
+    proxyRes[RELAY] = undefined;
     relayCompressed({ ...this.#parts, decoders: compressed, head: () => true, undecodable: () => undefined, sniffed: start });
   }
 
@@ -226,7 +226,7 @@ class PlainRelay {
   /** One part of the body on its way out; the whole body at once goes out with the head in one end(). */
   readonly #write = (out: Buffer): void => {
     if (out.length === this.#whole) this.#res.end(out);
-    else send(this.#up, this.#res, out);
+    else send(this.#proxyRes, this.#res, out);
   };
 
   end(): void {
@@ -255,10 +255,10 @@ function onPlainEnd(this: Relayed): void {
 
 /** Relay a body that is not labelled compressed, masking secrets as it streams (no secrets: filter off). */
 export function relayPlain(parts: RelayParts): void {
-  const up = parts.up as Relayed;
-  up[RELAY] = new PlainRelay(parts);
-  up.on('data', onPlainData);
-  up.on('end', onPlainEnd);
+  const proxyRes = parts.proxyRes as Relayed;
+  proxyRes[RELAY] = new PlainRelay(parts);
+  proxyRes.on('data', onPlainData);
+  proxyRes.on('end', onPlainEnd);
 }
 
 /** What one response may make the gateway decode (docs/security.md, "Work an upstream can force"). */
@@ -350,14 +350,14 @@ export class CompressedRelay {
   }
 
   start(): void {
-    const { up, res, sniffed } = this.#parts;
+    const { proxyRes, res, sniffed } = this.#parts;
     // A client that leaves stops every decoder and the upstream response at once.
     res.once('close', () => {
       if (!res.writableFinished && !this.#cut) this.#stopReading();
     });
-    up.on('data', this.#onData);
+    proxyRes.on('data', this.#onData);
     if (sniffed !== null) this.#onData(sniffed);
-    up.on('end', this.#onEnd);
+    proxyRes.on('end', this.#onEnd);
   }
 
   #headOnce(): boolean {
@@ -370,7 +370,7 @@ export class CompressedRelay {
     this.#cut = true;
     this.#queue = [];
     for (const s of this.#stages) s.destroy();
-    this.#parts.up.destroy();
+    this.#parts.proxyRes.destroy();
   }
 
   #cutResponse(found: readonly SecretForm[] | null): void {
@@ -393,7 +393,7 @@ export class CompressedRelay {
     this.#releaseTo(this.#rawFed - this.#raw.holding);
     this.#queue = [];
     if (this.#ended) this.#finishPlain();
-    else if (!this.#parts.res.writableNeedDrain) this.#parts.up.resume();
+    else if (!this.#parts.res.writableNeedDrain) this.#parts.proxyRes.resume();
   }
 
   /** Not scannable, so not relayed: before anything went, a 502 says so; after, the response is cut. */
@@ -465,11 +465,11 @@ export class CompressedRelay {
       this.#cut = true;
       return;
     }
-    const { up, res } = this.#parts;
+    const { proxyRes, res } = this.#parts;
     while (this.#released < to && this.#queue.length > 0) {
       const c = this.#queue[0] as Buffer;
       const n = Math.min(c.length, to - this.#released);
-      send(up, res, n === c.length ? c : c.subarray(0, n));
+      send(proxyRes, res, n === c.length ? c : c.subarray(0, n));
       if (n === c.length) this.#queue.shift();
       else this.#queue[0] = c.subarray(n);
       this.#released += n;
@@ -493,10 +493,10 @@ export class CompressedRelay {
 
   readonly #onData = (chunk: Buffer): void => {
     if (this.#cut) return;
-    const { up, res, ex } = this.#parts;
+    const { proxyRes, res, ex } = this.#parts;
     ex.bytesOut += chunk.length;
     if (this.#plain) {
-      this.#raw.pushTo(chunk, (out) => send(up, res, out));
+      this.#raw.pushTo(chunk, (out) => send(proxyRes, res, out));
       return;
     }
     if (this.#stages.length === 0) this.#open();
@@ -509,12 +509,12 @@ export class CompressedRelay {
     if (this.#raw.found !== null && this.#parts.sniffed === null) return this.#cutResponse(this.#raw.found);
     this.#queue.push(...outs);
     this.#frames?.push(chunk);
-    up.pause();
+    proxyRes.pause();
     this.#rawFed += chunk.length;
     (this.#stages[0] as Transform).write(chunk);
     this.#flushStages(() => {
       this.#releaseClean();
-      if (!this.#cut && !res.writableNeedDrain) up.resume();
+      if (!this.#cut && !res.writableNeedDrain) proxyRes.resume();
     });
   };
 

@@ -46,7 +46,7 @@ function relay(coding: string, chunks: readonly Buffer[]): Run {
   const decoders = decodersFor(coding);
   assert.ok(decoders !== null);
   relayCompressed({
-    up: up as unknown as IncomingMessage,
+    proxyRes: up as unknown as IncomingMessage,
     res: res as unknown as ServerResponse,
     ex,
     secrets,

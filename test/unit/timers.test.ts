@@ -61,6 +61,6 @@ test('a listener that reads an exchange never taken in, or the response of an up
   const ex = new Exchange('id', taken, '/seo/x');
   taken.exchange = ex;
   assert.equal(exchangeOf(taken), ex);
-  assert.throws(() => ex.response, /without a response/);
+  assert.throws(() => ex.webRes, /without a response/);
   socket.destroy();
 });
