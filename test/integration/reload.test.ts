@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { request } from '../support/client.ts';
 import { deadline, eventually } from '../support/deadline.ts';
-import { runCli, startCli } from '../support/cli.ts';
+import { listeningPort, runCli, startCli } from '../support/cli.ts';
 import { startUpstream } from '../support/upstream.ts';
 
 test('SIGHUP applies a new upstream and secret to new requests while one in flight finishes on the old; a bad file changes nothing', async () => {
@@ -32,14 +32,7 @@ test('SIGHUP applies a new upstream and secret to new requests while one in flig
   const key = JSON.parse((await runCli(['keys', 'create', '--name', 'r', '--json'], env)).stdout) as { token: string };
   const serve = await startCli(['serve'], env, '"msg":"keyward listening"');
   try {
-    const port = (
-      JSON.parse(
-        serve
-          .output()
-          .split('\n')
-          .find((l) => l.includes('keyward listening')) as string,
-      ) as { port: number }
-    ).port;
+    const port = listeningPort(serve.output());
     const base = `http://127.0.0.1:${port}`;
     const auth = { authorization: `Bearer ${key.token}` };
     assert.equal((await request(`${base}/speech/v1/x`, { headers: auth })).body.toString(), 'old');
@@ -107,14 +100,7 @@ test("several credentials: SIGHUP reads each credential's file again; one that d
   const key = JSON.parse((await runCli(['keys', 'create', '--name', 'r', '--json'], env)).stdout) as { token: string };
   const serve = await startCli(['serve'], env, '"msg":"keyward listening"');
   try {
-    const port = (
-      JSON.parse(
-        serve
-          .output()
-          .split('\n')
-          .find((l) => l.includes('keyward listening')) as string,
-      ) as { port: number }
-    ).port;
+    const port = listeningPort(serve.output());
     const auth = { authorization: `Bearer ${key.token}` };
     // Two requests in a row on `spread` with nothing in flight: one on each credential.
     const both = async (): Promise<string[]> =>

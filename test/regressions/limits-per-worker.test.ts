@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { runCli, startCli } from '../support/cli.ts';
+import { listeningPort, runCli, startCli } from '../support/cli.ts';
 import { request } from '../support/client.ts';
 import { deadline, eventually } from '../support/deadline.ts';
 import { startUpstream } from '../support/upstream.ts';
@@ -55,16 +55,7 @@ test(
     const serve = await startCli(['serve'], { ...env, KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: 'off' }, '"msg":"keyward listening"');
     try {
       await eventually(() => serve.output().split('"msg":"keyward listening"').length === 3, 10_000, 'two workers listening');
-      const base = `http://127.0.0.1:${
-        (
-          JSON.parse(
-            serve
-              .output()
-              .split('\n')
-              .find((l) => l.includes('keyward listening')) as string,
-          ) as { port: number }
-        ).port
-      }`;
+      const base = `http://127.0.0.1:${listeningPort(serve.output())}`;
       const call = async (token: string, path = '/seo/v3/x'): Promise<number> =>
         (await request(`${base}${path}`, { headers: { authorization: `Bearer ${token}` } })).status;
 

@@ -71,3 +71,10 @@ export async function startCli(
   );
   return { child, done, output: () => seen, errors: () => errors };
 }
+
+/** The port a `keyward serve` said it listens on, from its output. */
+export function listeningPort(output: string): number {
+  const line = output.split('\n').find((l) => l.includes('"msg":"keyward listening"'));
+  if (line === undefined) throw new Error('no "keyward listening" line in the output');
+  return (JSON.parse(line) as { port: number }).port;
+}
