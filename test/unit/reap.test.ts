@@ -33,7 +33,7 @@ test(
   { skip: process.platform !== 'linux' },
   async () => {
     const { done, orphan } = await leaveBehind('setsid sleep 120 & echo $!; exit 3');
-    const r = await deadline(done, 20_000, 'reaper exit');
+    const r = await deadline(done, 60_000, 'reaper exit');
     assert.equal(r.code, 3);
     assert.match(r.stderr, /reap: ending 1 process/);
     await eventually(() => !alive(orphan), 5_000, 'the orphan ended');
@@ -43,7 +43,7 @@ test(
 test('interrupted (SIGINT): the command and what it started are ended', { skip: process.platform !== 'linux' }, async () => {
   const { run, done, orphan } = await leaveBehind('setsid sleep 120 & echo $!; sleep 120');
   run.kill('SIGINT');
-  const r = await deadline(done, 20_000, 'reaper exit');
+  const r = await deadline(done, 60_000, 'reaper exit');
   assert.notEqual(r.code, 0);
   await eventually(() => !alive(orphan), 5_000, 'the orphan ended');
 });
