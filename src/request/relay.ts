@@ -295,13 +295,31 @@ export function relayCompressed(parts: CompressedParts): void {
 }
 
 /**
+ * Where a compressed relay stands (`#state`). Beside it two facts: whether
+ * the head went (`#headed`) and whether the upstream's body ended (`#ended`).
+ *
+ *   waiting ──first bytes (decoders opened)──▶ decoding
+ *   waiting ──body ended with no bytes──────────────────────▶ done
+ *   decoding ──decoders ended, the rest released────────────▶ done
+ *   decoding ──a sniffed body that is not compressed──▶ plain ──body ended──▶ done
+ *   any but done ──a secret, a bound passed, a decoder error, the client gone,
+ *                  the head that could not go────────────────▶ stopped
+ *
+ * `done` is reached only through `#finish` (the response ended); `stopped`
+ * only through `#stopReading` (decoders and the upstream response destroyed;
+ * `#cutResponse` also destroys the client's response, `#unscannable` before
+ * the head asks the caller for a 502), or when the head could not go.
+ */
+type RelayState = 'waiting' | 'decoding' | 'plain' | 'done' | 'stopped';
+
+/**
  * A compressed body on its way: its raw bytes queued, scanned as they are
  * (`raw`) and decoded through `stages` into the scan of what they decode to
  * (`scan`); compressed bytes released up to the last point whose whole
- * decoded content was scanned clean. It ends in one of four ways: relayed
- * whole, cut (a secret, a bound passed, a decoder error after the head
- * went), refused before anything went (`undecodable`), or, for a sniffed
- * body that is not compressed after all, relayed as plain text from there.
+ * decoded content was scanned clean. It ends relayed whole, cut (a secret,
+ * a bound passed, a decoder error after the head went), refused before
+ * anything went (`undecodable`), or, for a sniffed body that is not
+ * compressed after all, relayed as plain text from there (`RelayState`).
  */
 export class CompressedRelay {
   readonly #parts: CompressedParts;
@@ -330,14 +348,13 @@ export class CompressedRelay {
    * tail are kept.
    */
   #marks: number[] = [];
-  #cut = false;
   /**
-   * A body sniffed as compressed (not labelled so) that turns out not to be
-   * (plain text that begins `x^`) or to go on past its compressed data: the
-   * client's decoder stops where ours did, so from here on it is relayed as
-   * a plain body, its raw bytes masked as they stream.
+   * `plain`: a body sniffed as compressed (not labelled so) that turns out
+   * not to be (plain text that begins `x^`) or to go on past its compressed
+   * data: the client's decoder stops where ours did, so from there on it is
+   * relayed as a plain body, its raw bytes masked as they stream.
    */
-  #plain = false;
+  #state: RelayState = 'waiting';
   /** The upstream's body ended (the decoders may still be working on it). */
   #ended = false;
 
@@ -353,11 +370,16 @@ export class CompressedRelay {
     const { proxyRes, res, sniffed } = this.#parts;
     // A client that leaves stops every decoder and the upstream response at once.
     res.once('close', () => {
-      if (!res.writableFinished && !this.#cut) this.#stopReading();
+      if (!res.writableFinished && this.#state !== 'stopped') this.#stopReading();
     });
     proxyRes.on('data', this.#onData);
     if (sniffed !== null) this.#onData(sniffed);
     proxyRes.on('end', this.#onEnd);
+  }
+
+  /** Read through a call: a field narrowed by an earlier check may have changed in the calls since. */
+  #stopped(): boolean {
+    return this.#state === 'stopped';
   }
 
   #headOnce(): boolean {
@@ -367,28 +389,35 @@ export class CompressedRelay {
   }
 
   #stopReading(): void {
-    this.#cut = true;
+    this.#state = 'stopped';
     this.#queue = [];
     for (const s of this.#stages) s.destroy();
     this.#parts.proxyRes.destroy();
   }
 
   #cutResponse(found: readonly SecretForm[] | null): void {
-    if (this.#cut) return;
+    if (this.#state === 'stopped') return;
     this.#stopReading();
     if (found !== null) this.#parts.onSecret(this.#parts.ex, found, true);
     this.#parts.res.destroy();
   }
 
+  /** The one normal end: the response ends with `rest` (its head first, if it has not gone). */
+  #finish(rest: Buffer | null): void {
+    this.#state = 'done';
+    const { res } = this.#parts;
+    if (this.#headOnce() && !res.writableEnded) res.end(rest ?? undefined);
+  }
+
   #finishPlain(): void {
-    const { ex, res, onSecret } = this.#parts;
+    const { ex, onSecret } = this.#parts;
     const rest = this.#raw.end();
     if (this.#raw.found !== null) onSecret(ex, this.#raw.found, false);
-    if (!res.writableEnded) res.end(rest ?? undefined);
+    this.#finish(rest);
   }
 
   #toPlain(): void {
-    this.#plain = true;
+    this.#state = 'plain';
     for (const s of this.#stages) s.destroy();
     this.#releaseTo(this.#rawFed - this.#raw.holding);
     this.#queue = [];
@@ -398,7 +427,7 @@ export class CompressedRelay {
 
   /** Not scannable, so not relayed: before anything went, a 502 says so; after, the response is cut. */
   #unscannable(detail: string): void {
-    if (this.#cut || this.#plain) return;
+    if (this.#state !== 'decoding' && this.#state !== 'waiting') return;
     // A sniffed body that does not decode (or ends early) is plain after all; one over a bound is cut like any other.
     if (this.#parts.sniffed !== null && (detail === 'undecodable' || detail === 'trailing_bytes')) return this.#toPlain();
     this.#parts.ex.fail(upstream('unscannable_encoding', detail));
@@ -410,6 +439,7 @@ export class CompressedRelay {
 
   /** The decoders, outermost first, piped into one another; the last one's output goes to the scan. */
   #open(): void {
+    this.#state = 'decoding';
     const stages = (this.#stages = this.#parts.decoders.list.map((d) => d()));
     for (const [i, s] of stages.entries()) {
       // Bytes fed to this stage: the raw body for the first, the output of the one before for the rest.
@@ -431,7 +461,7 @@ export class CompressedRelay {
   }
 
   #onDecoded(decoded: Buffer): void {
-    if (this.#cut) return;
+    if (this.#state === 'stopped') return;
     const { limits, watch } = this.#parts;
     this.#decoded += decoded.length;
     // A bomb (6 KB of brotli that inflates to 4 GiB): what one response may make the gateway decode is bounded.
@@ -450,7 +480,7 @@ export class CompressedRelay {
   #flushStages(then: () => void): void {
     let i = 0;
     const next = (): void => {
-      if (this.#cut || this.#plain) return;
+      if (this.#state !== 'decoding') return;
       const s = this.#stages[i++];
       if (s === undefined) then();
       else (s as unknown as zlib.Zlib).flush(() => setImmediate(next));
@@ -460,9 +490,9 @@ export class CompressedRelay {
 
   /** Send the queued compressed bytes up to body offset `to`. */
   #releaseTo(to: number): void {
-    if (to <= this.#released || this.#cut) return;
+    if (to <= this.#released || this.#state === 'stopped') return;
     if (!this.#headOnce()) {
-      this.#cut = true;
+      this.#state = 'stopped';
       return;
     }
     const { proxyRes, res } = this.#parts;
@@ -492,14 +522,14 @@ export class CompressedRelay {
   }
 
   readonly #onData = (chunk: Buffer): void => {
-    if (this.#cut) return;
+    if (this.#state === 'stopped') return;
     const { proxyRes, res, ex } = this.#parts;
     ex.bytesOut += chunk.length;
-    if (this.#plain) {
+    if (this.#state === 'plain') {
       this.#raw.pushTo(chunk, (out) => send(proxyRes, res, out));
       return;
     }
-    if (this.#stages.length === 0) this.#open();
+    if (this.#state === 'waiting') this.#open();
     // What goes is the raw scan's output: the same bytes, less a tail that
     // may start a secret (it goes with the next chunk), a secret masked. A
     // labelled body with a secret in its raw bytes is cut; a sniffed one
@@ -514,27 +544,23 @@ export class CompressedRelay {
     (this.#stages[0] as Transform).write(chunk);
     this.#flushStages(() => {
       this.#releaseClean();
-      if (!this.#cut && !res.writableNeedDrain) proxyRes.resume();
+      if (this.#state !== 'stopped' && !res.writableNeedDrain) proxyRes.resume();
     });
   };
 
   readonly #onEnd = (): void => {
     this.#ended = true;
-    if (this.#cut) return;
-    if (this.#plain) return this.#finishPlain();
-    const { res } = this.#parts;
-    if (this.#stages.length === 0) {
-      if (this.#headOnce() && !res.writableEnded) res.end();
-      return;
-    }
+    if (this.#state === 'stopped') return;
+    if (this.#state === 'plain') return this.#finishPlain();
+    if (this.#state === 'waiting') return this.#finish(null);
     (this.#stages.at(-1) as Transform).on('end', () => this.#decodersEnded());
     (this.#stages[0] as Transform).end();
   };
 
   /** The body ended and every decoder with it: what is left goes, or the response is cut. */
   #decodersEnded(): void {
-    if (this.#cut || this.#plain) return;
-    const { ex, res, onSecret, watch, sniffed } = this.#parts;
+    if (this.#state !== 'decoding') return;
+    const { ex, onSecret, watch, sniffed } = this.#parts;
     const rest = this.#raw.end();
     if (this.#raw.found !== null && sniffed === null) return this.#cutResponse(this.#raw.found);
     if (rest !== null) this.#queue.push(rest);
@@ -542,7 +568,8 @@ export class CompressedRelay {
     if (watch !== null) watchEnded(ex, watch);
     // The body ended: a tail held as a possible start of a secret is none.
     this.#releaseTo(this.#rawFed);
-    if (!this.#cut && this.#headOnce() && !res.writableEnded) res.end();
+    // Stopped there if the head could not go.
+    if (!this.#stopped()) this.#finish(null);
   }
 }
 
