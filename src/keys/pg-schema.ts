@@ -10,6 +10,18 @@ export const MIGRATION_LOCK = 0x6b657977; // "keyw"
 export const WRITE_LOCK = 0x6b657978;
 
 /**
+ * A usage row's request and status counts, as migrations 4 (per key) and 10
+ * (per credential) created them. Part of applied migrations: never edit it;
+ * a new column is a new migration.
+ */
+const STATUS_COUNTS = `requests bigint not null default 0,
+     s2xx bigint not null default 0,
+     s3xx bigint not null default 0,
+     s4xx bigint not null default 0,
+     s5xx bigint not null default 0,
+     other bigint not null default 0,`;
+
+/**
  * The trigger function that gives an inserted or changed row the next
  * version (an update that leaves `columns` as they were keeps its version),
  * and leaves a tombstone for an id that changed.
@@ -115,12 +127,7 @@ export const MIGRATIONS: readonly string[] = [
      key_id text not null,
      route text not null,
      day date not null,
-     requests bigint not null default 0,
-     s2xx bigint not null default 0,
-     s3xx bigint not null default 0,
-     s4xx bigint not null default 0,
-     s5xx bigint not null default 0,
-     other bigint not null default 0,
+     ${STATUS_COUNTS}
      limited bigint not null default 0,
      bytes_in bigint not null default 0,
      bytes_out bigint not null default 0,
@@ -216,12 +223,7 @@ export const MIGRATIONS: readonly string[] = [
      route text not null,
      credential integer not null,
      day date not null,
-     requests bigint not null default 0,
-     s2xx bigint not null default 0,
-     s3xx bigint not null default 0,
-     s4xx bigint not null default 0,
-     s5xx bigint not null default 0,
-     other bigint not null default 0,
+     ${STATUS_COUNTS}
      cost double precision not null default 0,
      primary key (route, credential, day)
    );`,

@@ -57,8 +57,8 @@ export interface LimitState extends LimitDetail {
 export interface Refused {
   readonly kind: 'refused';
   readonly code: LimitCode;
-  /** Null only when the primary did not answer (workers). */
-  readonly detail: LimitDetail | null;
+  /** Which limit refused, and where it stands (the 429's body). */
+  readonly detail: LimitDetail;
   /** Whole seconds, at least 1: until a token, a slot, or the period's end. */
   readonly retryAfter: number;
   /**

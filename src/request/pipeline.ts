@@ -378,8 +378,7 @@ class RequestPipeline implements Pipeline {
     if (r.limit !== null) headers['ratelimit-limit'] = r.limit;
     if (r.remaining !== null) headers['ratelimit-remaining'] = r.remaining;
     if (r.policy !== null) headers['ratelimit-policy'] = r.policy;
-    const base = LIMIT_ERRORS[r.code];
-    const err = r.detail === null ? base : limitRefusal(base, r.detail, route.cost?.unit ?? 'usd');
+    const err = limitRefusal(LIMIT_ERRORS[r.code], r.detail, route.cost?.unit ?? 'usd');
     answer(ex, res, err, hasBody(req) || this.#deps.draining(), headers);
   }
 }
