@@ -257,6 +257,8 @@ test('keys file: who may call — no token, a client key, an unknown, a revoked 
     const viewer = await adminToken(env, 'viewer', 'read');
     const client = await runCli(['keys', 'create', '--name', 'c', '--json'], env);
     const clientToken = (JSON.parse(client.stdout) as { token: string }).token;
+    // The CLI wrote the keys file; the gateway picks the change up by watching it.
+    await eventually(async () => (await statusOf(gw.base, clientToken)) === 200, 20_000, 'the key made with the CLI served');
 
     for (const token of [null, clientToken, `kwa_${'A'.repeat(49)}`, ops.slice(0, -1) + (ops.endsWith('a') ? 'b' : 'a')]) {
       const r = await api(admin, 'GET', '/v1/keys', { token });

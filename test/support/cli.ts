@@ -28,7 +28,8 @@ export function childEnv(extra: Record<string, string>): Record<string, string> 
   return { ...env, KEYWARD_FROM_SOURCE: '1', KEYWARD_ADMIN_PORT: 'off', ...coverage, ...extra };
 }
 
-export function runCli(args: string[], env: Record<string, string>, cwd?: string, timeoutMs = 20_000): Promise<Result> {
+/** The deadline is there to catch a hang, not slowness: run from source under coverage on a loaded machine, a command takes seconds. */
+export function runCli(args: string[], env: Record<string, string>, cwd?: string, timeoutMs = 60_000): Promise<Result> {
   const child = spawn(BIN, args, { env: childEnv(env), cwd, stdio: ['ignore', 'pipe', 'pipe'] });
   return deadline(collect(child), timeoutMs, `keyward ${args.join(' ')}`);
 }
