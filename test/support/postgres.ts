@@ -44,12 +44,22 @@ export async function startDatabase(): Promise<TestDatabase> {
   }
   const dir = mkdtempSync(join(tmpdir(), 'keyward-pg-'));
   chmodSync(dir, 0o755); // the server may run as another user (as root: postgres)
-  const port = await freePort();
   const password = randomBytes(8).toString('hex');
   const binaries = pgBinaries();
   const dataDir = join(dir, 'data');
   await initialise({ binaries, dataDir, password, privateDir: join(dir, '.initdb') });
-  let server: PgServer | null = await startServer({ binaries, dataDir, port });
+  let port = 0;
+  let server: PgServer | null = null;
+  // The port is free when asked for, not necessarily when the server binds
+  // it: meanwhile a client connection of another test may take it as its
+  // local port. Such a start is tried again on another port, twice at most.
+  for (let attempt = 1; server === null; attempt++) {
+    port = await freePort();
+    server = await startServer({ binaries, dataDir, port }).catch((err: unknown) => {
+      if (attempt < 3 && err instanceof Error && /could not bind|could not create any TCP\/IP sockets|in use/i.test(err.message)) return null;
+      throw err;
+    });
+  }
   await createDatabase(port, password, name);
   const url = `postgres://postgres:${password}@127.0.0.1:${port}/${name}`;
   const admin = postgres(url, { max: 2, onnotice: () => undefined });
