@@ -8,15 +8,13 @@ import { createLogger, type LogHandle } from '../observe/log.ts';
 import { clusterMetrics, createMetrics, newRegistry, type Registry } from '../observe/metrics.ts';
 import { createGateway, type Gateway, type Readiness } from '../process/server.ts';
 import { Ledger } from '../ledger/ledger.ts';
-import { Limiter } from '../limits/limiter.ts';
 import { periodUse } from '../ledger/ledger.ts';
-import { createSpend, fleetFigures, storeView } from '../alerts/spend.ts';
-import { RouteCosts } from '../limits/route-costs.ts';
+import { startDeciding } from '../process/usage-part.ts';
 import { costUnits } from '../process/runtime.ts';
 import { pageSource, pageThread, type PageThread } from '../views/page-thread.ts';
-import { countOnly, fleetLeases, openUsageStore } from '../ledger/open.ts';
+import { countOnly, openUsageStore } from '../ledger/open.ts';
 import type { Policy } from '../limits/policy.ts';
-import { runSettler, settledRoutes } from '../process/run-settler.ts';
+import { runSettler } from '../process/run-settler.ts';
 import { inheritedListenFd } from '../process/systemd.ts';
 import { closest } from '../config/unknown.ts';
 import type { UpstreamSpec } from '../request/routes.ts';
@@ -200,15 +198,10 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io, pro
     if (first) log.logger.warn({ err }, 'usage totals not read; kept and retried');
   });
   await ledger.start(config.usageFlushMs);
-  const costs = new RouteCosts();
-  const leases = await fleetLeases(usage, ledger, config, undefined, log.logger, costs);
-  const view = storeView(usage, ledger, config.usageFlushMs);
-  const limiter = new Limiter(ledger, { leases, costs, billedLater: settledRoutes(config), waitMs: config.admissionWaitMs, fleet: view && fleetFigures(view) });
   // The primary decides limits, so it fires their alerts and says where a key stands; its own metric is added to the workers'.
   const registry = newRegistry();
   const units = costUnits(config);
-  const spend = createSpend({ config, store: usage, ledger, limiter, view, logger: log.logger, registry, unitOf: (r) => units(r) ?? 'usd' });
-  await spend.start();
+  const { leases, limiter, spend } = await startDeciding(config, usage, ledger, log.logger, registry, units);
   // The keys the workers asked about lately (the primary holds no key set): a settled run's alerts need its key's name and policy.
   const recent = new Map<string, { key: { id: string; name: string }; policy: Policy }>();
   const settler = runSettler({

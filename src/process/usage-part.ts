@@ -5,7 +5,7 @@ import type { Config } from '../config/load.ts';
 import type { Principal } from '../keys/keyset.ts';
 import type { KeyStore } from '../keys/store.ts';
 import type { Logger } from '../observe/log.ts';
-import type { Metrics } from '../observe/metrics.ts';
+import type { Metrics, Registry } from '../observe/metrics.ts';
 import type { Admit } from '../limits/admissions.ts';
 import { StoreView, type StatusSources } from '../views/key-status.ts';
 import { Ledger } from '../ledger/ledger.ts';
@@ -98,17 +98,12 @@ export async function startUsage(config: Config, store: KeyStore, logger: Logger
   );
   ledger.timed = (seconds) => metrics.task('ledger_write', seconds);
   await ledger.start(config.usageFlushMs);
-  const costs = new RouteCosts();
-  const leases = worker === null ? await fleetLeases(usageStore, ledger, config, options.clock, logger, costs) : null;
-  const view = worker === null ? storeView(usageStore, ledger, config.usageFlushMs) : null;
-  const limiter = new Limiter(ledger, { leases, costs, billedLater: settledRoutes(config), waitMs: config.admissionWaitMs, fleet: view && fleetFigures(view) });
   const units = costUnits(config);
   // The process that decides limits answers where a key stands and fires its alerts; a worker asks its primary.
-  const spend: Spend | null =
+  const { leases, limiter, spend } =
     worker === null
-      ? createSpend({ config, store: usageStore, ledger, limiter, view, logger, registry: metrics.registry, unitOf: (r) => units(r) ?? 'usd' })
-      : null;
-  await spend?.start();
+      ? await startDeciding(config, usageStore, ledger, logger, metrics.registry, units, options.clock)
+      : { leases: null, limiter: new Limiter(ledger, { billedLater: settledRoutes(config), waitMs: config.admissionWaitMs }), spend: null };
   const admit: Admit =
     worker?.admit ??
     (spend === null ? (p, policy, route, now, start) => limiter.admit(p.id, policy, route, now, ledger.gateways, start) : alerting(limiter, ledger, spend));
@@ -144,6 +139,29 @@ export async function startUsage(config: Config, store: KeyStore, logger: Logger
 }
 
 /** Admission in this process, its alerts checked once a request that reached the upstream was counted. */
+/**
+ * What the process that decides limits holds: the leases (a fleet's, or one
+ * machine's), the limiter that shares their costs per call and reads the
+ * fleet's figures, and the spend it fires alerts for, started.
+ */
+export async function startDeciding(
+  config: Config,
+  usage: UsageStore,
+  ledger: Ledger,
+  logger: Logger,
+  registry: Registry,
+  units: (route: string) => string | null,
+  clock?: Clock,
+): Promise<{ leases: Leases | null; limiter: Limiter; spend: Spend }> {
+  const costs = new RouteCosts();
+  const leases = await fleetLeases(usage, ledger, config, clock, logger, costs);
+  const view = storeView(usage, ledger, config.usageFlushMs);
+  const limiter = new Limiter(ledger, { leases, costs, billedLater: settledRoutes(config), waitMs: config.admissionWaitMs, fleet: view && fleetFigures(view) });
+  const spend = createSpend({ config, store: usage, ledger, limiter, view, logger, registry, unitOf: (r) => units(r) ?? 'usd' });
+  await spend.start();
+  return { leases, limiter, spend };
+}
+
 function alerting(limiter: Limiter, ledger: Ledger, spend: Spend): Admit {
   return (principal, policy, route, now, start) => {
     const r = limiter.admit(principal.id, policy, route, now, ledger.gateways, start);
