@@ -37,11 +37,12 @@ test('alerts crossed while another process holds the ledger write lock fire once
   const send = async (): Promise<number> => (await request(`${gw.url}/seo/v3/x`, { headers: { authorization: `Bearer ${gw.token}` } })).status;
   // The first request leases a chunk of the quota (a quarter of it, 3) from the file before the lock.
   assert.equal(await send(), 200);
+  // The holder waits for a write of the gateway's own to end (busy timeout) before it takes the lock.
   const holder = spawn(
     process.execPath,
     [
       '-e',
-      `const { DatabaseSync } = require('node:sqlite'); const db = new DatabaseSync(${JSON.stringify(path)}); db.exec('begin immediate'); console.log('locked'); process.stdin.on('data', () => { db.exec('commit'); db.close(); process.exit(0); });`,
+      `const { DatabaseSync } = require('node:sqlite'); const db = new DatabaseSync(${JSON.stringify(path)}, { timeout: 5000 }); db.exec('begin immediate'); console.log('locked'); process.stdin.on('data', () => { db.exec('commit'); db.close(); process.exit(0); });`,
     ],
     { stdio: ['pipe', 'pipe', 'inherit'] },
   );

@@ -24,11 +24,13 @@ test('a second process holding the ledger write lock does not stall requests; th
   // The store exists first, with its tables, as a running gateway's would.
   await new SqliteUsageStore(path).close();
   const gw = await startGateway({ seo: up.url, usageStore: new SqliteUsageStore(path), env: { KEYWARD_USAGE_FLUSH: '100ms' } });
+  // The holder waits for the gateway's own flush to end (busy timeout): its
+  // `begin immediate` may meet one, every 100 ms.
   const holder = spawn(
     process.execPath,
     [
       '-e',
-      `const { DatabaseSync } = require('node:sqlite'); const db = new DatabaseSync(${JSON.stringify(path)}); db.exec('begin immediate'); db.exec("insert into usage (key_id, route, day) values ('other', 'seo', '2000-01-01')"); console.log('locked'); setTimeout(() => { db.exec('commit'); db.close(); }, ${HOLD_MS});`,
+      `const { DatabaseSync } = require('node:sqlite'); const db = new DatabaseSync(${JSON.stringify(path)}, { timeout: 5000 }); db.exec('begin immediate'); db.exec("insert into usage (key_id, route, day) values ('other', 'seo', '2000-01-01')"); console.log('locked'); setTimeout(() => { db.exec('commit'); db.close(); }, ${HOLD_MS});`,
     ],
     { stdio: ['ignore', 'pipe', 'inherit'] },
   );
