@@ -37,6 +37,26 @@ process.on('uncaughtException', (err) => {
   process.exit(EXIT_FAILURE);
 });
 
+// Output that cannot be written is a failure the exit status must carry
+// (`keyward keys export > /dev/full`), except a reader that left (EPIPE:
+// `keyward audit --json | head`), which is the reader's choice, not ours.
+const output: { failed: Error | null } = { failed: null };
+for (const stream of [process.stdout, process.stderr])
+  stream.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.code !== 'EPIPE') output.failed ??= err;
+  });
+
+/**
+ * Resolves once everything written so far has left `stream`. A pipe's writes
+ * are asynchronous: process.exit with output still queued cuts it at the
+ * pipe's buffer (64 KiB), so the exit waits for the queue to empty. An empty
+ * write's callback runs after every earlier write's, or with the error that
+ * ended the stream.
+ */
+function flushed(stream: NodeJS.WriteStream): Promise<void> {
+  return new Promise((resolve) => stream.write('', () => resolve()));
+}
+
 const code = await run(
   process.argv.slice(2),
   {
@@ -49,4 +69,10 @@ const code = await run(
   },
   UPSTREAMS,
 );
+await Promise.all([flushed(process.stdout), flushed(process.stderr)]);
+if (output.failed !== null && code === 0) {
+  process.stderr.write(`keyward: could not write the output: ${output.failed.message}\n`);
+  await flushed(process.stderr);
+  process.exit(EXIT_FAILURE);
+}
 process.exit(code);
