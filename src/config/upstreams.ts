@@ -100,6 +100,7 @@ function route(o: Options, spec: UpstreamSpec, index: number, readFile: ReadFile
     overrideQuery: new Set(spec.overrideQuery.map((q) => q.toLowerCase())),
     cost: spec.cost,
     secretEnvs: spec.secretEnvs,
+    unauthorized: spec.unauthorized ?? null,
     stripHeaders: requestStripSet([...spec.stripHeaders, ...METHOD_OVERRIDE_HEADERS], credential === null ? null : credential[0]),
   };
 }

@@ -181,13 +181,18 @@ export interface StandinOptions {
 /** How long a busy credential asks to be left alone, seconds. */
 export const STANDIN_BUSY_RETRY_AFTER = 2;
 
+/** A provider's own answer to a key it does not know, where its shape matters (routes.ts, `unauthorized`). */
+const UNAUTHORIZED: Readonly<Record<string, unknown>> = {
+  speech: { detail: { status: 'invalid_api_key', message: 'Invalid API key' } },
+};
+
 /** Answers 401 unless the request carries exactly one of the credentials `spec` injects; 429 when that one's account is busy. */
 function standin(spec: UpstreamSpec, accepted: readonly StandinCredential[]): Handler {
   const headers = accepted.map((c) => ({ header: spec.credential(c.secrets), busyEvery: c.busyEvery, calls: 0 }));
   const answer = REALISTIC[spec.name]?.() ?? generic(spec);
   return (req, res, body, path) => {
     const used = headers.find(({ header: [name, value] }) => same(req.headers[name], value));
-    if (used === undefined) return json(res, 401, { error: 'invalid credential' });
+    if (used === undefined) return json(res, 401, UNAUTHORIZED[spec.name] ?? { error: 'invalid credential' });
     if (used.busyEvery !== undefined && ++used.calls % used.busyEvery === 0) {
       res.setHeader('retry-after', String(STANDIN_BUSY_RETRY_AFTER));
       return json(res, 429, { detail: { status: 'too_many_concurrent_requests', message: 'Too many concurrent requests on this account.' } });

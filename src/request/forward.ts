@@ -27,7 +27,8 @@ import { freeSockets, upstreamAgent } from './agent.ts';
 import type { Duplex } from 'node:stream';
 import { ProxyServer } from 'http-proxy-3';
 import { maskHeaders, type SecretForm, type Secrets } from './egress.ts';
-import { asideUntil, isAsideStatus, type CredentialBoard, type CredentialSettings } from './credentials.ts';
+import { asideUntil, isAsideStatus, type AsideStatus, type CredentialBoard, type CredentialSettings } from './credentials.ts';
+import { peek, replay, unauthorizedOf } from './unauthorized.ts';
 import { Readable } from 'node:stream';
 import { ERRORS, UPSTREAM_ANSWERS, upstreamReason, type UpstreamReason } from './errors.ts';
 import { exchangeOf, type Exchange, type GatewayRequest } from './exchange.ts';
@@ -38,7 +39,7 @@ import { RunReader } from '../ledger/runs.ts';
 import { type BodyWatch, type DecodeLimits, decodersFor, relayCompressed, relayPlain } from './relay.ts';
 
 import { answer } from './reply.ts';
-import type { Route } from './routes.ts';
+import type { Credential, Route, Unauthorized } from './routes.ts';
 import type { Expiry } from './timers.ts';
 
 export interface ForwardOptions extends DecodeLimits, CredentialSettings {
@@ -178,18 +179,46 @@ function upstreamFailed(ex: Exchange, res: ServerResponse, reason: UpstreamReaso
 /** Statuses and methods whose response has no body (RFC 9110 §6.4.1): stray bytes after the head are not theirs. */
 const bodiless = (status: number, method: string | undefined): boolean => status === 204 || status === 304 || method === 'HEAD';
 
-/** `refused`: true when the answer refused its credential and the request went again on another (credentials.ts); this answer is then not the client's. */
+/**
+ * `refused`: true when the answer refused its credential (set aside as
+ * `aside`) and the request went again on another (credentials.ts); this
+ * answer is then not the client's.
+ */
+type Refused = (ex: Exchange, proxyRes: http.IncomingMessage, aside: AsideStatus) => boolean;
+
 function onProxyRes(
   proxyRes: http.IncomingMessage,
   req: http.IncomingMessage,
   res: ServerResponse,
   secrets: Secrets,
   limits: DecodeLimits,
-  refused: (ex: Exchange, proxyRes: http.IncomingMessage) => boolean,
+  refused: Refused,
 ): void {
   const ex = exchangeOf(req);
   ex.ttfbMs = performance.now() - ex.forwardStart;
-  if (isAsideStatus(proxyRes.statusCode) && refused(ex, proxyRes)) return;
+  const status = proxyRes.statusCode;
+  const route = ex.route;
+  if (isAsideStatus(status) && route !== null && ex.credential !== null && route.credentials.length > 1) {
+    if (status === 401 && route.unauthorized !== null) {
+      // Whether the account or only the call is refused is in the body
+      // (routes.ts, `unauthorized`): its first bytes are read first.
+      void peek(proxyRes)
+        .then(async (peeked) => {
+          const said = await unauthorizedOf(route, proxyRes, peeked).catch((): Unauthorized => 'call');
+          if (said !== 'call' && refused(ex, proxyRes, said === 'payment' ? 402 : 401)) return;
+          relayAnswer(replay(proxyRes, peeked), req, res, secrets, limits);
+        })
+        .catch((err: unknown) => onError(err as ErrorWithCode, req, res, () => undefined));
+      return;
+    }
+    if (refused(ex, proxyRes, status)) return;
+  }
+  relayAnswer(proxyRes, req, res, secrets, limits);
+}
+
+/** The upstream's answer to the client: its head filtered and masked, its body through the relay. */
+function relayAnswer(proxyRes: http.IncomingMessage, req: http.IncomingMessage, res: ServerResponse, secrets: Secrets, limits: DecodeLimits): void {
+  const ex = exchangeOf(req);
   if (ex.afterRun !== null) return readForRun(ex, proxyRes);
   if (ex.takenOver || ex.closed || res.headersSent) {
     proxyRes.destroy();
@@ -398,7 +427,7 @@ export class Forwarder {
     const internals = this.#proxy as unknown as { webPasses: Array<{ name: string }> };
     internals.webPasses = internals.webPasses.filter((pass) => pass.name !== 'deleteLength');
     this.#proxy.on('proxyReq', onProxyReq);
-    const refused = (ex: Exchange, proxyRes: http.IncomingMessage): boolean => this.#refused(ex, proxyRes);
+    const refused: Refused = (ex, proxyRes, aside) => this.#refused(ex, proxyRes, aside);
     this.#proxy.on('proxyRes', (proxyRes, req, res) => onProxyRes(proxyRes, req, res, secrets, options, refused));
     const retry = (ex: Exchange): void => {
       // The other idle connections are at least as old: drop them too, so the retry opens a fresh one.
@@ -421,20 +450,20 @@ export class Forwarder {
 
   /**
    * An answer of 401, 402 or 429 on a route with several credentials
-   * (docs/credentials.md): the credential is set aside, decided on the status
-   * line before any byte of this answer reaches the client; then, when the
+   * (docs/credentials.md): the credential is set aside (as `aside`: a 401
+   * whose body says the account is out of credit is a 402), decided before
+   * any byte of this answer reaches the client; then, when the
    * request can be sent again whole and another credential is available, it
    * goes again byte for byte on that one, and this answer is read away (its
    * connection stays pooled). The client's deadlines run on: `answerSince`
    * is kept, so the answer timeout spans every try.
    */
-  #refused(ex: Exchange, proxyRes: http.IncomingMessage): boolean {
-    const route = ex.route;
-    const used = ex.credential;
-    const status = proxyRes.statusCode;
-    if (route === null || used === null || route.credentials.length < 2 || !isAsideStatus(status)) return false;
+  #refused(ex: Exchange, proxyRes: http.IncomingMessage, aside: AsideStatus): boolean {
+    const route = ex.route as Route;
+    const used = ex.credential as Credential;
+    const status = proxyRes.statusCode as number;
     const now = Date.now();
-    this.#board.setAside({ route: route.name, label: used.label, status, until: asideUntil(status, proxyRes.headers['retry-after'], now, this.#settings) });
+    this.#board.setAside({ route: route.name, label: used.label, status: aside, until: asideUntil(aside, proxyRes.headers['retry-after'], now, this.#settings) });
     const refusedBy = (ex.refusedBy ??= []);
     refusedBy.push(`${used.label}:${status}`);
     // A body not read in full (or past the replay limit) cannot be sent again; nor a request nobody waits for.
@@ -442,7 +471,7 @@ export class Forwarder {
     const tried = new Set(refusedBy.map((t) => Number(t.slice(0, t.indexOf(':')))));
     const next = this.#board.choose(route, this.#settings.credentialOrder, tried, now);
     if (next === null) return false;
-    this.#board.retried({ route, status, from: used.label, to: next.label });
+    this.#board.retried({ route, status: status as AsideStatus, from: used.label, to: next.label });
     proxyRes.resume();
     this.#board.give(route, used);
     this.#board.take(route, next);

@@ -66,10 +66,50 @@ export interface UpstreamSpec {
      */
     readonly runs?: true;
   } | null;
+  /**
+   * What the provider's 401 says of the account (docs/credentials.md, "Set
+   * aside"), read from the answer's body (decoded, at most
+   * UNAUTHORIZED_BODY_MAX bytes; null when it could not be read whole):
+   * `account`, the secret itself is refused (set aside until a reload);
+   * `payment`, the account is out of credit (set aside as a 402); `call`,
+   * this call is refused for a reason the client controls (a scoped key
+   * asked for what is outside its scope): passed to the client, nothing set
+   * aside. Absent: every 401 refuses the account.
+   */
+  readonly unauthorized?: (body: Buffer | null) => Unauthorized;
   /** Made-up secrets of the right shape, one per `secretEnvs` entry, for the demo, tests, bench and soak; `tag` makes them unique. */
   readonly sampleSecrets: (tag: string) => readonly string[];
   /** What the demo says of this provider, and the requests it shows (the first is the plainest). */
   readonly demo: { readonly title: string; readonly examples: readonly Example[] };
+}
+
+/** What a 401 refuses: the account, its credit, or only the call (UpstreamSpec.unauthorized). */
+export type Unauthorized = 'account' | 'payment' | 'call';
+
+/** The most of a 401's body read to tell what it refuses: providers' error objects are a few hundred bytes. */
+export const UNAUTHORIZED_BODY_MAX = 16 * 1024;
+
+/**
+ * The voice provider's 401 names its reason in `detail.status`: only
+ * `invalid_api_key` says the key itself is wrong; `quota_exceeded` is an
+ * account out of characters (a 402 in all but status); anything else
+ * (`missing_permissions` from a scoped key, an unreadable body) is about
+ * the call, which one key holder controls and must not be able to turn into
+ * every key's outage.
+ */
+export function speechUnauthorized(body: Buffer | null): Unauthorized {
+  if (body === null) return 'call';
+  let doc: unknown;
+  try {
+    doc = JSON.parse(body.toString('utf8'));
+  } catch {
+    return 'call';
+  }
+  const detail = (doc as { detail?: unknown } | null)?.detail;
+  const status = typeof detail === 'object' && detail !== null ? (detail as { status?: unknown }).status : undefined;
+  if (status === 'invalid_api_key') return 'account';
+  if (status === 'quota_exceeded') return 'payment';
+  return 'call';
 }
 
 export const UPSTREAMS: readonly UpstreamSpec[] = [
@@ -136,6 +176,8 @@ export const UPSTREAMS: readonly UpstreamSpec[] = [
     // ElevenLabs: characters billed, in a response header.
     // A synthesis takes at most some tens of thousands of characters.
     cost: { unit: 'characters', headers: ['character-cost', 'x-character-count'], max: 1_000_000 },
+    // A scoped key answers 401 missing_permissions outside its scope.
+    unauthorized: speechUnauthorized,
     sampleSecrets: (tag) => [`sk_${tag}`],
     demo: {
       title: 'speech: synthesise to a file (32 KiB of audio/mpeg), then a slow stream (64 KiB over 2 s)',
@@ -199,6 +241,8 @@ export interface Route {
   readonly cost: UpstreamSpec['cost'];
   /** The options its secrets are read from (the provider table's), for what an operator is told to set. */
   readonly secretEnvs: readonly string[];
+  /** What a 401 refuses, read from its body (the provider table's); null: the account, always. */
+  readonly unauthorized: UpstreamSpec['unauthorized'] | null;
 }
 
 export type RouteTable = ReadonlyMap<string, Route>;

@@ -214,7 +214,7 @@ async function usageRequests(gw: TestGateway): Promise<number> {
 
 test('402 and 401 set aside (401 until a reload, logged at error); every credential aside: 503 with Retry-After, nothing forwarded, no quota consumed', async () => {
   const answers = new Map([
-    [1, { status: 401, body: '{"detail":"invalid_api_key"}' }],
+    [1, { status: 401, body: '{"detail":{"status":"invalid_api_key","message":"Invalid API key"}}' }],
     [2, { status: 402, body: '{"detail":"quota_exceeded"}' }],
     [3, { status: 429, headers: { 'retry-after': new Date(Date.now() + 60_000).toUTCString() } }],
   ]);
