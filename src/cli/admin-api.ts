@@ -13,14 +13,11 @@ import { verify } from '../keys/audit.ts';
 import { unsupportedOf, type KeyRecord } from '../keys/keyset.ts';
 import { createKey, findKey, KeyConflict, revokeKey, rotateKey, updateKey } from '../keys/manage.ts';
 import type { KeyStore, UpdateOptions } from '../keys/store.ts';
-import { readUsageStore } from '../ledger/open.ts';
-import { periodOf } from '../limits/policy.ts';
 import type { Logger } from '../observe/log.ts';
 import type { UpstreamSpec } from '../request/routes.ts';
 import { asError } from '../lib/error.ts';
 import { durationOption, helpTexts } from './args.ts';
 import { keyChangesOf, keyRules, newKeyOptions, type KeyRules } from './keys.ts';
-import { periodStates } from './left.ts';
 import { OPENAPI } from './openapi.ts';
 import { usageQuery, writeUsage } from './usage.ts';
 
@@ -35,6 +32,8 @@ export interface AdminApiOptions {
   readonly keysFile: string;
   readonly providers: readonly UpstreamSpec[];
   readonly logger: Logger;
+  /** What `GET /keyward/key` answers for a key, from the serving process's figures: the key view's `use` is its quota and budgets. */
+  readonly keyStatus: (record: KeyRecord) => Promise<unknown>;
 }
 
 export interface AdminApi {
@@ -129,7 +128,8 @@ function asFlags(body: unknown, kinds: Readonly<Record<string, Kind>>, nullable:
     const flag = FLAGS[field] as string;
     if (v === null) {
       if (!nullable || field === 'name') throw bad(`${field} may not be null here.`, field);
-      values[flag] = field === 'routes' ? 'all' : field === 'expiresIn' ? 'never' : field === 'budgets' ? undefined : 'none';
+      // null removes a setting: a limit, the scope (every route), the expiry; alertAt goes back to the default thresholds.
+      values[flag] = field === 'routes' ? 'all' : field === 'expiresIn' ? 'never' : field === 'budgets' ? undefined : field === 'alertAt' ? 'default' : 'none';
       continue;
     }
     const wrong = (what: string): Refusal => bad(`${field} must be ${what}.`, field);
@@ -156,6 +156,8 @@ function asFlags(body: unknown, kinds: Readonly<Record<string, Kind>>, nullable:
         break;
       case 'budgets': {
         if (typeof v !== 'object' || Array.isArray(v)) throw wrong('an object of route: "AMOUNT/day" or null');
+        // `{}` names no budget: a change of nothing, refused as an empty body is.
+        if (Object.keys(v).length === 0) throw wrong('an object naming at least one route (null removes them all)');
         const list: string[] = [];
         for (const [route, amount] of Object.entries(v as Record<string, unknown>)) {
           if (amount !== null && typeof amount !== 'string') throw wrong('an object of route: "AMOUNT/day" or null');
@@ -211,6 +213,10 @@ function readBody(req: http.IncomingMessage): Promise<unknown> {
     req.on('end', () => {
       const text = Buffer.concat(chunks).toString('utf8');
       if (text.trim() === '') return resolve({});
+      // A body declared as something else (`text/plain`, a form) is not read as JSON behind its sender's back.
+      const type = req.headers['content-type'];
+      if (type !== undefined && !/^\s*application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i.test(type))
+        return reject(new Refusal(415, 'unsupported_media_type', 'The body must be JSON (Content-Type: application/json).'));
       try {
         resolve(JSON.parse(text));
       } catch {
@@ -227,9 +233,18 @@ function pageSize(text: string | null): number {
   return Number(text);
 }
 
-/** Only the query parameters an endpoint knows. */
+/**
+ * Only the query parameters an endpoint knows, each at most once: a write
+ * that ignored `?dryRun=true` would do what the caller asked it not to, and
+ * `?limit=1&limit=2` has no one meaning (docs/admin-api.md, "Errors").
+ */
 function onlyParams(params: URLSearchParams, known: readonly string[]): void {
-  for (const k of params.keys()) if (!known.includes(k)) throw bad(`Unknown query parameter ${k}.`, k);
+  const seen = new Set<string>();
+  for (const k of params.keys()) {
+    if (!known.includes(k)) throw bad(`Unknown query parameter ${k}.`, k);
+    if (seen.has(k)) throw bad(`Query parameter ${k} is given more than once.`, k);
+    seen.add(k);
+  }
 }
 
 /** What every endpoint works with. */
@@ -270,14 +285,18 @@ async function theKey(ctx: Context, segment: string): Promise<KeyRecord> {
 
 const lastUsed = async (ctx: Context, id: string): Promise<string | null> => (await ctx.store.lastUse()).get(id) ?? null;
 
-/** A key with its state and where its quota and budgets stand this period (from the ledger's rows, as `keys list` reads them). */
+/**
+ * A key with its state and where its quota and budgets stand this period:
+ * the entries of `GET /keyward/key`'s `limits`, the same shape and the
+ * figures the serving process holds (its limiter's, its primary's with
+ * workers, its leases' in a fleet); null when they could not be had.
+ */
 async function detail(ctx: Context, r: KeyRecord): Promise<Record<string, unknown>> {
   const now = Date.now();
   let use: unknown = null;
   if (unsupportedOf(r) === null) {
-    const ledger = readUsageStore(ctx.keysFile, ctx.store);
-    const rows = ledger === null ? [] : await ledger.rows({ since: `${periodOf('month', now).key}-01`, keyId: r.id }).finally(() => ledger.close());
-    use = periodStates(r, rows, now);
+    const limits = ((await ctx.keyStatus(r)) as { limits: ReadonlyArray<{ kind: string }> | null }).limits;
+    use = limits === null ? null : limits.filter((l) => l.kind === 'quota' || l.kind === 'budget');
   }
   return { ...keyView(r, await lastUsed(ctx, r.id)), state: stateOf(r, now), use };
 }
@@ -302,7 +321,6 @@ async function createOne(ctx: Context, { req, update }: Call): Promise<Answer> {
 }
 
 async function listPage(ctx: Context, { params }: Call): Promise<Answer> {
-  onlyParams(params, ['limit', 'cursor', 'state', 'name', 'externalId']);
   const limit = pageSize(params.get('limit'));
   const state = params.get('state');
   if (state !== null && !['active', 'revoked', 'expired'].includes(state)) throw bad('state must be active, revoked or expired.', 'state');
@@ -333,8 +351,7 @@ async function listPage(ctx: Context, { params }: Call): Promise<Answer> {
   return { status: 200, body: { keys: page.map((r) => ({ ...keyView(r, used.get(r.id) ?? null), state: stateOf(r, now) })), next } };
 }
 
-async function readOne(ctx: Context, { id, params }: Call): Promise<Answer> {
-  onlyParams(params, []);
+async function readOne(ctx: Context, { id }: Call): Promise<Answer> {
   return { status: 200, body: await detail(ctx, await theKey(ctx, id)) };
 }
 
@@ -377,7 +394,6 @@ async function revoke(ctx: Context, { req, id, update }: Call): Promise<Answer> 
 
 /** `keyward usage --json` (or `--csv` for `Accept: text/csv`), written where the API can read it. */
 async function usage(ctx: Context, { req, params }: Call): Promise<Answer> {
-  onlyParams(params, ['key', 'route', 'since', 'until', 'by']);
   const csv = /\btext\/csv\b/.test(req.headers.accept ?? '');
   const values: Record<string, unknown> = { ...Object.fromEntries(params), [csv ? 'csv' : 'json']: true };
   let out = '';
@@ -395,7 +411,6 @@ async function usage(ctx: Context, { req, params }: Call): Promise<Answer> {
 }
 
 async function auditPage(ctx: Context, { params }: Call): Promise<Answer> {
-  onlyParams(params, ['since', 'limit', 'cursor']);
   const limit = pageSize(params.get('limit'));
   const cursor = params.get('cursor');
   if (cursor !== null && !/^\d{1,15}$/.test(cursor)) throw bad('cursor must be the seq of an entry.', 'cursor');
@@ -418,17 +433,23 @@ async function auditPage(ctx: Context, { params }: Call): Promise<Answer> {
 
 const document = (): Promise<Answer> => Promise.resolve({ status: 200, body: OPENAPI });
 
-/** The route table: method, path, whether it changes anything (role write), and the endpoint. */
-const ENDPOINTS: ReadonlyArray<{ method: string; path: RegExp; write: boolean; run: (ctx: Context, call: Call) => Promise<Answer> }> = [
-  { method: 'GET', path: /^\/v1\/openapi\.json$/, write: false, run: document },
-  { method: 'POST', path: /^\/v1\/keys$/, write: true, run: createOne },
-  { method: 'GET', path: /^\/v1\/keys$/, write: false, run: listPage },
-  { method: 'GET', path: /^\/v1\/keys\/([^/]+)$/, write: false, run: readOne },
-  { method: 'PATCH', path: /^\/v1\/keys\/([^/]+)$/, write: true, run: change },
-  { method: 'POST', path: /^\/v1\/keys\/([^/]+)\/rotate$/, write: true, run: rotate },
-  { method: 'POST', path: /^\/v1\/keys\/([^/]+)\/revoke$/, write: true, run: revoke },
-  { method: 'GET', path: /^\/v1\/usage$/, write: false, run: usage },
-  { method: 'GET', path: /^\/v1\/audit$/, write: false, run: auditPage },
+/** The route table: method, path, whether it changes anything (role write), the query parameters it knows, and the endpoint. */
+const ENDPOINTS: ReadonlyArray<{
+  method: string;
+  path: RegExp;
+  write: boolean;
+  params: readonly string[];
+  run: (ctx: Context, call: Call) => Promise<Answer>;
+}> = [
+  { method: 'GET', path: /^\/v1\/openapi\.json$/, write: false, params: [], run: document },
+  { method: 'POST', path: /^\/v1\/keys$/, write: true, params: [], run: createOne },
+  { method: 'GET', path: /^\/v1\/keys$/, write: false, params: ['limit', 'cursor', 'state', 'name', 'externalId'], run: listPage },
+  { method: 'GET', path: /^\/v1\/keys\/([^/]+)$/, write: false, params: [], run: readOne },
+  { method: 'PATCH', path: /^\/v1\/keys\/([^/]+)$/, write: true, params: [], run: change },
+  { method: 'POST', path: /^\/v1\/keys\/([^/]+)\/rotate$/, write: true, params: [], run: rotate },
+  { method: 'POST', path: /^\/v1\/keys\/([^/]+)\/revoke$/, write: true, params: [], run: revoke },
+  { method: 'GET', path: /^\/v1\/usage$/, write: false, params: ['key', 'route', 'since', 'until', 'by'], run: usage },
+  { method: 'GET', path: /^\/v1\/audit$/, write: false, params: ['since', 'limit', 'cursor'], run: auditPage },
 ];
 
 function send(res: http.ServerResponse, answer: Answer, requestId: string): void {
@@ -471,6 +492,8 @@ async function answer(ctx: Context, req: http.IncomingMessage, url: URL, request
   const endpoint = ENDPOINTS.find((e) => e.method === method && (match = e.path.exec(url.pathname)) !== null);
   if (endpoint === undefined) throw notFound();
   if (endpoint.write && who.role !== 'write') throw new Refusal(403, 'forbidden', 'This admin token may only read (role read).');
+  // Before the endpoint runs: nothing is read or changed for a request it would misread.
+  onlyParams(url.searchParams, endpoint.params);
   const call: Call = {
     req,
     params: url.searchParams,

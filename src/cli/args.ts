@@ -24,7 +24,7 @@ const limitsHelp = (providers: readonly UpstreamSpec[]): string => `limits (each
   --run-cap AMOUNT        the most one scraper run may be capped at, USD
                           (default: a tenth of the scraper budget, unless
                           the client asks for more with maxTotalChargeUsd)
-  --alert-at P%,…|none    alert when a quota or budget reaches these shares
+  --alert-at P%,…|none|default   alert when a quota or budget reaches these shares
                           of itself (default 80%,100%), once per period
   --allow-from RANGE,…|none   client addresses the key may be used from
                           (10.0.0.0/8,2001:db8::/32; others get 403)

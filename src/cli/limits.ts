@@ -24,7 +24,7 @@ export interface LimitChanges {
   readonly quota?: string | null;
   readonly budgets?: Readonly<Record<string, string | null>>;
   /** Alert thresholds in percent; empty: none (`--alert-at none`). */
-  readonly alerts?: readonly number[];
+  readonly alerts?: readonly number[] | null;
   /** The most one scraper run may be capped at, US dollars. */
   readonly runCap?: number | null;
   /** Client address ranges the key may be used from (docs/keys.md, "Allowed addresses"). */
@@ -80,10 +80,11 @@ export function limitChanges(values: Record<string, unknown>, costly: readonly s
   }
   const alertAt = values['alert-at'];
   if (typeof alertAt === 'string') {
-    // `none` turns a key's alerts off, on create as on update: absent means the defaults (80 % and 100 %).
-    const list = alertAt === 'none' ? [] : alertAt.split(',').map((p) => /^\s*([1-9]\d?|100)\s*%?\s*$/.exec(p)?.[1] ?? null);
-    if (list.some((p) => p === null) || list.length > 10) fail('--alert-at must be up to 10 percentages from 1 to 100 (e.g. 80%,100%), or none');
-    else changes.alerts = [...new Set(list.map(Number))].sort((a, b) => a - b);
+    // `none` turns a key's alerts off, on create as on update; `default` (the API's null) goes back to
+    // the defaults (80 % and 100 %), as absent means.
+    const list = alertAt === 'none' || alertAt === 'default' ? [] : alertAt.split(',').map((p) => /^\s*([1-9]\d?|100)\s*%?\s*$/.exec(p)?.[1] ?? null);
+    if (list.some((p) => p === null) || list.length > 10) fail('--alert-at must be up to 10 percentages from 1 to 100 (e.g. 80%,100%), none or default');
+    else changes.alerts = alertAt === 'default' ? null : [...new Set(list.map(Number))].sort((a, b) => a - b);
   }
   const budgets = values.budget;
   if (Array.isArray(budgets)) {
@@ -127,7 +128,8 @@ export function applyLimits(limits: Limits | undefined, changes: LimitChanges): 
     if (v === null) delete next[field];
     else if (v !== undefined) next[field] = v;
   }
-  if (changes.alerts !== undefined) next.alerts = changes.alerts;
+  if (changes.alerts === null) delete next.alerts;
+  else if (changes.alerts !== undefined) next.alerts = changes.alerts;
   // A burst belongs to its rate.
   if (next.rate === undefined) delete next.burst;
   if (changes.budgets !== undefined) {

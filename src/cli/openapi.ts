@@ -10,14 +10,16 @@ const json = (schema: unknown): unknown => ({ 'application/json': { schema } });
 const error = (description: string): unknown => ({ description, content: json(ref('Error')) });
 
 const ERRORS = {
+  '400': error('A query parameter the endpoint does not know, or one given twice (every endpoint), or a bad value; `field` names it.'),
   '401': error('No admin token, a client key, or an unknown or revoked admin token.'),
   '503': error('The key store could not be read or written; nothing was changed.'),
 };
 const WRITE_ERRORS = {
   ...ERRORS,
-  '400': error('A field or value the CLI would refuse; `field` names it.'),
+  '400': error('A field, value or query parameter the CLI would refuse, unknown or given twice; `field` names it.'),
   '403': error('An admin token of role read.'),
   '413': error('A body above 64 KiB.'),
+  '415': error('A body whose Content-Type is not JSON.'),
 };
 
 const KEY_PROPERTIES = {
@@ -134,7 +136,6 @@ export const OPENAPI = {
               additionalProperties: false,
             }),
           },
-          '400': error('A bad parameter; `field` names it.'),
           ...ERRORS,
         },
       },
@@ -217,7 +218,6 @@ export const OPENAPI = {
               'text/csv': { schema: { type: 'string' } },
             },
           },
-          '400': error('A bad parameter; `field` names it.'),
           ...ERRORS,
         },
       },
@@ -240,7 +240,6 @@ export const OPENAPI = {
               additionalProperties: false,
             }),
           },
-          '400': error('A bad parameter; `field` names it.'),
           ...ERRORS,
         },
       },
@@ -256,7 +255,10 @@ export const OPENAPI = {
         type: 'object',
         properties: {
           error: { type: 'string' },
-          code: { type: 'string', enum: ['unauthorized', 'forbidden', 'not_found', 'bad_request', 'conflict', 'payload_too_large', 'store_unavailable'] },
+          code: {
+            type: 'string',
+            enum: ['unauthorized', 'forbidden', 'not_found', 'bad_request', 'conflict', 'payload_too_large', 'unsupported_media_type', 'store_unavailable'],
+          },
           field: { type: 'string' },
           id: { type: 'string' },
         },
@@ -286,13 +288,14 @@ export const OPENAPI = {
               properties: {
                 kind: { type: 'string', enum: ['quota', 'budget'] },
                 route: { type: 'string' },
-                value: { type: 'string' },
+                value: { type: 'number', description: 'Requests (a quota) or the amount in `unit` (a budget), per `period`.' },
+                unit: { type: 'string', description: "`requests`, or the budget route's cost unit (`usd`, `characters`)." },
                 used: { type: 'number' },
                 remaining: { type: 'number' },
                 period: { type: 'string', enum: ['day', 'month'] },
                 resetsAt: instant,
               },
-              required: ['kind', 'value', 'used', 'remaining', 'period', 'resetsAt'],
+              required: ['kind', 'value', 'unit', 'used', 'remaining', 'period', 'resetsAt'],
               additionalProperties: false,
             },
           }),

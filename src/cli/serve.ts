@@ -13,7 +13,9 @@ import { startDeciding } from '../process/usage-part.ts';
 import { costUnits } from '../process/runtime.ts';
 import { pageSource, pageThread, type PageThread } from '../views/page-thread.ts';
 import { countOnly, openUsageStore } from '../ledger/open.ts';
-import type { Policy } from '../limits/policy.ts';
+import { policyFor, type Policy } from '../limits/policy.ts';
+import { keyStatus, type StatusSources } from '../views/key-status.ts';
+import type { Principal } from '../keys/keyset.ts';
 import { runSettler } from '../process/run-settler.ts';
 import { inheritedListenFd } from '../process/systemd.ts';
 import { closest } from '../config/unknown.ts';
@@ -117,7 +119,7 @@ async function startServing(
               metrics: () => metrics.text(),
               metricsContentType: metrics.contentType,
               usage: (p) => gateway.usagePage(p),
-              api: adminApi({ store, keysFile: config.keysFile, providers, logger: log.logger }),
+              api: adminApi({ store, keysFile: config.keysFile, providers, logger: log.logger, keyStatus: (r) => gateway.keyStatus(r) }),
             },
             log.logger,
             false,
@@ -183,6 +185,24 @@ function serveUntilStopped(running: Gateway, admin: Admin | null, log: LogHandle
   });
 }
 
+/** The key view's figures as a worker's `GET /keyward/key` gives them: from the machine's limiter, which the primary holds. */
+function primaryKeyStatus(
+  spend: Awaited<ReturnType<typeof startDeciding>>['spend'],
+  limiter: Awaited<ReturnType<typeof startDeciding>>['limiter'],
+  ledger: Ledger,
+  alone: boolean,
+  units: ReturnType<typeof costUnits>,
+): (record: Principal) => Promise<unknown> {
+  const sources: StatusSources = {
+    usage: (keyId, now) => spend.status.usage(keyId, now),
+    limits: (principal, use, now) => {
+      const policy = policyFor(principal);
+      return policy === null ? [] : limiter.status(principal.id, policy, now, ledger.gateways, alone ? ledger : use);
+    },
+  };
+  return (record) => Promise.resolve(keyStatus(sources, record, units, Date.now()));
+}
+
 /** Keys remembered by the primary for the alerts of settled runs (the latest asked about). */
 const RECENT_KEYS = 10_000;
 
@@ -244,7 +264,13 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io, pro
     units,
     log,
     io,
-    adminApi({ store: keys, keysFile: config.keysFile, providers, logger: log.logger }),
+    adminApi({
+      store: keys,
+      keysFile: config.keysFile,
+      providers,
+      logger: log.logger,
+      keyStatus: primaryKeyStatus(spend, limiter, ledger, usage.fleet === undefined, units),
+    }),
   );
   const code = await primary.done;
   await admin?.close();

@@ -126,6 +126,8 @@ export function drafts(
           : old.digest !== r.digest
             ? 'key.rotate'
             : 'key.update';
+    // An update that changes no field shown (`routes: null` for none, a spelling) is no change to audit.
+    if (action === 'key.update' && Object.keys(changes).length === 0) continue;
     out.push({ at, actor: context.actor, action, target: { id: r.id, name: r.name }, changes, requestId: context.requestId ?? null });
   }
   return out;

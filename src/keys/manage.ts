@@ -61,7 +61,11 @@ export function byIdOrName<T extends { readonly id: string; readonly name: strin
 
 /** A key by id, by `ext:<external id>`, or by name as byIdOrName; null when none. */
 export function findKey(records: readonly KeyRecord[], idOrName: string): KeyRecord | null {
-  if (idOrName.startsWith('ext:')) return records.find((r) => r.externalId === idOrName.slice(4)) ?? null;
+  if (idOrName.startsWith('ext:')) {
+    // The active key first: a key revoked by an older version may still hold the id (revocation frees it now).
+    const id = idOrName.slice(4);
+    return records.find((r) => r.externalId === id && r.revoked === null) ?? records.find((r) => r.externalId === id) ?? null;
+  }
   return byIdOrName(records, idOrName);
 }
 
@@ -84,7 +88,8 @@ function checkExternalId(id: string | null | undefined): void {
 /** Another key already holding external id `id`: a conflict naming it. */
 function claimExternalId(records: readonly KeyRecord[], id: string | null | undefined, self: string | null): void {
   if (typeof id !== 'string') return;
-  const holder = records.find((r) => r.externalId === id && r.id !== self);
+  // A revoked key holds nothing: its external id is free to be given to the key that replaces it.
+  const holder = records.find((r) => r.externalId === id && r.id !== self && r.revoked === null);
   if (holder !== undefined) throw new KeyConflict(`externalId ${id} is already key ${holder.id}`, holder.id);
 }
 
@@ -132,6 +137,8 @@ export async function revokeKey(
     const target = find(records, idOrName);
     if (target.revoked !== null) return { records, result: { record: target, already: true } };
     const revoked: KeyRecord = { ...target, revoked: new Date(now).toISOString(), previous: [] };
+    // The external id is freed (its audit entry says so): the caller's own id goes to the key that replaces this one.
+    delete (revoked as { externalId?: unknown }).externalId;
     return { records: replace(records, target, revoked), result: { record: revoked, already: false } };
   }, update);
 }
@@ -194,7 +201,7 @@ export async function updateKey(store: KeyStore, idOrName: string, changes: KeyC
   checkExternalId(changes.externalId);
   return store.update((records) => {
     const target = find(records, idOrName);
-    if (target.revoked !== null) throw new KeyUsageError(`key ${target.id} (${target.name}) is revoked`);
+    if (target.revoked !== null) throw new KeyConflict(`key ${target.id} (${target.name}) is revoked`, target.id);
     claimExternalId(records, changes.externalId, target.id);
     let next: KeyRecord = { ...target };
     if (changes.externalId !== undefined) {

@@ -26,6 +26,7 @@ import { shareInFleet, shareWithPrimary } from './credential-share.ts';
 import type { Ledger } from '../ledger/ledger.ts';
 import { Sweeper } from '../request/timers.ts';
 import { keyStatus } from '../views/key-status.ts';
+import type { Principal } from '../keys/keyset.ts';
 import { renderPage } from '../views/page.ts';
 import { usagePage } from '../views/report.ts';
 import { MemoryUsageStore } from '../ledger/memory-store.ts';
@@ -70,6 +71,8 @@ export interface Gateway {
   keyCount(): number;
   /** The usage page (admin listener): from the ledger's store and the loaded keys. */
   usagePage(params: URLSearchParams): Promise<string>;
+  /** What `GET /keyward/key` answers for `principal`, from this process's figures (the admin API's key view). */
+  keyStatus(principal: Principal): Promise<unknown>;
 }
 
 export interface GatewayOptions extends UsageOptions {
@@ -172,6 +175,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     readiness: () => withCredentials(withLedger(readinessOf(keys, draining, runtime.config), usageStore), runtime.config, board),
     keyCount: () => keys.loaded?.size ?? 0,
     // In memory (no ledger file could be opened) the figures are this process's own, and few: built here.
+    keyStatus: (principal) => Promise.resolve(keyStatus(statusSources, principal, units, Date.now())),
     usagePage: pages === null ? ownUsagePage(usageStore, keys, config, units) : (params) => pages.page(params),
   };
   return gateway;

@@ -463,7 +463,12 @@ export class Forwarder {
     const used = ex.credential as Credential;
     const status = proxyRes.statusCode as number;
     const now = Date.now();
-    this.#board.setAside({ route: route.name, label: used.label, status: aside, until: asideUntil(aside, proxyRes.headers['retry-after'], now, this.#settings) });
+    this.#board.setAside({
+      route: route.name,
+      label: used.label,
+      status: aside,
+      until: asideUntil(aside, proxyRes.headers['retry-after'], now, this.#settings),
+    });
     const refusedBy = (ex.refusedBy ??= []);
     refusedBy.push(`${used.label}:${status}`);
     // A body not read in full (or past the replay limit) cannot be sent again; nor a request nobody waits for.

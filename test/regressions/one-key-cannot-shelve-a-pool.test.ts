@@ -85,7 +85,12 @@ test("one key's requests outside a scoped account key's scope never make the rou
 test('a 401 per status: invalid_api_key until a reload and retried, quota_exceeded as a 402 and retried, every other status passed on', async () => {
   const cases: Array<{ name: string; body: Buffer | string; headers?: Record<string, string>; aside: boolean; payment?: true; undecodable?: true }> = [
     { name: 'invalid_api_key', body: JSON.stringify({ detail: { status: 'invalid_api_key', message: 'Invalid API key' } }), aside: true },
-    { name: 'quota_exceeded', body: JSON.stringify({ detail: { status: 'quota_exceeded', message: 'This request exceeds your quota.' } }), aside: true, payment: true },
+    {
+      name: 'quota_exceeded',
+      body: JSON.stringify({ detail: { status: 'quota_exceeded', message: 'This request exceeds your quota.' } }),
+      aside: true,
+      payment: true,
+    },
     {
       name: 'invalid_api_key, gzip',
       body: gzipSync(JSON.stringify({ detail: { status: 'invalid_api_key', message: 'Invalid API key' } })),
@@ -146,9 +151,18 @@ test('the scraper platform: any 401 refuses the account; its 403 insufficient-pe
       res.end(body);
     });
   });
-  const gw = await startGateway({ scraper: up.url, secrets: { scraper: [tokens[0] as string] }, env: { KEYWARD_CREDENTIAL_ORDER: 'first', KEYWARD_SCRAPER_TOKEN_2: tokens[1] as string } });
+  const gw = await startGateway({
+    scraper: up.url,
+    secrets: { scraper: [tokens[0] as string] },
+    env: { KEYWARD_CREDENTIAL_ORDER: 'first', KEYWARD_SCRAPER_TOKEN_2: tokens[1] as string },
+  });
   try {
-    const call = () => request(`${gw.url}/scraper/v2/acts/a~b/runs?waitForFinish=0`, { method: 'POST', headers: { authorization: `Bearer ${gw.token}`, 'content-type': 'application/json' }, body: '{}' });
+    const call = () =>
+      request(`${gw.url}/scraper/v2/acts/a~b/runs?waitForFinish=0`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${gw.token}`, 'content-type': 'application/json' },
+        body: '{}',
+      });
     status = 403;
     assert.equal((await call()).status, 403);
     assert.deepEqual(gw.gateway.readiness().credentials, { scraper: { available: 2, total: 2 } }, '403: nothing set aside');
