@@ -157,7 +157,7 @@ function asFlags(body: unknown, kinds: Readonly<Record<string, Kind>>, nullable:
       case 'budgets': {
         if (typeof v !== 'object' || Array.isArray(v)) throw wrong('an object of route: "AMOUNT/day" or null');
         // `{}` names no budget: a change of nothing, refused as an empty body is.
-        if (Object.keys(v).length === 0) throw wrong('an object naming at least one route (null removes them all)');
+        if (Object.keys(v as object).length === 0) throw wrong('an object naming at least one route (null removes them all)');
         const list: string[] = [];
         for (const [route, amount] of Object.entries(v as Record<string, unknown>)) {
           if (amount !== null && typeof amount !== 'string') throw wrong('an object of route: "AMOUNT/day" or null');
