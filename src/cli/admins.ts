@@ -6,7 +6,7 @@ import { ADMIN_ROLES, type AdminRole } from '../keys/admin-record.ts';
 import { adminView, createAdmin, revokeAdmin } from '../keys/admins.ts';
 import { openKeyStore } from '../keys/open.ts';
 import type { UpstreamSpec } from '../request/routes.ts';
-import { EXIT_OK, helpTexts, line, parse, readText, UsageError, type Io } from './args.ts';
+import { EXIT_OK, helpTexts, HelpRequested, line, parse, readText, UsageError, type Io } from './args.ts';
 import { printable, table } from './table.ts';
 
 export async function adminsCommand(args: string[], io: Io, providers: readonly UpstreamSpec[]): Promise<number> {
@@ -65,6 +65,10 @@ export async function adminsCommand(args: string[], io: Io, providers: readonly 
       };
       break;
     }
+    case 'help':
+    case '--help':
+    case '-h':
+      throw new HelpRequested(help);
     default:
       throw new UsageError(sub === undefined ? 'admins needs a command: create, list or revoke' : `unknown admins command ${sub}`, help);
   }

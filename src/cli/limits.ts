@@ -75,7 +75,9 @@ export function limitChanges(values: Record<string, unknown>, costly: readonly s
   if (allowFrom !== undefined) {
     const ranges = allowFrom === null ? null : [...new Set(allowFrom.split(',').map((r) => r.trim()))].filter((r) => r !== '');
     if (ranges !== null && allowFromProblem(ranges) !== null)
-      fail(`--allow-from must be 1 to ${ALLOW_FROM_MAX} address ranges, comma-separated (10.0.0.0/8,2001:db8::/32, or single addresses), or none`);
+      fail(
+        `--allow-from must be 1 to ${ALLOW_FROM_MAX} address ranges, comma-separated (10.0.0.0/8,2001:db8::/32, or single addresses; no zone id, no IPv6 range that takes in every IPv4 address such as ::/8), or none`,
+      );
     changes.allowFrom = ranges;
   }
   const alertAt = values['alert-at'];

@@ -10,8 +10,8 @@ import { adminProblem, type AdminRecord } from './admin-record.ts';
 import { appendAudit, auditPath, readAudit } from './audit-sqlite.ts';
 import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
-import { open, readFile, rename, stat, unlink } from 'node:fs/promises';
-import { dirname } from 'node:path';
+import { open, readdir, readFile, rename, stat, unlink } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { KeyRecord } from './keyset.ts';
 import { jsonErrorWhere } from './json-position.ts';
@@ -22,6 +22,17 @@ const FORMAT_VERSION = 1;
 const POLL_MS = 250;
 const LOCK_WAIT_MS = 10_000;
 const LOCK_STALE_MS = 30_000;
+
+/** Whether process `pid` is running (ours or another user's). */
+function processAlive(pid: number): boolean {
+  if (pid === process.pid) return true;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
 
 /** The keys file cannot be used (exit 1); its message names the fault, never the contents. */
 export class KeysFileError extends Error {
@@ -117,7 +128,14 @@ export class FileKeyStore implements KeyStore {
     return `keys file ${this.location}`;
   }
 
+  /** Whether this process looked for temporary files a killed writer left (once, at its first read). */
+  #swept = false;
+
   async load(): Promise<readonly KeyRecord[]> {
+    if (!this.#swept) {
+      this.#swept = true;
+      await this.#sweepTemporary();
+    }
     let text: string;
     try {
       text = await readRegularFile(this.location);
@@ -348,6 +366,29 @@ export class FileKeyStore implements KeyStore {
       }
     } catch {
       return false; // vanished between open and read: just retry
+    }
+  }
+
+  /**
+   * A writer killed between writing its temporary copy and renaming it
+   * (`kill -9`, power loss) leaves `keys.json.<pid>.<hex>.tmp` behind: a
+   * 0600 copy of every digest that nothing will ever read. Removed when its
+   * writer is gone; a live writer's is its own.
+   */
+  async #sweepTemporary(): Promise<void> {
+    const dir = dirname(this.location);
+    const prefix = `${basename(this.location)}.`;
+    let names: string[];
+    try {
+      names = await readdir(dir);
+    } catch {
+      return; // no folder yet: load says so
+    }
+    for (const name of names) {
+      if (!name.startsWith(prefix)) continue;
+      const m = /^(?:admins\.|last-used\.)?(\d{1,10})\.[0-9a-f]{8}\.tmp$/.exec(name.slice(prefix.length));
+      if (m === null || processAlive(Number(m[1]))) continue;
+      await unlink(join(dir, name)).catch(() => undefined);
     }
   }
 

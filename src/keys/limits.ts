@@ -40,7 +40,7 @@ export const ALLOW_FROM_MAX = 64;
 /** What is wrong with an allowlist as stored, or null. */
 export function allowFromProblem(v: unknown): string | null {
   if (!Array.isArray(v) || v.length === 0 || v.length > ALLOW_FROM_MAX || !v.every((r) => typeof r === 'string' && parseRange(r) !== null))
-    return `.limits.allowFrom must be a list of 1 to ${ALLOW_FROM_MAX} address ranges (10.0.0.0/8, 2001:db8::/32, or one address)`;
+    return `.limits.allowFrom must be a list of 1 to ${ALLOW_FROM_MAX} address ranges (10.0.0.0/8, 2001:db8::/32, or one address; no zone id, and no IPv6 range that takes in the IPv4-mapped ::ffff:0:0/96)`;
   return null;
 }
 

@@ -12,13 +12,26 @@ export function parseRange(text: string): { readonly address: string; readonly p
   const slash = text.indexOf('/');
   const address = slash < 0 ? text : text.slice(0, slash);
   const v = isIP(address);
-  if (v === 0) return null;
+  // A zone id (`fe80::1%lo`) is not part of any address a socket reports: the range would never match.
+  if (v === 0 || address.includes('%')) return null;
   const max = v === 4 ? 32 : 128;
   const prefixText = slash < 0 ? String(max) : text.slice(slash + 1);
   if (!/^\d{1,3}$/.test(prefixText)) return null;
   const prefix = Number(prefixText);
   if (prefix > max) return null;
+  if (v === 6 && prefix <= 96 && coversMapped(address, prefix)) return null;
   return { address, prefix, family: v === 4 ? 'ipv4' : 'ipv6' };
+}
+
+/**
+ * Whether an IPv6 range takes in `::ffff:0:0/96`, where every IPv4 client
+ * is seen (RFC 4291 §2.5.5.2): `::/8` written for IPv6 clients would let
+ * in every IPv4 address too. Refused: IPv4 clients are named by IPv4 ranges.
+ */
+function coversMapped(address: string, prefix: number): boolean {
+  const range = new BlockList();
+  range.addSubnet(address, prefix, 'ipv6');
+  return range.check('::ffff:0.0.0.0', 'ipv6');
 }
 
 /** Ranges as a set to test addresses against; null for an empty list. Every range must parse (checked where they are stored or configured). */

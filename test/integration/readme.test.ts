@@ -247,10 +247,16 @@ test('README "Keys over HTTP" works as pasted: an admin token, then a key create
   const up = await (await import('../support/upstream.ts')).startUpstream();
   const port = await freePort();
   // The seo route pointed at a recording stand-in: the block's own commands are the README's.
+  const started = performance.now();
   const run = startScript(block('Keys over HTTP'), dir, { PORT: String(port), ADMIN_PORT: String(await freePort()), KEYWARD_SEO_URL: up.url });
   try {
     const result = await deadline(run.done, 50_000, 'walkthrough');
     assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
+    // Round 4: the block waited on /readyz, which is 503 until a key exists, so it always sat out its whole 30 s loop.
+    assert.ok(
+      performance.now() - started < 25_000,
+      `the block waits for the admin listener, not for readiness (${Math.round(performance.now() - started)} ms)`,
+    );
     const made = JSON.parse(result.stdout.trim()) as { name: string; externalId: string; token: string; limits: { quota: string } };
     assert.deepEqual([made.name, made.externalId, made.limits.quota], ['billing-service', 'billing', '1000/day']);
     assert.match(made.token, /^kw_/);
