@@ -6,7 +6,8 @@ import { effectiveEnv, knownVariables, loadConfig, type Config } from '../config
 import { openKeyStore } from '../keys/open.ts';
 import { createLogger, type LogHandle } from '../observe/log.ts';
 import { clusterMetrics, createMetrics, newRegistry, type Registry } from '../observe/metrics.ts';
-import { createGateway, type Gateway, type Readiness } from '../process/server.ts';
+import { createGateway, withLedger, type Gateway, type Readiness } from '../process/server.ts';
+import type { UsageStore } from '../ledger/store.ts';
 import { Ledger } from '../ledger/ledger.ts';
 import { periodUse } from '../ledger/ledger.ts';
 import { startDeciding } from '../process/usage-part.ts';
@@ -260,6 +261,7 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io, pro
   const { admin, pages } = await primaryAdmin(
     config,
     primary,
+    usage,
     registry,
     units,
     log,
@@ -288,6 +290,8 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io, pro
 async function primaryAdmin(
   config: Config,
   primary: { readiness(): Promise<Readiness> },
+  /** The primary's own ledger (it counts for the machine): a damaged one is named as a worker's is. */
+  ledgerOf: Pick<UsageStore, 'damaged' | 'location'>,
   registry: Registry,
   units: (route: string) => string | null,
   log: LogHandle,
@@ -302,7 +306,13 @@ async function primaryAdmin(
     const text = async (): Promise<string> => `${await summed.text()}\n${await registry.metrics()}`;
     const admin = await startAdmin(
       config.admin,
-      { readiness: () => primary.readiness(), metrics: text, metricsContentType: summed.contentType, usage: (p) => pages.page(p), api },
+      {
+        readiness: async () => withLedger(await primary.readiness(), ledgerOf),
+        metrics: text,
+        metricsContentType: summed.contentType,
+        usage: (p) => pages.page(p),
+        api,
+      },
       log.logger,
     );
     return { admin, pages };

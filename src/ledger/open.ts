@@ -108,6 +108,7 @@ export function writeOnly(store: UsageStore): UsageStore {
 export function countOnly(store: UsageStore): UsageStore {
   return {
     location: store.location,
+    ...(store.damaged === undefined ? {} : { damaged: store.damaged }),
     ...(store.fleet === undefined ? {} : { fleet: store.fleet }),
     ...(store.alerts === undefined ? {} : { alerts: store.alerts }),
     ...(store.report === undefined ? {} : { report: store.report }),

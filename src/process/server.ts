@@ -337,7 +337,7 @@ interface DrainParts {
 }
 
 /** Readiness with the ledger's problem, if any: still ready (keys without a quota or budget are served), and saying why the others are refused. */
-function withLedger(r: Readiness, store: UsageStore): Readiness {
+export function withLedger(r: Readiness, store: Pick<UsageStore, 'damaged' | 'location'>): Readiness {
   if (store.damaged === undefined) return r;
   const problem = `usage ledger ${store.location} cannot be read (${store.damaged}); keys with a quota or budget get 503 ledger_unavailable`;
   return { ...r, problem: r.problem === undefined ? problem : `${r.problem}; ${problem}` };

@@ -99,6 +99,9 @@ function machineReadiness(answers: readonly Readiness[], count: number, stopping
   if (answers.length < count) return { ready: false, draining: false, keys, reason: `${answers.length} of ${count} workers ready` };
   if (notReady !== undefined) return notReady;
   const unsupported = Math.max(0, ...answers.map((a) => a.keysUnsupported ?? 0));
+  // What any worker names (a damaged ledger, a store it cannot reach) is the machine's: said once each.
+  const problems = [...new Set(answers.flatMap((a) => (a.problem === undefined ? [] : a.problem.split('; '))))];
+  const stale = answers.some((a) => a.stale === true);
   // Every worker holds the same credentials set aside: the first answer's stand for the machine's.
   const { credentials, credentialsExhausted } = answers[0] ?? {};
   return {
@@ -106,6 +109,8 @@ function machineReadiness(answers: readonly Readiness[], count: number, stopping
     draining: false,
     keys,
     ...(unsupported > 0 ? { keysUnsupported: unsupported } : {}),
+    ...(stale ? { stale } : {}),
+    ...(problems.length > 0 ? { problem: problems.join('; ') } : {}),
     ...(credentials === undefined ? {} : { credentials }),
     ...(credentialsExhausted === undefined ? {} : { credentialsExhausted }),
   };
