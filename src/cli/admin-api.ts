@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import type http from 'node:http';
 import type { AdminRecord } from '../keys/admin-record.ts';
 import { adminFor } from '../keys/admins.ts';
-import { verify } from '../keys/audit.ts';
+import { auditOf } from '../keys/audit-check.ts';
 import { unsupportedOf, type KeyRecord } from '../keys/keyset.ts';
 import { createKey, findKey, KeyConflict, revokeKey, rotateKey, updateKey } from '../keys/manage.ts';
 import type { KeyStore, UpdateOptions } from '../keys/store.ts';
@@ -427,7 +427,11 @@ async function auditPage(ctx: Context, { params }: Call): Promise<Answer> {
   const page = shown.slice(0, limit);
   return {
     status: 200,
-    body: { entries: page, next: shown.length > limit ? String((page.at(-1) as { seq: number }).seq) : null, whole: verify(entries) === null },
+    body: {
+      entries: page,
+      next: shown.length > limit ? String((page.at(-1) as { seq: number }).seq) : null,
+      whole: (await auditOf(ctx.store, entries)) === null,
+    },
   };
 }
 

@@ -63,12 +63,14 @@ The options most set (keyward help config lists every one, with its default):
   KEYWARD_LOG_LEVEL               info
 `,
   audit: `usage: keyward audit [--since 7d|YYYY-MM-DD] [--json]
-       keyward audit verify
+       keyward audit verify [--head SEQ:HASH]…
 
 Every change to keys (create, update, rotate, revoke, import), by whom,
 when and what changed (never a token or digest), oldest first; each entry
 carries the SHA-256 of the one before. audit verify exits 0 when the chain
-is whole, 1 naming the first entry that was edited, removed or moved.
+is whole, ends where the keys store recorded it (and at each --head, as a
+gateway logged it: "audit log head"), and every key and admin token is
+what its entries say; 1 naming what was edited, removed, moved or cut.
 `,
   admins: `usage: keyward admins create --name NAME [--role read|write] [--json]
        keyward admins list [--json]

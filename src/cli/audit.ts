@@ -2,10 +2,11 @@
 // "Audit log"): the log of key changes from the configured store (beside the
 // keys file, or PostgreSQL), listed, or its hash chain checked.
 import { effectiveEnv, storeConfig } from '../config/load.ts';
-import { verify, type AuditEntry } from '../keys/audit.ts';
+import { type AuditEntry } from '../keys/audit.ts';
+import { auditOf, headOf, parseHead } from '../keys/audit-check.ts';
 import { openKeyStore } from '../keys/open.ts';
 import type { UpstreamSpec } from '../request/routes.ts';
-import { EXIT_FAILURE, EXIT_OK, helpTexts, line, parse, readText, type Io } from './args.ts';
+import { EXIT_FAILURE, EXIT_OK, helpTexts, line, parse, readText, UsageError, type Io } from './args.ts';
 import { printable, table } from './table.ts';
 import { sinceDay } from './usage.ts';
 
@@ -26,7 +27,16 @@ function what(e: AuditEntry): string {
 export async function auditCommand(args: string[], io: Io, providers: readonly UpstreamSpec[]): Promise<number> {
   const help = helpTexts(providers).audit;
   const verifying = args[0] === 'verify';
-  const { values } = parse(verifying ? args.slice(1) : args, verifying ? {} : { since: { type: 'string' }, json: { type: 'boolean' } }, help);
+  const { values } = parse(
+    verifying ? args.slice(1) : args,
+    verifying ? { head: { type: 'string', multiple: true } } : { since: { type: 'string' }, json: { type: 'boolean' } },
+    help,
+  );
+  const given = ((values.head as string[] | undefined) ?? []).map((text) => {
+    const head = parseHead(text);
+    if (head === null) throw new UsageError('--head must be SEQ:HASH as the gateway logged it ("audit log head", auditHead)', help);
+    return { head, from: '--head' };
+  });
   const since = typeof values.since === 'string' ? sinceDay(values.since, Date.now(), help) : null;
   const env = effectiveEnv(io.env, readText);
   const store = openKeyStore(storeConfig(env, io.cwd, readText, providers));
@@ -34,12 +44,16 @@ export async function auditCommand(args: string[], io: Io, providers: readonly U
     line(io.stderr, `keyward: audit log of the ${store.title ?? store.location}`);
     const entries = await store.auditEntries();
     if (verifying) {
-      const broken = verify(entries);
+      const broken = await auditOf(store, entries, given);
       if (broken === null) {
-        line(io.stdout, `The audit log is whole: ${entries.length} ${entries.length === 1 ? 'entry' : 'entries'}, each chained to the one before.`);
+        const head = headOf(entries);
+        line(
+          io.stdout,
+          `The audit log is whole: ${entries.length} ${entries.length === 1 ? 'entry' : 'entries'}, each chained to the one before, ending where the store recorded it${given.length > 0 ? ' and at the head given' : ''}, and every key and admin token as its entries say${head === null ? '' : ` (head ${head.seq}:${head.hash})`}.`,
+        );
         return EXIT_OK;
       }
-      line(io.stdout, `The audit log is broken at entry ${broken.seq}: ${broken.why}.`);
+      line(io.stdout, broken.seq === null ? `The audit log is broken: ${broken.why}.` : `The audit log is broken at entry ${broken.seq}: ${broken.why}.`);
       return EXIT_FAILURE;
     }
     const shown = since === null ? entries : entries.filter((e) => typeof e.at === 'string' && e.at.slice(0, 10) >= since);

@@ -8,6 +8,7 @@
 import { adminDrafts, cliActor, drafts, type AuditDraft, type AuditEntry } from './audit.ts';
 import { adminProblem, type AdminRecord } from './admin-record.ts';
 import { appendAudit, auditPath, readAudit } from './audit-sqlite.ts';
+import { headOf, parseHead, type AuditHead } from './audit-check.ts';
 import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
 import { open, readdir, readFile, rename, stat, unlink } from 'node:fs/promises';
@@ -82,10 +83,27 @@ export function parseKeysFile(text: string, costRoutes: readonly string[]): KeyR
   return records;
 }
 
-export function serialiseKeysFile(records: readonly KeyRecord[]): string {
+/**
+ * `head`: the audit log's last entry when this file was written, the
+ * store's own record of where the log ends (audit-check.ts): a log whose
+ * end was cut no longer reaches it. Older versions ignore the field.
+ */
+export function serialiseKeysFile(records: readonly KeyRecord[], head: AuditHead | null = null): string {
   // One key per line: diffs and `grep` stay readable, parsing stays one JSON.parse.
   const lines = records.map((r) => JSON.stringify(r));
-  return `{"version":${FORMAT_VERSION},"keys":[${lines.length > 0 ? `\n${lines.join(',\n')}\n` : ''}]}\n`;
+  return `{"version":${FORMAT_VERSION},${headField(head)}"keys":[${lines.length > 0 ? `\n${lines.join(',\n')}\n` : ''}]}\n`;
+}
+
+const headField = (head: AuditHead | null): string => (head === null ? '' : `"auditHead":${JSON.stringify({ seq: head.seq, hash: head.hash })},`);
+
+/** The `auditHead` a keys or admins file's text records, or null. */
+function recordedHead(text: string): AuditHead | null {
+  try {
+    const h = (JSON.parse(text) as { auditHead?: { seq?: unknown; hash?: unknown } } | null)?.auditHead;
+    return typeof h?.seq === 'number' && typeof h.hash === 'string' ? parseHead(`${h.seq}:${h.hash}`) : null;
+  } catch {
+    return null;
+  }
 }
 
 /**
@@ -211,7 +229,7 @@ export class FileKeyStore implements KeyStore {
         { actor: options.actor ?? cliActor(), requestId: options.requestId ?? null, importing: options.importing === true },
         Date.now(),
       );
-      return { entries, path: this.location, text: serialiseKeysFile(next.records), result: next.result };
+      return { entries, path: this.location, text: (head) => serialiseKeysFile(next.records, head), result: next.result };
     });
   }
 
@@ -220,17 +238,23 @@ export class FileKeyStore implements KeyStore {
    * says what to write; its audit entries are appended first, so a change
    * whose entry cannot be written is not made (docs/operations.md, "Audit log").
    */
-  async #changing<T>(options: UpdateOptions, work: () => Promise<{ entries: AuditDraft[]; path: string; text: string; result: T }>): Promise<T> {
+  async #changing<T>(
+    options: UpdateOptions,
+    work: () => Promise<{ entries: AuditDraft[]; path: string; text: (head: AuditHead | null) => string; result: T }>,
+  ): Promise<T> {
     await this.#checkFolder();
     const release = await this.#lock(`${this.location}.lock`);
     try {
       const { entries, path, text, result } = await work();
+      let appended: AuditEntry[];
       try {
-        appendAudit(auditPath(this.location), entries);
+        appended = appendAudit(auditPath(this.location), entries);
       } catch (err) {
         throw new KeysFileError(`the audit log ${auditPath(this.location)} cannot be written (${(err as Error).message}); nothing was changed`);
       }
-      await this.#writeAtomically(path, text);
+      // The file records where the log ends: its new last entry, or (no entry: nothing shown changed) what it recorded before.
+      const head = headOf(appended) ?? (await this.#headIn(path));
+      await this.#writeAtomically(path, text(head));
       return result;
     } finally {
       await release();
@@ -274,13 +298,38 @@ export class FileKeyStore implements KeyStore {
       const next = change(current);
       const entries = adminDrafts(current, next.admins, { actor: options.actor ?? cliActor(), requestId: options.requestId ?? null }, Date.now());
       const lines = next.admins.map((a) => JSON.stringify(a));
-      const text = `{"version":${FORMAT_VERSION},"admins":[${lines.length > 0 ? `\n${lines.join(',\n')}\n` : ''}]}\n`;
+      const text = (head: AuditHead | null): string =>
+        `{"version":${FORMAT_VERSION},${headField(head)}"admins":[${lines.length > 0 ? `\n${lines.join(',\n')}\n` : ''}]}\n`;
       return { entries, path: this.#adminsPath, text, result: next.result };
     });
   }
 
   auditEntries(): Promise<AuditEntry[]> {
     return Promise.resolve(readAudit(auditPath(this.location)));
+  }
+
+  /** Where the keys file and the admins file each recorded the log's end at their last write. */
+  async auditAnchors(): Promise<Array<{ head: AuditHead; from: string }>> {
+    const out: Array<{ head: AuditHead; from: string }> = [];
+    for (const path of [this.location, this.#adminsPath]) {
+      const head = await this.#headIn(path);
+      if (head !== null) out.push({ head, from: `the keys store (${basename(path)})` });
+    }
+    return out;
+  }
+
+  /** The latest head the store recorded (the gateway logs it at each change). */
+  async auditHead(): Promise<AuditHead | null> {
+    const heads = (await this.auditAnchors()).map((a) => a.head);
+    return heads.reduce<AuditHead | null>((a, b) => (a === null || b.seq > a.seq ? b : a), null);
+  }
+
+  async #headIn(path: string): Promise<AuditHead | null> {
+    try {
+      return recordedHead(await readRegularFile(path));
+    } catch {
+      return null;
+    }
   }
 
   /** Where --force moved an unreadable file, for the CLI to say. */

@@ -41,6 +41,7 @@ export class KeyHolder {
       this.#keys = new KeySet(await this.#store.load());
       this.#metrics.keysLoaded(Date.now());
       this.#noteUnsupported(this.#keys, 0);
+      this.#logHead();
     } catch (err) {
       // A shared store may be down while a gateway starts: it answers 503
       // keystore_unavailable until the watch delivers a set.
@@ -101,6 +102,27 @@ export class KeyHolder {
     this.#problem = null;
     this.#metrics.keysLoaded(Date.now());
     this.#logger.info({ keys: this.#keys.size }, 'keys reloaded');
+    this.#logHead();
+  }
+
+  /** The audit log's head last logged: said again only when it moved. */
+  #head: string | null = null;
+
+  /**
+   * The audit log's head, logged when it moves (docs/security.md, "What the
+   * audit log proves"): the journal keeps it where cutting the log cannot
+   * reach, and `keyward audit verify --head SEQ:HASH` holds the log to it.
+   */
+  #logHead(): void {
+    this.#store.auditHead().then(
+      (head) => {
+        const said = head === null ? null : `${head.seq}:${head.hash}`;
+        if (said === null || said === this.#head) return;
+        this.#head = said;
+        this.#logger.info({ auditSeq: head?.seq, auditHead: said }, 'audit log head');
+      },
+      (err: unknown) => this.#logger.warn({ err, keyStore: this.#store.location }, 'audit log head not read'),
+    );
   }
 
   /** Keys written by a newer keyward with rules this one cannot enforce: said when their number changes (docs/keys.md, "Versions"). */

@@ -9,6 +9,7 @@ import { within as deadline } from '../lib/deadline.ts';
 import { adminDrafts, chain, cliActor, drafts, type AuditDraft, type AuditEntry } from './audit.ts';
 import { adminProblem, type AdminRecord } from './admin-record.ts';
 import { bodyOf, entryOf } from './audit-sqlite.ts';
+import type { AuditHead } from './audit-check.ts';
 import postgres from 'postgres';
 import type { KeyRecord } from './keyset.ts';
 import { allRows, CHANNEL, instant, isoInstant, MIGRATION_LOCK, MIGRATIONS, msOf, notice, toRecord, UNPLACEABLE, WRITE_LOCK } from './pg-schema.ts';
@@ -258,6 +259,13 @@ export class PgKeyStore implements KeyStore {
       this.timeoutMs * FULL_READ_FACTOR,
     );
     return rows.map(entryOf);
+  }
+
+  /** The log's last entry as the database holds it now (the gateway logs it at each change it loads). */
+  async auditHead(): Promise<AuditHead | null> {
+    await this.migrate();
+    const [last] = await this.within((sql) => sql<Array<{ seq: string; hash: string }>>`select seq::text, hash from keyward_audit order by seq desc limit 1`);
+    return last === undefined ? null : { seq: Number(last.seq), hash: last.hash };
   }
 
   async admins(): Promise<readonly AdminRecord[]> {

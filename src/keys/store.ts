@@ -4,6 +4,7 @@
 import type { KeyRecord } from './keyset.ts';
 import type postgres from 'postgres';
 import type { Actor, AuditEntry } from './audit.ts';
+import type { AuditHead } from './audit-check.ts';
 import type { AdminRecord } from './admin-record.ts';
 
 export interface Change<T> {
@@ -64,6 +65,10 @@ export interface KeyStore {
   lastUse(): Promise<ReadonlyMap<string, string>>;
   /** The audit log of changes to keys, in order (audit.ts). */
   auditEntries(): Promise<AuditEntry[]>;
+  /** Where the store itself recorded the log's end (audit-check.ts), each with where it was read; none where it keeps no such record. */
+  auditAnchors?(): Promise<ReadonlyArray<{ readonly head: AuditHead; readonly from: string }>>;
+  /** The log's head now, for the gateway's `audit log head` line at each change. */
+  auditHead(): Promise<AuditHead | null>;
   /** The admin tokens (admins.ts), read afresh: a revocation holds at once, on every gateway. */
   admins(): Promise<readonly AdminRecord[]>;
   /** Apply `change` to the admin tokens under the keys' lock, with its audit entries. */

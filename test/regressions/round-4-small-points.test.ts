@@ -52,7 +52,7 @@ test("a killed writer's temporary keys files are removed at the next start; a li
     const env = { KEYWARD_KEYS_FILE: join(dir, 'keys.json') };
     assert.equal((await runCli(['keys', 'create', '--name', 'k'], env)).code, 0);
     // A pid that was a process and is no more.
-    const gone = spawnSync('true').pid as number;
+    const gone = spawnSync('true').pid;
     const dead = ['keys.json', 'keys.json.admins', 'keys.json.last-used'].map((f) => join(dir, `${f}.${gone}.0badc0de.tmp`));
     const live = join(dir, `keys.json.${process.pid}.0badc0de.tmp`);
     const other = join(dir, `notes.${gone}.0badc0de.tmp`);

@@ -14,6 +14,7 @@ function recordingStore(): { store: KeyStore; writes: Array<Map<string, number>>
     recordUse: async (uses: ReadonlyMap<string, number>) => void writes.push(new Map(uses)),
     lastUse: async () => new Map(),
     auditEntries: async () => [],
+    auditHead: async () => null,
     admins: async () => [],
     updateAdmins: async () => undefined as never,
   } satisfies KeyStore;
