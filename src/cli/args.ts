@@ -122,9 +122,12 @@ do this too, under an advisory lock).
 Copies the keys of a keys file (digests only) into the configured store;
 keys already there (same id or same token) are left as they are, so importing twice is harmless.
 `,
-  'keys export': `usage: keyward keys export
+  'keys export': `usage: keyward keys export [--for 0.1.0]
 
 Prints the configured store's keys as a keys file (digests only, never tokens).
+--for 0.1.0 writes it for a rollback to that release: limits it cannot
+enforce are dropped, and each key that held one is written revoked (named
+on stderr), never opened without its rule.
 `,
   keys: `usage: keyward keys <create|list|revoke|rotate|update|import|export> [options]
 

@@ -4,6 +4,7 @@ import type { parseArgs } from 'node:util';
 import { effectiveEnv, storeConfig } from '../config/load.ts';
 import { nearest } from '../config/unknown.ts';
 import { parseKeysFile, serialiseKeysFile } from '../keys/file-store.ts';
+import { forRelease, RELEASES } from '../keys/compat.ts';
 import { awaitsNewer, unsupportedOf, type KeyRecord } from '../keys/keyset.ts';
 import { createKey, importKeys, KeyUsageError, listKeys, revokeKey, rotateKey, updateKey, type KeyChanges, type KeyOptions } from '../keys/manage.ts';
 import { openKeyStore } from '../keys/open.ts';
@@ -254,9 +255,22 @@ function importAction({ rest, command, help, costly }: KeysContext): KeysAction 
 }
 
 function exportAction({ rest, help }: KeysContext): KeysAction {
-  parse(rest, {}, help);
+  const { values } = parse(rest, { for: { type: 'string' } }, help);
+  const target = typeof values.for === 'string' ? values.for : null;
+  const release = target === null ? null : (RELEASES[target] ?? null);
+  if (target !== null && release === null)
+    throw new UsageError(`--for must name an older release: ${Object.keys(RELEASES).join(', ')} (later ones read this version's keys as they are)`, help);
   return async (store, io) => {
-    io.stdout.write(serialiseKeysFile(await store.load()));
+    const records = await store.load();
+    if (release === null) {
+      io.stdout.write(serialiseKeysFile(records));
+      return EXIT_OK;
+    }
+    // docs/keys.md, "Rolling back to 0.1.0": what that release cannot enforce is dropped, and its key refused.
+    const written = forRelease(records, release, Date.now());
+    for (const k of written.refused)
+      line(io.stderr, `keyward: key ${k.id} (${printable(k.name)}) is written revoked: ${target} cannot enforce ${k.dropped.join(', ')}`);
+    io.stdout.write(serialiseKeysFile(written.records));
     return EXIT_OK;
   };
 }

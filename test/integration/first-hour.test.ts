@@ -257,7 +257,7 @@ test(
 
 test(".gitignore covers what npm pack, the keys file, the ledger and the README's walkthroughs leave in a checkout", async () => {
   const names = [
-    'keyward-0.1.0.tgz',
+    'keyward-0.2.0.tgz',
     'keys.json.last-used',
     'keys.json.corrupt-2026-01-01T00-00-00-000Z',
     'keys.json',
