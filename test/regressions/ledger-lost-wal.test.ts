@@ -92,18 +92,22 @@ for (const [what, lose] of [
 }
 
 // Round 4, point 6: with workers, every answer was right but /readyz said only "ready".
-test('the -wal and -shm files removed after a kill -9, restarted with KEYWARD_WORKERS=2: refused as damaged, and /readyz names the ledger', { timeout: 90_000 }, async () => {
-  const s = await setup();
-  try {
-    await spendThenKill(s);
-    rmSync(`${s.ledger}-wal`);
-    rmSync(`${s.ledger}-shm`, { force: true });
-    await refusedAfterRestart(s, /usage ledger .* cannot be read/, { KEYWARD_WORKERS: '2' });
-  } finally {
-    await s.up.close();
-    rmSync(s.dir, { recursive: true, force: true });
-  }
-});
+test(
+  'the -wal and -shm files removed after a kill -9, restarted with KEYWARD_WORKERS=2: refused as damaged, and /readyz names the ledger',
+  { timeout: 90_000 },
+  async () => {
+    const s = await setup();
+    try {
+      await spendThenKill(s);
+      rmSync(`${s.ledger}-wal`);
+      rmSync(`${s.ledger}-shm`, { force: true });
+      await refusedAfterRestart(s, /usage ledger .* cannot be read/, { KEYWARD_WORKERS: '2' });
+    } finally {
+      await s.up.close();
+      rmSync(s.dir, { recursive: true, force: true });
+    }
+  },
+);
 
 test('a ledger file removed or emptied where one was written is damaged, never a fresh ledger', { timeout: 90_000 }, async () => {
   const s = await setup();
