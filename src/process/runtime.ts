@@ -2,7 +2,7 @@
 // path reads (request/runtime.ts), built once from a frozen Config and
 // swapped whole on reload, and what a reload can and cannot change.
 import type { Config } from '../config/load.ts';
-import { secretForms, Secrets } from '../request/egress.ts';
+import { secretsByOrigin, type Secrets } from '../request/egress.ts';
 import type { CredentialBoard } from '../request/credentials.ts';
 import { Forwarder } from '../request/forward.ts';
 import { rangeSet } from '../lib/addresses.ts';
@@ -17,9 +17,9 @@ export interface Runtime extends Generation {
 
 /** `board`: the gateway's credentials set aside (kept across generations). */
 export function buildRuntime(config: Config, board: CredentialBoard): Runtime {
-  // Every route's secrets, every credential's, are kept out of every response (egress.ts).
-  const secrets = new Secrets(config.egressFilter ? secretForms(config.routes).forms : []);
-  const forwarders = new Map(config.routes.map((r) => [r.name, new Forwarder(r, config, secrets, board)]));
+  // Each answer is scanned for every secret sent to its upstream's origin, every credential's (egress.ts).
+  const tables = secretsByOrigin(config.routes, config.egressFilter);
+  const forwarders = new Map(config.routes.map((r) => [r.name, new Forwarder(r, config, tables.get(r.target.origin) as Secrets, board)]));
   const targets = new Map<string, Target>();
   for (const r of config.routes) {
     const forwarder = forwarders.get(r.name);

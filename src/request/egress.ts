@@ -110,6 +110,25 @@ export function secretForms(routes: readonly Route[]): { readonly forms: readonl
 }
 
 /**
+ * One table per upstream origin (scheme, host, port; docs/security.md, "What
+ * each answer is scanned for"): the forms of every credential of every route
+ * whose upstream has that origin. An upstream can reflect only what the
+ * gateway sent it, so an answer is scanned for those and nothing else: the
+ * voice provider's stream is not sampled at the stride of the SEO provider's
+ * short password, which it never received. Routes sharing an origin share a
+ * table. `filter` off: every table is empty.
+ */
+export function secretsByOrigin(routes: readonly Route[], filter: boolean): ReadonlyMap<string, Secrets> {
+  const byOrigin = new Map<string, Route[]>();
+  for (const r of routes) {
+    const on = byOrigin.get(r.target.origin);
+    if (on === undefined) byOrigin.set(r.target.origin, [r]);
+    else on.push(r);
+  }
+  return new Map([...byOrigin].map(([origin, on]) => [origin, new Secrets(filter ? secretForms(on).forms : [])]));
+}
+
+/**
  * Mask every secret in raw response headers (Node's flat [name, value, …]
  * list), in place, in every spelling the body scan reads. Returns the forms
  * found, or null (the common case: one scan of the joined values).

@@ -399,9 +399,10 @@ export class Forwarder {
   readonly #settings: CredentialSettings;
 
   /**
-   * `secrets`: the configuration's upstream secrets, with their scan tables
-   * (built once per configuration, shared by its forwarders); `board`: the
-   * gateway's credentials set aside.
+   * `secrets`: the secrets sent to this route's upstream origin, with their
+   * scan tables (built once per configuration and origin, shared by the
+   * routes on it; egress.ts, secretsByOrigin); `board`: the gateway's
+   * credentials set aside.
    */
   constructor(route: Route, options: ForwardOptions, secrets: Secrets, board: CredentialBoard) {
     this.#board = board;

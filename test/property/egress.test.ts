@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { BodyScan, maskHeaders, SCAN_BLOCK, secretForm, secretForms, Secrets, type SecretForm } from '../../src/request/egress.ts';
+import { BodyScan, maskHeaders, SCAN_BLOCK, secretForm, secretForms, secretsByOrigin, Secrets, type SecretForm } from '../../src/request/egress.ts';
 import { loadConfig } from '../../src/config/load.ts';
 import { UPSTREAMS } from '../../src/request/routes.ts';
 import { base64Middles, everySpellingOf, searchRun, spellingsOf } from '../../src/request/spellings.ts';
@@ -391,6 +391,62 @@ test('several credentials per route: whichever credential served a response, eve
         const out = through(new BodyScan(new Secrets(secretForms(config.routes).forms)), body, cuts).toString('latin1');
         assert.equal(out.length, body.length);
         for (const s of all) assert.equal(out.includes(s), false, 'a credential reached the client');
+      },
+    ),
+    { numRuns: 100 },
+  );
+});
+
+test('one table per upstream origin: an answer from origin O never carries any spelling of any secret sent to O, every route and credential on it (docs/security.md)', () => {
+  const origins = ['http://127.0.0.1:7001', 'http://127.0.0.1:7002', 'https://upstream.example'];
+  const secretText = fc.string({ unit: SECRET_CHARS, minLength: 10, maxLength: 20 });
+  fc.assert(
+    fc.property(
+      fc.tuple(fc.nat(2), fc.nat(2), fc.nat(2)),
+      fc.array(secretText, { minLength: 1, maxLength: 3 }),
+      fc.array(secretText, { minLength: 1, maxLength: 2 }),
+      fc.array(secretText, { minLength: 1, maxLength: 2 }),
+      fc.array(fc.nat(), { minLength: 1, maxLength: 24 }),
+      fc.constantFrom<0 | 1 | 2>(0, 0, 1, 2),
+      fc.array(fc.integer({ min: 1, max: 40 }), { minLength: 1, maxLength: 20 }),
+      ([scraperAt, seoAt, speechAt], speech, scraper, passwords, picks, utf16, cuts) => {
+        const env: Record<string, string> = {
+          KEYWARD_SCRAPER_URL: origins[scraperAt] as string,
+          KEYWARD_SEO_URL: origins[seoAt] as string,
+          KEYWARD_SPEECH_URL: origins[speechAt] as string,
+        };
+        const keys = [...new Set(speech.map((s) => `sk_${s}`))];
+        const tokens = [...new Set(scraper.map((s) => `apify_api_${s}`))];
+        const logins = [...new Set(passwords)].map((p, i) => ({ login: `login${i}@example.com`, password: `pw_${p}` }));
+        keys.forEach((k, i) => (env[i === 0 ? 'KEYWARD_SPEECH_KEY' : `KEYWARD_SPEECH_KEY_${i + 1}`] = k));
+        tokens.forEach((t, i) => (env[i === 0 ? 'KEYWARD_SCRAPER_TOKEN' : `KEYWARD_SCRAPER_TOKEN_${i + 1}`] = t));
+        logins.forEach(({ login, password }, i) => {
+          env[i === 0 ? 'KEYWARD_SEO_LOGIN' : `KEYWARD_SEO_LOGIN_${i + 1}`] = login;
+          env[i === 0 ? 'KEYWARD_SEO_PASSWORD' : `KEYWARD_SEO_PASSWORD_${i + 1}`] = password;
+        });
+        const config = loadConfig(env, () => '', '/', UPSTREAMS);
+        const tables = secretsByOrigin(config.routes, true);
+        for (const origin of new Set(config.routes.map((r) => r.target.origin))) {
+          const on = config.routes.filter((r) => r.target.origin === origin);
+          const table = tables.get(origin) as Secrets;
+          // Exactly the forms sent to this origin: every credential of every route on it, and no other.
+          assert.deepEqual(new Set(table.forms.map((f) => f.folded)), new Set(secretForms(on).forms.map((f) => f.folded)));
+          const sent = on.flatMap((r) => r.secretForms.map((f) => f.value));
+          const body = Buffer.concat(sent.flatMap((s) => [Buffer.from(' x '), spell(s, picks, utf16)]));
+          const out = through(new BodyScan(table), body, cuts);
+          assert.equal(out.length, body.length);
+          // Every planted spelling is masked whole: nothing of it is left between the separators.
+          let at = 0;
+          for (const s of sent) {
+            at += 3;
+            const n = spell(s, picks, utf16).length;
+            assert.ok(
+              out.subarray(at, at + n).every((b) => b === 0x2a || b === 0),
+              `${origin}: ${s} left in ${JSON.stringify(out.toString('latin1'))}`,
+            );
+            at += n;
+          }
+        }
       },
     ),
     { numRuns: 100 },
