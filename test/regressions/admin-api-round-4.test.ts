@@ -120,10 +120,13 @@ test('admin API round 4: query parameters, the key view as /keyward/key gives it
     const reset = await api('PATCH', `/v1/keys/${id}`, { alertAt: null });
     assert.equal(reset.status, 200);
     assert.equal((reset.body.limits as { alerts?: unknown }).alerts, undefined, 'no alerts field: the defaults');
-    const status = JSON.parse((await request(`${gw.base}/keyward/key`, { headers: { authorization: `Bearer ${token}` } })).body.toString()) as {
-      alertAt: number[];
-    };
-    assert.deepEqual(status.alertAt, [80, 100]);
+    // The gateway serves the change once it has read the keys file (within a second).
+    const alertAt = async (): Promise<string> =>
+      JSON.stringify(
+        (JSON.parse((await request(`${gw.base}/keyward/key`, { headers: { authorization: `Bearer ${token}` } })).body.toString()) as { alertAt: number[] })
+          .alertAt,
+      );
+    await eventually(async () => (await alertAt()) === '[80,100]', 5_000, 'the default thresholds in force');
     // A PATCH that changes nothing writes no audit entry.
     const before = await auditCount();
     assert.equal((await api('PATCH', `/v1/keys/${id}`, { routes: null })).status, 200);
