@@ -6,7 +6,7 @@ import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 
 const tiers = JSON.parse(readFileSync(new URL('../test/tiers.json', import.meta.url), 'utf8'));
-const child = spawn(process.execPath, ['--import', 'tsx', '--test', '--test-timeout=60000', '--test-concurrency=2', ...process.argv.slice(2), ...tiers.fast], {
+const child = spawn(process.execPath, ['--import', 'tsx', '--test', '--test-timeout=60000', '--test-concurrency=4', ...process.argv.slice(2), ...tiers.fast], {
   stdio: 'inherit',
 });
 child.on('exit', (code) => process.exit(code ?? 1));
