@@ -258,6 +258,15 @@ export const MIGRATIONS: readonly string[] = [
      created text not null,
      revoked text
    );`,
+  // 13: the audit log's head as the store recorded it at each append, apart
+  // from the log (keys/audit-check.ts): a log cut at its end no longer
+  // reaches it. One row; seeded from the log as it stands.
+  `create table keyward_audit_head (
+     one boolean primary key default true check (one),
+     seq bigint not null,
+     hash text not null
+   );
+   insert into keyward_audit_head (seq, hash) select seq, hash from keyward_audit order by seq desc limit 1;`,
 ];
 
 export interface Row {

@@ -59,6 +59,10 @@ async function appendEntries(tx: postgres.TransactionSql, entries: readonly Audi
   // One statement however many keys an import adds.
   await tx`insert into keyward_audit (seq, body, hash)
     select * from unnest(${chained.map((e) => e.seq)}::bigint[], ${chained.map(bodyOf)}::text[], ${chained.map((e) => e.hash)}::text[])`;
+  // Where the log ends, recorded apart from it (migration 13).
+  const head = chained.at(-1) as AuditEntry;
+  await tx`insert into keyward_audit_head (one, seq, hash) values (true, ${head.seq}, ${head.hash})
+    on conflict (one) do update set seq = excluded.seq, hash = excluded.hash`;
 }
 
 /** What the deadline race gives when a query passed its deadline. */
@@ -259,6 +263,13 @@ export class PgKeyStore implements KeyStore {
       this.timeoutMs * FULL_READ_FACTOR,
     );
     return rows.map(entryOf);
+  }
+
+  /** Where the store recorded the log's end at its last append (migration 13); none before the first. */
+  async auditAnchors(): Promise<Array<{ head: AuditHead; from: string }>> {
+    await this.migrate();
+    const [row] = await this.within((sql) => sql<Array<{ seq: string; hash: string }>>`select seq::text, hash from keyward_audit_head`);
+    return row === undefined ? [] : [{ head: { seq: Number(row.seq), hash: row.hash }, from: 'the keys store (keyward_audit_head)' }];
   }
 
   /** The log's last entry as the database holds it now (the gateway logs it at each change it loads). */

@@ -16,7 +16,7 @@ import { eventually } from '../support/deadline.ts';
 import { startFleetGateway } from '../support/fleet.ts';
 import { startDatabase } from '../support/postgres.ts';
 import { auditOf, parseHead } from '../../src/keys/audit-check.ts';
-import { createKey, revokeKey, updateKey } from '../../src/keys/manage.ts';
+import { createKey, revokeKey, rotateKey, updateKey } from '../../src/keys/manage.ts';
 import { PgKeyStore } from '../../src/keys/pg-store.ts';
 import { costRoutes, UPSTREAMS } from '../../src/request/routes.ts';
 
@@ -118,9 +118,20 @@ test('PostgreSQL: every row deleted, or every row past a point, fails verify; a 
     const env = { KEYWARD_DATABASE_URL: db.url };
     assert.equal((await runCli(['audit', 'verify'], env)).code, 0);
 
+    // Rotations change no field an entry shows: cutting them off is seen by the store's record of the head alone.
+    await rotateKey(store, 'k3', 0);
+    await rotateKey(store, 'k4', 0);
+    assert.equal(await auditOf(store, await store.auditEntries()), null, 'whole with the rotations');
+    await db.admin`delete from keyward_audit where seq > 7`;
+    const rotations = await auditOf(store, await store.auditEntries());
+    assert.match(String(rotations?.why), /keyward_audit_head\) records entry 9 as the log.s head, but the log ends at entry 7/);
     await db.admin`delete from keyward_audit where seq > 5`;
     const past = await auditOf(store, await store.auditEntries());
-    assert.match(String(past?.why), /not what its last entry says/, 'the update and the revocation are gone from the log, not from the keys');
+    assert.match(String(past?.why), /cut from its end/);
+    // With the store's record removed too, the keys still say what is missing.
+    await db.admin`delete from keyward_audit_head`;
+    const noHead = await auditOf(store, await store.auditEntries());
+    assert.match(String(noHead?.why), /not what its last entry says/, 'the update and the revocation are gone from the log, not from the keys');
     await db.admin`delete from keyward_audit`;
     const r = await runCli(['audit', 'verify'], env);
     assert.equal(r.code, 1, r.stdout);
