@@ -15,20 +15,13 @@ import { request } from '../support/client.ts';
 import { runCli } from '../support/cli.ts';
 import { eventually } from '../support/deadline.ts';
 import { startFleetGateway, statusOf, withFleet, type FleetGateway } from '../support/fleet.ts';
-import { conforms, documented } from '../support/openapi.ts';
+import { conforms, documented, template } from '../support/openapi.ts';
 import { startUpstream } from '../support/upstream.ts';
 import type { AuditEntry } from '../../src/keys/audit.ts';
 import { isLoopbackHost } from '../../src/process/admin.ts';
 
 /** Every `METHOD /path status` answered in this file, for the coverage check at the end. */
 const answered = new Set<string>();
-
-/** The document's path for a request path: `/v1/keys/key_1/rotate` is `/v1/keys/{id}/rotate`. */
-function template(path: string): string {
-  const p = path.split('?')[0] as string;
-  const m = /^\/v1\/keys\/[^/]+(\/rotate|\/revoke)?$/.exec(p);
-  return m === null ? p : `/v1/keys/{id}${m[1] ?? ''}`;
-}
 
 interface Answer {
   readonly status: number;

@@ -18,19 +18,13 @@ import { request } from '../support/client.ts';
 import { runCli } from '../support/cli.ts';
 import { startFleetGateway, statusOf } from '../support/fleet.ts';
 import { eventually } from '../support/deadline.ts';
-import { conforms } from '../support/openapi.ts';
+import { conforms, template } from '../support/openapi.ts';
 import { startUpstream } from '../support/upstream.ts';
 import { OPENAPI } from '../../src/cli/openapi.ts';
 
 interface Answer {
   readonly status: number;
   readonly body: Record<string, unknown>;
-}
-
-function template(path: string): string {
-  const p = path.split('?')[0] as string;
-  const m = /^\/v1\/keys\/[^/]+(\/rotate|\/revoke)?$/.exec(p);
-  return m === null ? p : `/v1/keys/{id}${m[1] ?? ''}`;
 }
 
 test('admin API round 4: query parameters, the key view as /keyward/key gives it, externalId on revoke, empty and no-op changes, media types', async () => {

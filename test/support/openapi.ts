@@ -40,3 +40,10 @@ export function conforms(method: string, path: string, status: number, body: unk
   assert.ok(ok, `${method} ${path} ${status} does not conform: ${ajv.errorsText(validate.errors)}\n${JSON.stringify(body).slice(0, 800)}`);
   return `${method} ${path} ${status}`;
 }
+
+/** The document's path for a request path: `/v1/keys/key_1/rotate` is `/v1/keys/{id}/rotate`. */
+export function template(path: string): string {
+  const p = path.split('?')[0] as string;
+  const m = /^\/v1\/keys\/[^/]+(\/rotate|\/revoke)?$/.exec(p);
+  return m === null ? p : `/v1/keys/{id}${m[1] ?? ''}`;
+}
