@@ -9,7 +9,7 @@
 // - the store itself: every key and admin token has the entry that made it,
 //   and what its entries say last is what the store holds.
 // Pure.
-import { canonical, verify, type AuditEntry } from './audit.ts';
+import { canonical, SHOWN, verify, type AuditEntry } from './audit.ts';
 import type { KeyRecord } from './keyset.ts';
 import type { AdminRecord } from './admin-record.ts';
 import type { KeyStore } from './store.ts';
@@ -37,9 +37,6 @@ export function headOf(entries: readonly AuditEntry[]): AuditHead | null {
   const last = entries.at(-1);
   return last === undefined ? null : { seq: last.seq, hash: last.hash };
 }
-
-/** The fields of a key its entries record, as audit.ts's drafts compare them. */
-const SHOWN = ['name', 'expires', 'revoked', 'routes', 'limits', 'externalId'] as const;
 
 /**
  * Everything wrong with `entries` as the log of a store holding `keys` and

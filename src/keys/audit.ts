@@ -91,7 +91,7 @@ export function verify(entries: readonly AuditEntry[]): { readonly seq: number; 
 }
 
 /** The fields an entry shows of a key: never its digest, nor the digests of rotated-out tokens. */
-const SHOWN = ['name', 'expires', 'revoked', 'routes', 'limits', 'externalId'] as const;
+export const SHOWN = ['name', 'expires', 'revoked', 'routes', 'limits', 'externalId'] as const;
 
 /**
  * One draft per key the change created or changed (docs/operations.md,
