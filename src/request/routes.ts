@@ -301,7 +301,7 @@ export function hasDotSegment(path: string): boolean {
   return DOT_SEGMENT_RE.test(path);
 }
 
-// Escapes no URI path an upstream should see (README, security model), each
+// Escapes no URI path an upstream should see (docs/security.md), each
 // a way that stacks disagree about what a path means:
 // - `%00`-`%1F` and `%7F`: control characters (RFC 3986 §2.1 lets them be
 //   encoded, but a NUL or CR/LF truncates or splits a path in C-based and

@@ -1,7 +1,9 @@
-// The README's command blocks, followed as written in a clean temporary
-// folder: "Running it", the fleet walkthrough ("Try it on one machine") and
-// "Install as a service" as far as a machine without systemd allows. A
-// README whose commands stop working fails here, not on a new user's desk.
+// The command blocks of the README and of docs/, followed as written in a
+// clean temporary folder: "Running it", the fleet walkthrough (docs/fleet.md,
+// "Try it on one machine") and "Install as a service" (docs/install.md) as
+// far as a machine without systemd allows. A page whose commands stop
+// working fails here, not on a new user's desk. Each block is found by its
+// file and heading, so a block that moves is followed to its new place.
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
 import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -17,16 +19,16 @@ import { serveInstalled } from '../support/install.ts';
 import { deadline, eventually } from '../support/deadline.ts';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const README = readFileSync(join(ROOT, 'README.md'), 'utf8');
 const exec = promisify(execFile);
 
-/** The first ```sh block after the heading `title` (any level). */
-function block(title: string): string {
-  const at = README.search(new RegExp(`^#+ ${title.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`, 'm'));
-  assert.ok(at >= 0, `README has a section ${title}`);
-  const m = /```sh\n([\s\S]*?)```/.exec(README.slice(at));
-  assert.ok(m !== null, `${title} has a sh block`);
-  return m[1] as string;
+/** The `nth` (from 0) ```sh block after the heading `title` (any level) in `file`, a path from the checkout's root. */
+function block(file: string, title: string, nth = 0): string {
+  const text = readFileSync(join(ROOT, file), 'utf8');
+  const at = text.search(new RegExp(`^#+ ${title.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`, 'm'));
+  assert.ok(at >= 0, `${file} has a section ${title}`);
+  const found = [...text.slice(at).matchAll(/```sh\n([\s\S]*?)```/g)][nth];
+  assert.ok(found !== undefined, `${file}, ${title}, has a sh block number ${nth + 1}`);
+  return found[1] as string;
 }
 
 /** A folder where `bin/keyward` is this checkout's, as it is for a user in a checkout. */
@@ -110,11 +112,27 @@ async function takePorts(ports: readonly number[]): Promise<() => Promise<void>>
   };
 }
 
+test('docs/limits.md "In practice" works as pasted: a key with every limit, changed, then the usage commands', { timeout: 60_000 }, async () => {
+  const dir = workspace('keyward-readme-limits-');
+  const run = startScript(`${block('docs/limits.md', 'In practice', 0)}${block('docs/limits.md', 'In practice', 1)}`, dir, {
+    KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+  });
+  try {
+    const { code, stdout, stderr } = await deadline(run.done, 50_000, 'the blocks ran');
+    assert.equal(code, 0, stderr);
+    assert.match(stdout, /Updated key key_\w+ \(name agent-7\): .*concurrency 4, quota 10000\/day, budget seo 2\.50\/day/);
+    assert.doesNotMatch(stdout.split('Updated key')[1] as string, /rate 10\/s/, 'the rate was removed');
+    await assertIgnored(dir);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test('README "Running it" works as pasted, with its default ports taken: a key, then a gateway that is ready', { timeout: 60_000 }, async () => {
   const dir = workspace('keyward-readme-run-');
   const release = await takePorts([8080, 9097]);
   // Ports 0: this suite runs files in parallel; the commands themselves are the README's.
-  const run = startScript(block('Running it'), dir, { PORT: '0', ADMIN_PORT: '0' });
+  const run = startScript(block('README.md', 'Running it'), dir, { PORT: '0', ADMIN_PORT: '0' });
   try {
     let out = '';
     run.child.stdout.on('data', (d: Buffer) => (out += d.toString()));
@@ -166,14 +184,18 @@ async function privateCheckout(): Promise<{ home: string; checkout: string }> {
 }
 
 test(
-  'README fleet walkthrough works as pasted from a checkout in a private home: two gateways see one revocation; the database stops and starts under them',
+  'docs/fleet.md walkthrough works as pasted from a checkout in a private home: two gateways see one revocation; the database stops and starts under them',
   { timeout: 300_000 },
   async () => {
     const { home, checkout } = await privateCheckout();
     const release = await takePorts([8181, 8182, 9181, 9182]);
     const { freePort } = await import('../../src/process/listen.ts');
     const ports = { PORT1: await freePort(), PORT2: await freePort(), ADMIN1: await freePort(), ADMIN2: await freePort() };
-    const run = startScript(block('Try it on one machine'), checkout, Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])));
+    const run = startScript(
+      block('docs/fleet.md', 'Try it on one machine'),
+      checkout,
+      Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])),
+    );
     try {
       const result = await deadline(run.done, 270_000, 'walkthrough');
       const lines = result.stdout.split('\n').filter((l) => l.startsWith('{'));
@@ -201,12 +223,12 @@ test(
 );
 
 test(
-  'README "TLS on one machine" works as pasted: HTTPS served, a private upstream CA trusted, a renewed certificate taken on SIGHUP',
+  'docs/install.md "TLS on one machine" works as pasted: HTTPS served, a private upstream CA trusted, a renewed certificate taken on SIGHUP',
   { timeout: 90_000 },
   async () => {
     const dir = workspace('keyward-readme-tls-');
     const { freePort } = await import('../../src/process/listen.ts');
-    const run = startScript(block('TLS on one machine'), dir, { PORT: String(await freePort()), UPSTREAM_PORT: String(await freePort()) });
+    const run = startScript(block('docs/install.md', 'TLS on one machine'), dir, { PORT: String(await freePort()), UPSTREAM_PORT: String(await freePort()) });
     try {
       const result = await deadline(run.done, 80_000, 'walkthrough');
       assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
@@ -223,10 +245,13 @@ test(
   },
 );
 
-test('README "Several credentials per upstream" works as pasted: both accounts loaded and reported by number', { timeout: 60_000 }, async () => {
+test('docs/credentials.md "Two accounts on one machine" works as pasted: both accounts loaded and reported by number', { timeout: 60_000 }, async () => {
   const dir = workspace('keyward-readme-creds-');
   const { freePort } = await import('../../src/process/listen.ts');
-  const run = startScript(block('Several credentials per upstream'), dir, { PORT: String(await freePort()), ADMIN_PORT: String(await freePort()) });
+  const run = startScript(block('docs/credentials.md', 'Two accounts on one machine'), dir, {
+    PORT: String(await freePort()),
+    ADMIN_PORT: String(await freePort()),
+  });
   try {
     const result = await deadline(run.done, 50_000, 'walkthrough');
     assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
@@ -241,44 +266,52 @@ test('README "Several credentials per upstream" works as pasted: both accounts l
   }
 });
 
-test('README "Keys over HTTP" works as pasted: an admin token, then a key created over HTTP that the gateway serves', { timeout: 60_000 }, async () => {
-  const dir = workspace('keyward-readme-http-');
-  const { freePort } = await import('../../src/process/listen.ts');
-  const up = await (await import('../support/upstream.ts')).startUpstream();
-  const port = await freePort();
-  // The seo route pointed at a recording stand-in: the block's own commands are the README's.
-  const started = performance.now();
-  const run = startScript(block('Keys over HTTP'), dir, { PORT: String(port), ADMIN_PORT: String(await freePort()), KEYWARD_SEO_URL: up.url });
-  try {
-    const result = await deadline(run.done, 50_000, 'walkthrough');
-    assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
-    // Round 4: the block waited on /readyz, which is 503 until a key exists, so it always sat out its whole 30 s loop.
-    assert.ok(
-      performance.now() - started < 25_000,
-      `the block waits for the admin listener, not for readiness (${Math.round(performance.now() - started)} ms)`,
-    );
-    const made = JSON.parse(result.stdout.trim()) as { name: string; externalId: string; token: string; limits: { quota: string } };
-    assert.deepEqual([made.name, made.externalId, made.limits.quota], ['billing-service', 'billing', '1000/day']);
-    assert.match(made.token, /^kw_/);
-    assert.ok(!result.stdout.includes('kwa_'), 'the admin token is not printed');
-    // The audit log beside the keys file holds the admin's creation and the key's, by the admin.
-    const audit = await promisify(execFile)(join(ROOT, 'bin', 'keyward'), ['audit', '--json'], {
-      env: childEnv({ KEYWARD_KEYS_FILE: join(dir, 'keys.json') }),
+test(
+  'docs/admin-api.md "Keys over HTTP" works as pasted: an admin token, then a key created over HTTP that the gateway serves',
+  { timeout: 60_000 },
+  async () => {
+    const dir = workspace('keyward-readme-http-');
+    const { freePort } = await import('../../src/process/listen.ts');
+    const up = await (await import('../support/upstream.ts')).startUpstream();
+    const port = await freePort();
+    // The seo route pointed at a recording stand-in: the block's own commands are the README's.
+    const started = performance.now();
+    const run = startScript(block('docs/admin-api.md', 'Keys over HTTP'), dir, {
+      PORT: String(port),
+      ADMIN_PORT: String(await freePort()),
+      KEYWARD_SEO_URL: up.url,
     });
-    const entries = JSON.parse(audit.stdout) as Array<{ action: string; actor: { kind: string; name?: string } }>;
-    assert.deepEqual(
-      entries.map((e) => [e.action, e.actor.kind, e.actor.name ?? null]),
-      [
-        ['admin.create', 'cli', null],
-        ['key.create', 'admin', 'provisioner'],
-      ],
-    );
-    await assertIgnored(dir);
-  } finally {
-    await stopScript(run, dir);
-    await up.close();
-  }
-});
+    try {
+      const result = await deadline(run.done, 50_000, 'walkthrough');
+      assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
+      // Round 4: the block waited on /readyz, which is 503 until a key exists, so it always sat out its whole 30 s loop.
+      assert.ok(
+        performance.now() - started < 25_000,
+        `the block waits for the admin listener, not for readiness (${Math.round(performance.now() - started)} ms)`,
+      );
+      const made = JSON.parse(result.stdout.trim()) as { name: string; externalId: string; token: string; limits: { quota: string } };
+      assert.deepEqual([made.name, made.externalId, made.limits.quota], ['billing-service', 'billing', '1000/day']);
+      assert.match(made.token, /^kw_/);
+      assert.ok(!result.stdout.includes('kwa_'), 'the admin token is not printed');
+      // The audit log beside the keys file holds the admin's creation and the key's, by the admin.
+      const audit = await promisify(execFile)(join(ROOT, 'bin', 'keyward'), ['audit', '--json'], {
+        env: childEnv({ KEYWARD_KEYS_FILE: join(dir, 'keys.json') }),
+      });
+      const entries = JSON.parse(audit.stdout) as Array<{ action: string; actor: { kind: string; name?: string } }>;
+      assert.deepEqual(
+        entries.map((e) => [e.action, e.actor.kind, e.actor.name ?? null]),
+        [
+          ['admin.create', 'cli', null],
+          ['key.create', 'admin', 'provisioner'],
+        ],
+      );
+      await assertIgnored(dir);
+    } finally {
+      await stopScript(run, dir);
+      await up.close();
+    }
+  },
+);
 
 /**
  * The install section, run with every absolute path under a temporary
@@ -287,7 +320,7 @@ test('README "Keys over HTTP" works as pasted: an admin token, then a key create
  * artifact is built in a copy of this checkout, as step 1 says.
  */
 test(
-  'README "Install as a service" and "Upgrading" work as pasted: pack, install --omit=dev, --help, units verified as installed, the upgrade over it, and the installed gateway serves with no compiler',
+  'docs/install.md "Install as a service" and "Upgrading" work as pasted: pack, install --omit=dev, --help, units verified as installed, the upgrade over it, and the installed gateway serves with no compiler',
   // Two packs (each a build) and two installs: 2 min on a quiet machine, more than 9 beside stress-ng on two cores.
   { timeout: 900_000 },
   async () => {
@@ -304,7 +337,11 @@ test(
       const out: string[] = [];
       let continued = false;
       // The upgrade's step 1 runs in the checkout, as the install's does.
-      for (const raw of [...block('Install as a service').split('\n'), '__CHECKOUT__', ...block('Upgrading').split('\n')]) {
+      for (const raw of [
+        ...block('docs/install.md', 'Install as a service').split('\n'),
+        '__CHECKOUT__',
+        ...block('docs/install.md', 'Upgrading').split('\n'),
+      ]) {
         if (raw === '__CHECKOUT__') {
           out.push(`cd ${checkout}`);
           continue;

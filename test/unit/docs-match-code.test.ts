@@ -161,8 +161,8 @@ test('every table row in the docs and the README ends its row: no row runs into 
   assert.deepEqual(bad, []);
 });
 
-test("the README's word on 429 headers is docs/limits.md's: a budget refusal carries no RateLimit-Limit or -Remaining", () => {
-  const readme = read('README.md');
+test("docs/limits.md's word on 429 headers in its walk-through is its table's: a budget refusal carries no RateLimit-Limit or -Remaining", () => {
+  const readme = read('docs/limits.md');
   assert.doesNotMatch(readme, /`RateLimit-Limit`\/`-Remaining`\/`-Reset`/);
   const sentence = readme.slice(readme.indexOf('A request over a limit gets 429'), readme.indexOf('neither forwarded nor counted'));
   assert.match(sentence, /budget is money or characters, not a count of\s+requests/);
