@@ -9,6 +9,7 @@ import { periodOf, type Period, type Policy } from '../limits/policy.ts';
 import type { AlertStore } from '../ledger/store.ts';
 import { backoff } from '../lib/backoff.ts';
 import { micro, rfc3339 } from '../lib/format.ts';
+import { UNWATCHED, type Watch } from '../observe/outages.ts';
 
 export interface Alert {
   readonly id: string;
@@ -94,6 +95,7 @@ export class Alerts {
   readonly #onDeferred: () => void;
   /** Keys taken out of the queue by the check under way. */
   #inCheck = 0;
+  readonly #watch: Watch;
 
   constructor(options: {
     store: AlertStore;
@@ -104,7 +106,10 @@ export class Alerts {
     everyMs?: number;
     /** A check could not read a key's figures or record a firing (the store locked or unreachable): it is checked again. */
     onDeferred?: () => void;
+    /** Checks that keep failing are seen (observe/outages.ts). */
+    watch?: Watch;
   }) {
+    this.#watch = options.watch ?? UNWATCHED;
     this.#store = options.store;
     this.#use = options.use;
     this.#fire = options.fire;
@@ -135,7 +140,8 @@ export class Alerts {
     if (this.#stopped || this.#scheduled !== null || this.#dirty.size === 0) return;
     const run = (): void => {
       this.#scheduled = null;
-      this.#checking = this.#checking.then(() => this.#check()).catch(() => undefined);
+      // A check that throws is a bug (store failures are caught per key): seen, and the queue goes on.
+      this.#checking = this.#checking.then(() => this.#check()).catch((err: unknown) => this.#watch.failed(err));
     };
     if (afterMs === 0) {
       const i = setImmediate(run).unref();
@@ -168,7 +174,9 @@ export class Alerts {
       if (d.until > this.#now() && !this.#dirty.has(d.key.id)) this.#dirty.set(d.key.id, d);
     };
     let failed = false;
-    const retry = (d: (typeof dirty)[number]): void => {
+    let why: unknown = null;
+    const retry = (d: (typeof dirty)[number], err: unknown): void => {
+      if (!failed) why = err;
       failed = true;
       if (!this.#dirty.has(d.key.id)) this.#dirty.set(d.key.id, d);
     };
@@ -179,9 +187,9 @@ export class Alerts {
       let use: PeriodUse;
       try {
         use = await this.#use(key.id, now);
-      } catch {
+      } catch (err) {
         // The store could not be read: checked again shortly.
-        retry(d);
+        retry(d, err);
         continue;
       }
       for (const alert of crossed(key, policy, use, now, this.#unitOf)) {
@@ -192,10 +200,10 @@ export class Alerts {
         let mine: boolean;
         try {
           mine = await this.#store.claimAlert({ id: alert.id, keyId: key.id, body, at: now });
-        } catch {
+        } catch (err) {
           // Not recorded (the store locked or unreachable): asked again shortly.
           this.#seen.delete(alert.id);
-          retry(d);
+          retry(d, err);
           continue;
         }
         if (mine) this.#fire(alert, body);
@@ -203,6 +211,10 @@ export class Alerts {
     }
     this.#failures = failed ? this.#failures + 1 : 0;
     if (failed) this.#onDeferred();
+    // A SQLite ledger locked by a worker's flush fails a check now and then,
+    // and its retry 250 ms later passes: an outage is three checks in a row.
+    if (this.#failures >= 3) this.#watch.failed(why);
+    else if (!failed) this.#watch.ok();
     this.#schedule(failed ? Math.max(this.#everyMs, backoff(this.#failures, { firstMs: RETRY_MS, maxMs: RETRY_MAX_MS })) : this.#everyMs);
   }
 }

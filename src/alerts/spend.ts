@@ -16,6 +16,7 @@ import { Webhook } from './webhook.ts';
 import type { AlertStore, UsageStore } from '../ledger/store.ts';
 import { Retrier } from '../lib/retry.ts';
 import { detach, neverRejects } from '../lib/detach.ts';
+import { UNWATCHED, type Outages, type Watch } from '../observe/outages.ts';
 
 export interface SpendOptions {
   readonly config: {
@@ -31,6 +32,8 @@ export interface SpendOptions {
   /** In a fleet, the store's view of a key's figures (`storeView`), the limiter's too; null for one machine. */
   readonly view: StoreView | null;
   readonly logger: Logger;
+  /** Where failing alert checks are seen (observe/outages.ts); absent: nowhere (a tool's). */
+  readonly outages?: Outages | null;
   /** Where `keyward_limit_alerts_total` is registered. */
   readonly registry: Registry;
   /** A route's cost unit (`usd`, `characters`). */
@@ -82,6 +85,7 @@ export function createSpend(o: SpendOptions): Spend {
     use: fresh === null ? () => o.ledger : async (keyId, now) => periodUse(await fresh.usage(keyId, now)),
     fire: firing(o, counters.fired, webhook),
     onDeferred: () => counters.deferred.inc(),
+    watch: o.outages?.watch('alert_check') ?? UNWATCHED,
     unitOf: o.unitOf,
     // A fleet's totals are read from the store: once per flush interval, not after each request.
     everyMs: fleet ? o.config.usageFlushMs : 0,
@@ -152,8 +156,8 @@ function firing(o: SpendOptions, metric: ReturnType<typeof alertCounters>['fired
  * In a fleet, a key's usage is the store's rows (read at most once per flush
  * interval) plus what this gateway has not written yet; null for one machine.
  */
-export function storeView(store: UsageStore, ledger: Ledger, flushMs: number): StoreView | null {
-  return store.fleet === undefined ? null : new StoreView(store, ledger, flushMs);
+export function storeView(store: UsageStore, ledger: Ledger, flushMs: number, watch: Watch = UNWATCHED): StoreView | null {
+  return store.fleet === undefined ? null : new StoreView(store, ledger, flushMs, 1_000, watch);
 }
 
 /** In a fleet, the limiter reads the fleet's figures from the store's view. */

@@ -6,7 +6,8 @@ import { effectiveEnv, knownVariables, loadConfig, type Config } from '../config
 import { openKeyStore } from '../keys/open.ts';
 import { createLogger, type LogHandle } from '../observe/log.ts';
 import { clusterMetrics, createMetrics, newRegistry, type Registry } from '../observe/metrics.ts';
-import { createGateway, withLedger, type Gateway, type Readiness } from '../process/server.ts';
+import { createGateway, withBackground, withLedger, type Gateway, type Readiness } from '../process/server.ts';
+import type { Outages } from '../observe/outages.ts';
 import type { UsageStore } from '../ledger/store.ts';
 import { Ledger } from '../ledger/ledger.ts';
 import { periodUse } from '../ledger/ledger.ts';
@@ -100,7 +101,7 @@ async function startServing(
     const gateway = await createGateway(config, store, log.logger, {
       listenFd,
       metrics,
-      ...(w === null ? {} : { worker: { admit: w.primaryAdmit(), limitStatus: w.primaryStatus() } }),
+      ...(w === null ? {} : { worker: { admit: w.primaryAdmit(config.admissionWaitMs), limitStatus: w.primaryStatus(config.admissionWaitMs) } }),
     });
     if (w !== null) {
       await gateway.listen();
@@ -222,7 +223,7 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io, pro
   // The primary decides limits, so it fires their alerts and says where a key stands; its own metric is added to the workers'.
   const registry = newRegistry();
   const units = costUnits(config);
-  const { leases, limiter, spend } = await startDeciding(config, usage, ledger, log.logger, registry, units);
+  const { leases, limiter, spend, outages } = await startDeciding(config, usage, ledger, log.logger, registry, units);
   // The keys the workers asked about lately (the primary holds no key set): a settled run's alerts need its key's name and policy.
   const recent = new Map<string, { key: { id: string; name: string }; policy: Policy }>();
   const settler = runSettler({
@@ -233,6 +234,7 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io, pro
     spend,
     logger: log.logger,
     registry,
+    watch: outages.watch('run_settling'),
     // The primary does not reload its configuration: the routes as it started.
     target: (name, label) => {
       const credential = config.routes.find((route) => route.name === name)?.credentials.find((c) => c.label === label);
@@ -261,7 +263,7 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io, pro
   const { admin, pages } = await primaryAdmin(
     config,
     primary,
-    usage,
+    { ledger: usage, outages },
     registry,
     units,
     log,
@@ -290,8 +292,8 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io, pro
 async function primaryAdmin(
   config: Config,
   primary: { readiness(): Promise<Readiness> },
-  /** The primary's own ledger (it counts for the machine): a damaged one is named as a worker's is. */
-  ledgerOf: Pick<UsageStore, 'damaged' | 'location'>,
+  /** The primary's own ledger (it counts for the machine): a damaged one is named as a worker's is; and its background tasks. */
+  own: { readonly ledger: Pick<UsageStore, 'damaged' | 'location'>; readonly outages: Outages },
   registry: Registry,
   units: (route: string) => string | null,
   log: LogHandle,
@@ -307,7 +309,7 @@ async function primaryAdmin(
     const admin = await startAdmin(
       config.admin,
       {
-        readiness: async () => withLedger(await primary.readiness(), ledgerOf),
+        readiness: async () => withBackground(withLedger(await primary.readiness(), own.ledger), own.outages),
         metrics: text,
         metricsContentType: summed.contentType,
         usage: (p) => pages.page(p),

@@ -151,6 +151,19 @@ function decodeRatio(o: Options): number {
   return 100;
 }
 
+/**
+ * What a request waits for the ledger's store at most. A worker waits for
+ * its primary longer than that (limits/admissions.ts, `workerWaitMs`), so
+ * it is bounded: past 10 s a client's request would hang on a store that
+ * does not answer for longer than the clients' own timeouts commonly are.
+ */
+function admissionWait(o: Options): number {
+  const ms = o.duration('KEYWARD_ADMISSION_WAIT', '250ms');
+  if (ms <= 10_000) return ms;
+  o.problem('KEYWARD_ADMISSION_WAIT must be a duration up to 10s (e.g. 250ms)');
+  return 250;
+}
+
 function maxConnections(o: Options): number {
   const text = o.get('KEYWARD_MAX_CONNECTIONS');
   if (text === undefined) return 10_000;
@@ -302,7 +315,7 @@ function read(env: Env, readFile: ReadFile, cwd: string, providers: readonly Ups
     databaseUrl,
     databaseTimeoutMs: o.duration('KEYWARD_DATABASE_TIMEOUT', '5s'),
     leaseTtlMs: o.duration('KEYWARD_LEASE_TTL', '30s'),
-    admissionWaitMs: o.duration('KEYWARD_ADMISSION_WAIT', '250ms'),
+    admissionWaitMs: admissionWait(o),
     keysMaxStalenessMs: staleness(o),
     alertWebhook: alertWebhook(o),
     alertWebhookSecret: secret(o, 'KEYWARD_ALERT_WEBHOOK_SECRET', readFile),

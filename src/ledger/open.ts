@@ -7,6 +7,7 @@ import { DatabaseSync } from 'node:sqlite';
 import type { KeyStore } from '../keys/store.ts';
 import type { Logger } from '../observe/log.ts';
 import { Clock, Leases, type CostShare } from '../limits/leases.ts';
+import { UNWATCHED, type Outages } from '../observe/outages.ts';
 import type { Ledger } from './ledger.ts';
 import { MemoryUsageStore } from './memory-store.ts';
 import { PgUsageStore } from './pg-usage.ts';
@@ -132,11 +133,15 @@ export async function fleetLeases(
   clock = new Clock(),
   logger?: Logger,
   costs: CostShare | null = null,
+  outages: Outages | null = null,
 ): Promise<Leases | null> {
   // A fleet's leases in PostgreSQL; one machine's in its SQLite file (none when counting in memory).
   const leaseStore = store.fleet?.leases ?? store.leases;
   if (leaseStore === undefined) return null;
-  const leases = new Leases(leaseStore, ledger.id, clock, () => ledger.gateways, Math.max(1, Math.ceil(config.leaseTtlMs / 1000)), costs);
+  const leases = new Leases(leaseStore, ledger.id, clock, () => ledger.gateways, Math.max(1, Math.ceil(config.leaseTtlMs / 1000)), costs, {
+    renewal: outages?.watch('lease_renewal') ?? UNWATCHED,
+    claim: outages?.watch('lease_claim') ?? UNWATCHED,
+  });
   ledger.now = () => clock.now();
   // Frozen or cut off past the TTL: its leases were swept (their units stay granted) and are written back now.
   leases.onLost = (count) =>

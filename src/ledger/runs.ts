@@ -9,6 +9,7 @@
 // with a backoff, and a run that never ends is given up at a stated age.
 import { backoff, type Backoff } from '../lib/backoff.ts';
 import { detach, neverRejects } from '../lib/detach.ts';
+import { UNWATCHED, type Watch } from '../observe/outages.ts';
 
 /** The statuses after which a run's cost no longer changes. */
 export const TERMINAL: ReadonlySet<string> = new Set(['SUCCEEDED', 'FAILED', 'ABORTED', 'TIMED-OUT']);
@@ -165,6 +166,12 @@ export interface SettlerOptions {
   readonly giveUpMs?: number;
   /** Questions in flight at once. */
   readonly concurrency?: number;
+  /**
+   * A round that fails is seen (observe/outages.ts): the store does not
+   * answer, or every run asked about got no answer from the platform. Then
+   * runs stop being booked at their cost, so it must not go unsaid.
+   */
+  readonly watch?: Watch;
 }
 
 /** Defaults (docs/limits.md, "Scraper runs"). */
@@ -196,8 +203,12 @@ export class Settler {
   /** One look for due runs, each asked about once; one round at a time. */
   round(): Promise<void> {
     if (this.#stopped) return Promise.resolve();
+    const watch = this.#o.watch ?? UNWATCHED;
     this.#round ??= this.#settle()
-      .catch(() => undefined)
+      .then(
+        () => watch.ok(),
+        (err: unknown) => watch.failed(err),
+      )
       .finally(() => (this.#round = null));
     return this.#round;
   }
@@ -205,25 +216,31 @@ export class Settler {
   async #settle(): Promise<void> {
     const o = this.#o;
     const due = await o.store.dueRuns(o.gateway, Date.now(), o.concurrency ?? SETTLE.concurrency, SETTLE.claimMs);
-    await Promise.all(due.map((run) => this.#one(run)));
+    const problems = (await Promise.all(due.map((run) => this.#one(run)))).filter((p) => p !== null);
+    // Each run's problem is its own (counted, at debug); none of them answered is the platform's outage.
+    if (due.length > 0 && problems.length === due.length) throw new Error(`no run of ${due.length} asked about was answered: ${problems[0]}`);
   }
 
-  async #one(run: DueRun): Promise<void> {
+  /** One run asked about: null when the platform answered it, else the problem. */
+  async #one(run: DueRun): Promise<string | null> {
     const o = this.#o;
     const answer = await o.ask(run);
+    let problem: string | null = null;
     if ('run' in answer && TERMINAL.has(answer.run.status)) {
       if (answer.run.usd !== null && answer.run.usd <= o.max) {
         if (await o.store.settleRun(run, answer.run.usd)) o.settled(run, answer.run.usd);
-        return;
+        return null;
       }
-      o.failed(run, answer.run.usd === null ? 'the run ended with no usageTotalUsd' : 'the run reported an implausible cost');
-    } else if ('problem' in answer) o.failed(run, answer.problem);
+      problem = answer.run.usd === null ? 'the run ended with no usageTotalUsd' : 'the run reported an implausible cost';
+    } else if ('problem' in answer) problem = answer.problem;
+    if (problem !== null) o.failed(run, problem);
     const attempts = run.attempts + 1;
     if (Date.now() - run.at >= (o.giveUpMs ?? SETTLE.giveUpMs)) {
       if (await o.store.dropRun(run.id)) o.gaveUp(run);
-      return;
+      return problem;
     }
     await o.store.deferRun(run.id, attempts, backoff(attempts, o.backoff ?? SETTLE.backoff));
+    return problem;
   }
 
   /** No more rounds; the one under way finishes (its questions have their own deadline). */

@@ -9,6 +9,7 @@ import type { Worker } from 'node:cluster';
 import type { Principal } from '../keys/keyset.ts';
 import {
   pending,
+  PROBE_WAIT_MS,
   whenDecided,
   type Admission,
   type Decision,
@@ -77,11 +78,14 @@ interface CancelMessage {
 }
 
 /**
- * How long a worker waits for the primary's answer. Longer than anything
- * the primary itself waits for (a lease claim, a key's first call's cost),
- * so a slow decision is never taken for a silent primary.
+ * How long a worker waits for the primary's answer, from what the primary
+ * itself may wait for: its key's earlier calls' cost (PROBE_WAIT_MS), then
+ * the ledger's store twice at most (`admissionWaitMs`, KEYWARD_ADMISSION_WAIT:
+ * a fleet's figures for a paid start, then a lease claim), and half a second
+ * for the messages themselves. A slow decision is never taken for a silent
+ * primary; 5 s at the default wait.
  */
-export const ANSWER_MS = 5_000;
+export const workerWaitMs = (admissionWaitMs: number): number => PROBE_WAIT_MS + 2 * admissionWaitMs + 500;
 /** The primary did not answer in time (frozen, or gone): 503, nothing forwarded, nothing consumed. */
 const NO_ANSWER: Undecided = { kind: 'undecided', code: 'admission_unavailable', retryAfter: 1 };
 
@@ -106,10 +110,10 @@ const figure = (n: unknown): number | undefined => (typeof n === 'number' && Num
  * that is given back at once: the primary never holds an admission nobody
  * holds.
  */
-export function remoteAdmit(
+export function askPrimary(
   send: (m: AdmitMessage | DoneMessage | StatusMessage | CancelMessage) => void,
   on: (listener: (m: unknown) => void) => void,
-  answerMs = ANSWER_MS,
+  answerMs: number,
 ): Admit {
   let next = 0;
   const waiting = new Map<number, (msg: Partial<AdmittedMessage>) => void>();
@@ -165,6 +169,7 @@ export function remoteAdmit(
 export function remoteStatus(
   send: (m: StatusMessage) => void,
   on: (listener: (m: unknown) => void) => void,
+  answerMs: number,
 ): (principal: Principal) => Promise<readonly LimitState[] | null> {
   let next = 0;
   const waiting = new Map<number, (r: readonly LimitState[] | null) => void>();
@@ -180,7 +185,7 @@ export function remoteStatus(
       const timer = setTimeout(() => {
         waiting.delete(id);
         resolve(null);
-      }, ANSWER_MS);
+      }, answerMs);
       timer.unref();
       waiting.set(id, (r) => {
         clearTimeout(timer);
@@ -283,7 +288,7 @@ class PrimaryAdmissions {
     const id = msg.id;
     if (msg.type === STATUS && typeof msg.key === 'string' && typeof msg.limits === 'string') this.#answerStatus(worker, id, msg.key, msg.limits);
     else if (msg.type === ADMIT && typeof msg.key === 'string' && typeof msg.route === 'string' && typeof msg.limits === 'string')
-      this.#admit(worker, id, { ...msg, key: msg.key, route: msg.route, limits: msg.limits });
+      this.#decideFor(worker, id, { ...msg, key: msg.key, route: msg.route, limits: msg.limits });
     else if (msg.type === CANCEL) this.#cancel(worker, id);
     else if (msg.type === DONE) {
       const held = this.#take(worker, id);
@@ -306,12 +311,11 @@ class PrimaryAdmissions {
   #answerStatus(worker: Worker, id: number, keyId: string, limits: string): void {
     const policy = this.#policyFrom(limits);
     const reply = (states: readonly LimitState[]): void => void worker.send({ type: STATUS_RES, id, limits: states } satisfies StatusAnswer);
-    const r = policy === null ? [] : this.#status(keyId, policy);
-    if (r instanceof Promise) void r.then(reply, () => undefined);
-    else reply(r);
+    // Answered in a later tick either way: a status is no request's admission.
+    void Promise.resolve(policy === null ? [] : this.#status(keyId, policy)).then(reply, () => undefined);
   }
 
-  #admit(worker: Worker, id: number, msg: Incoming & { key: string; route: string; limits: string }): void {
+  #decideFor(worker: Worker, id: number, msg: Incoming & { key: string; route: string; limits: string }): void {
     const policy = this.#policyFrom(msg.limits);
     const route = msg.route;
     const key = { id: msg.key, name: typeof msg.name === 'string' ? msg.name : msg.key };

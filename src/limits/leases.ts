@@ -16,6 +16,8 @@
 // unreachable a gateway admits what its leases still hold, and no more.
 import { periodOf, type Period } from './policy.ts';
 import { floorMicro } from '../lib/format.ts';
+import { detach, neverRejects } from '../lib/detach.ts';
+import { UNWATCHED, type Watch } from '../observe/outages.ts';
 
 export interface LeaseUse {
   readonly keyId: string;
@@ -112,10 +114,80 @@ interface Lease {
   failed: boolean;
 }
 
-/** `take` could not decide: more is needed, and the store did not answer the last claim (docs/limits.md, "Admission under a store that does not answer"). */
-export const UNREACHABLE = 'unreachable';
+/**
+ * What taking from an allowance came to, one tagged result for every
+ * caller: `taken` (`amount` of it, now reserved for the request), `spent`
+ * (nothing left), `unreachable` (more is needed and the store did not answer
+ * the last claim: docs/limits.md, "Admission under a store that does not
+ * answer"), or `claiming` (more is being claimed: ask again once `claimed`
+ * resolves; it never rejects).
+ */
+export type Took =
+  | { readonly kind: 'taken'; readonly amount: number }
+  | { readonly kind: 'spent' }
+  | { readonly kind: 'unreachable' }
+  | { readonly kind: 'claiming'; readonly claimed: Promise<void> };
 
-export class Leases {
+const SPENT: Took = { kind: 'spent' };
+const UNREACHABLE: Took = { kind: 'unreachable' };
+const taken = (amount: number): Took => ({ kind: 'taken', amount });
+const claiming = (claimed: Promise<void>): Took => ({ kind: 'claiming', claimed });
+
+/**
+ * Where an admission takes a key's quota units and budget from: a fleet's
+ * or one machine's leases (`Leases`), or, counting in memory, what
+ * requests in flight hold (`InFlight`). Both answer the same calls, so the
+ * limiter checks a quota and a budget in one place whatever stands behind.
+ */
+export interface Allowances {
+  /** The moment periods are read at: the fleet's clock for leases, the request's own time in memory. */
+  at(now: number): number;
+  periodKey(period: Period, at: number): string;
+  /** What requests in flight here have taken of `keyId`'s `kind` this period. */
+  reserved(keyId: string, kind: string, period: string): number;
+  take(keyId: string, kind: string, period: string, limit: number, amount: number): Took;
+  takeUpTo(keyId: string, kind: string, period: string, limit: number, want: number): Took;
+  /** Give back what a take reserved: `used` of it was spent. */
+  reconcile(keyId: string, kind: string, period: string, reserved: number, used: number): void;
+}
+
+/**
+ * Counting in memory (no leases): the ledger's period totals are checked
+ * by the limiter, and what requests in flight took is held here so that
+ * overlapping requests see each other. Nothing is claimed, so a take that
+ * the limiter's check let through always takes. The period is not part of
+ * the key: a request still in flight across midnight keeps counting until
+ * it ends, when the ledger counts it.
+ */
+export class InFlight implements Allowances {
+  readonly #held = new Map<string, number>();
+  at(now: number): number {
+    return now;
+  }
+  periodKey(): string {
+    return '';
+  }
+  reserved(keyId: string, kind: string): number {
+    return this.#held.get(`${keyId}\u0000${kind}`) ?? 0;
+  }
+  take(keyId: string, kind: string, _period: string, _limit: number, amount: number): Took {
+    const id = `${keyId}\u0000${kind}`;
+    this.#held.set(id, (this.#held.get(id) ?? 0) + amount);
+    return taken(amount);
+  }
+  takeUpTo(keyId: string, kind: string, period: string, limit: number, want: number): Took {
+    return this.take(keyId, kind, period, limit, want);
+  }
+  /** What was used is the ledger's to count; only the reservation goes. */
+  reconcile(keyId: string, kind: string, _period: string, reserved: number, _used: number): void {
+    const id = `${keyId}\u0000${kind}`;
+    const left = (this.#held.get(id) ?? 0) - reserved;
+    if (left > 1e-9) this.#held.set(id, left);
+    else this.#held.delete(id);
+  }
+}
+
+export class Leases implements Allowances {
   readonly #store: LeaseStore;
   readonly #gateway: string;
   readonly clock: Clock;
@@ -132,8 +204,19 @@ export class Leases {
   readonly #sharedCosts = new Map<string, number>();
   /** Told when a renewal found leases of this gateway swept (it was frozen or cut off past their expiry). */
   onLost: (count: number) => void = () => undefined;
+  /** Renewals and claims that fail are seen (observe/outages.ts): logged when an outage starts and ends, counted. */
+  readonly #watch: { readonly renewal: Watch; readonly claim: Watch };
 
-  constructor(store: LeaseStore, gateway: string, clock: Clock, live: () => number, ttlS: number, costs: CostShare | null = null) {
+  constructor(
+    store: LeaseStore,
+    gateway: string,
+    clock: Clock,
+    live: () => number,
+    ttlS: number,
+    costs: CostShare | null = null,
+    watch: { readonly renewal: Watch; readonly claim: Watch } = { renewal: UNWATCHED, claim: UNWATCHED },
+  ) {
+    this.#watch = watch;
     this.#costs = costs;
     this.#store = store;
     this.#gateway = gateway;
@@ -145,8 +228,8 @@ export class Leases {
   /** Learn the store's clock (a period is the fleet's, not this machine's), then renew every `everyMs` (the ledger's flush interval). */
   async start(everyMs: number): Promise<void> {
     // A store down at start: this machine's clock until the first renewal that reaches it.
-    await this.renew().catch(() => undefined);
-    this.#timer = setInterval(() => void this.renew().catch(() => undefined), everyMs);
+    await this.#renewSeen();
+    this.#timer = setInterval(() => detach(this.#renewSeen(), neverRejects), everyMs);
     this.#timer.unref();
   }
 
@@ -155,45 +238,52 @@ export class Leases {
     return periodOf(period, now).key;
   }
 
+  /** Periods are the fleet's: read by its clock, whatever time the request carries. */
+  at(): number {
+    return this.clock.now();
+  }
+
   /**
-   * Take `amount` of `limit` for `keyId`'s `kind` this period: true (taken),
-   * false (nothing left), or a promise, when this gateway's lease must first
-   * claim more (the caller asks again once it settles). A budget is taken
+   * Take `amount` of `limit` for `keyId`'s `kind` this period (`Took`):
+   * `claiming` when this gateway's lease must first claim more (the caller
+   * asks again once the claim is answered). A budget is taken
    * while anything is left, whatever the estimate: the same rule as one
    * gateway's (admitted while spent + reserved is below the amount).
    */
-  take(keyId: string, kind: string, period: string, limit: number, amount: number): boolean | typeof UNREACHABLE | Promise<void> {
+  take(keyId: string, kind: string, period: string, limit: number, amount: number): Took {
     const lease = this.#lease(keyId, kind, period);
     const free = lease.held - lease.used - lease.reserved;
     const whole = kind === 'quota';
     if (whole ? free >= amount : free > 1e-9) {
       lease.reserved += amount;
-      return true;
+      return taken(amount);
     }
-    if (lease.exhausted) return false;
+    if (lease.exhausted) return SPENT;
     if (lease.failed) return UNREACHABLE;
-    return this.#claim(lease, whole ? amount : Math.max(amount, 1e-9), whole, limit);
+    return claiming(this.#claim(lease, whole ? amount : Math.max(amount, 1e-9), whole, limit));
   }
 
   /**
    * Take `want` of a budget's `limit` for one paid start (a scraper run's
-   * cap), or as much of it as this gateway can still hold: the amount taken
-   * (0: nothing), or a promise when more must first be claimed. What is
+   * cap), or as much of it as this gateway can still hold (`taken` with
+   * the amount; `spent` when that is nothing), or `claiming` when more must
+   * first be claimed. What is
    * taken is this gateway's alone, so the caps in flight across the fleet
    * never add up to more than what is left of the budget.
    */
-  takeUpTo(keyId: string, kind: string, period: string, limit: number, want: number): number | typeof UNREACHABLE | Promise<void> {
+  takeUpTo(keyId: string, kind: string, period: string, limit: number, want: number): Took {
     const lease = this.#lease(keyId, kind, period);
     const free = lease.held - lease.used - lease.reserved;
     if (free >= want - 1e-9) {
       lease.reserved += want;
-      return want;
+      return taken(want);
     }
     if (lease.failed) return UNREACHABLE;
-    if (!lease.exhausted) return this.#claim(lease, want - free, false, limit);
+    if (!lease.exhausted) return claiming(this.#claim(lease, want - free, false, limit));
     const got = floorMicro(Math.max(0, free));
+    if (got <= 0) return SPENT;
     lease.reserved += got;
-    return got;
+    return taken(got);
   }
 
   #lease(keyId: string, kind: string, period: string): Lease {
@@ -220,9 +310,13 @@ export class Leases {
         this.clock.learn(now);
         l.held += got;
         if (got === 0) l.exhausted = true;
-      } catch {
-        // Unreachable: only what is held may be admitted; more is not decided here until a renewal reaches the store.
+        this.#watch.claim.ok();
+      } catch (err) {
+        // Not answered, or a bug (logged as one): either way only what is
+        // held may be admitted, and more is not decided here until a
+        // renewal reaches the store. Failing closed is right for both.
         l.failed = true;
+        this.#watch.claim.failed(err);
       } finally {
         l.claiming = null;
       }
@@ -241,6 +335,14 @@ export class Leases {
     if (lease === undefined) return;
     lease.reserved = Math.max(0, lease.reserved - reserved);
     lease.used += used;
+  }
+
+  /** A renewal whose failure is seen, and that never rejects: the next one is at the next flush. */
+  #renewSeen(): Promise<void> {
+    return this.renew().then(
+      () => this.#watch.renewal.ok(),
+      (err: unknown) => this.#watch.renewal.failed(err),
+    );
   }
 
   /** Report, extend, sweep the dead; leases of periods that ended are given back. Claims may be tried again. One at a time, none after `stop`. */

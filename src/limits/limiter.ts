@@ -9,7 +9,7 @@
 // the upstream gives back its quota unit and budget reservation, and a
 // budget's reservation becomes the cost the upstream reported (which the
 // ledger counts in the same tick).
-import { budgetKind, QUOTA, UNREACHABLE, type Leases } from './leases.ts';
+import { budgetKind, InFlight, QUOTA, type Allowances, type Took } from './leases.ts';
 import { learn, RouteCosts } from './route-costs.ts';
 import { periodOf, type Period, type Policy } from './policy.ts';
 import { floorMicro, micro, rfc3339 } from '../lib/format.ts';
@@ -205,7 +205,7 @@ export interface FleetFigures {
 /** What a limiter decides with, beside the ledger's period totals. */
 export interface LimiterDeps {
   /** Quotas and budgets by leases (a fleet's in PostgreSQL, one machine's in its SQLite file); absent: the period totals alone (counting in memory). */
-  readonly leases?: Leases | null;
+  readonly leases?: Allowances | null;
   /** Each route's cost per call, shared with the leases (default: one of its own). */
   readonly costs?: RouteCosts;
   /** Routes whose cost is settled after the fact (the scraper's runs): a paid start reserves its cap, nothing else reserves or teaches. */
@@ -218,15 +218,14 @@ export interface LimiterDeps {
 
 export class Limiter {
   readonly #use: PeriodUse;
-  readonly #leases: Leases | null;
+  readonly #leases: Allowances | null;
   readonly #costs: RouteCosts;
   readonly #fleet: FleetFigures | null;
   readonly #buckets = new Map<string, { tokens: number; at: number }>();
+  /** Requests in flight, by key (concurrency). */
   readonly #inFlight = new Map<string, number>();
-  /** Quota units taken by requests in flight, by key. */
-  readonly #units = new Map<string, number>();
-  /** Budget reserved by requests in flight, by key and route. */
-  readonly #reserved = new Map<KeyRoute, number>();
+  /** Where quota units and budgets are taken from: the leases, else what requests in flight hold. */
+  readonly #allowances: Allowances;
   /** What a call costs, learnt per key and route (per route in `#costs`, for a key's first calls). */
   readonly #estimates = new Map<KeyRoute, number>();
   /** By key and route: the key's first call with a budget, while its cost is not known yet. */
@@ -238,6 +237,7 @@ export class Limiter {
   constructor(use: PeriodUse, deps: LimiterDeps = {}) {
     this.#use = use;
     this.#leases = deps.leases ?? null;
+    this.#allowances = this.#leases ?? new InFlight();
     this.#costs = deps.costs ?? new RouteCosts();
     this.#billedLater = deps.billedLater ?? new Set();
     this.#waitMs = deps.waitMs ?? Infinity;
@@ -259,11 +259,11 @@ export class Limiter {
    * billed after the fact (a scraper run), capped and reserved at its cap.
    */
   admit(keyId: string, policy: Policy, route: string, now: number, share = 1, start: PaidStart | null = null): Verdict {
-    return this.#admitWaiting(keyId, policy, route, now, share, start, now);
+    return this.#probeFirst(keyId, policy, route, now, share, start, now);
   }
 
   /** `since`: when this call began to wait for its key's first call's cost. */
-  #admitWaiting(keyId: string, policy: Policy, route: string, now: number, share: number, start: PaidStart | null, since: number): Verdict {
+  #probeFirst(keyId: string, policy: Policy, route: string, now: number, share: number, start: PaidStart | null, since: number): Verdict {
     // A run on a settled route in a fleet is capped at what is left of the
     // fleet's budget: read for it by a query that starts with it (bounded by
     // the store's deadline), as a lease claim would be. Runs are started
@@ -284,7 +284,7 @@ export class Limiter {
     const waiting = this.#probes.get(slot);
     if (waiting !== undefined) {
       if (now - since >= PROBE_WAIT_MS) return UNDECIDED;
-      return pending(waiting.then(() => decided(this.#admitWaiting(keyId, policy, route, Date.now(), share, start, since))));
+      return pending(waiting.then(() => decided(this.#probeFirst(keyId, policy, route, Date.now(), share, start, since))));
     }
     // This call is the probe: the key's calls on the route that come while it runs wait for it.
     let over: () => void = () => undefined;
@@ -302,27 +302,30 @@ export class Limiter {
         release();
         return r;
       }
-      return {
-        kind: 'admitted',
-        done: (reached, cost) => {
-          r.done(reached, cost);
-          release();
-        },
-        costKnown: (cost) => {
-          // Learnt now, so the calls that waited reserve it; the call itself settles at its end.
-          if (!Number.isFinite(cost) || this.#known(keyId, route)) return release();
-          this.#learn(keyId, route, cost);
-          release();
-        },
+      // The admission as it was (its reservation and cap kept), with the probe's end added to it.
+      const done: Admission['done'] = (reached, cost) => {
+        r.done(reached, cost);
+        release();
       };
+      const costKnown = (cost: number): void => {
+        // Learnt now, so the calls that waited reserve it; the call itself is reconciled at its end.
+        if (!Number.isFinite(cost) || this.#known(keyId, route)) return release();
+        this.#learn(keyId, route, cost);
+        release();
+      };
+      return { ...withDone(r, done), costKnown };
     };
     return mapDecision(this.#decide(keyId, policy, route, now, share, start), wrap);
   }
 
   #decide(keyId: string, policy: Policy, route: string, now: number, share: number, start: PaidStart | null): Verdict {
-    return this.#leases !== null && (policy.quota !== null || policy.budgets.has(route))
-      ? this.#leased(this.#leases, keyId, policy, route, now, share, start, 0)
-      : this.#admit(keyId, policy, route, now, share, start);
+    // Neither a quota nor a budget on the route: nothing is taken from an allowance.
+    if (policy.quota === null && !policy.budgets.has(route)) {
+      const limit = this.#rateAndSlot(keyId, policy, now, share);
+      if (typeof limit !== 'number') return limit;
+      return limit === 0 ? NOTHING : this.#admitted(keyId, route, true, false, null, 0, () => undefined);
+    }
+    return this.#take(this.#allowances, keyId, policy, route, now, share, start, 0);
   }
 
   /** The key's requests across the fleet as last read (what GET /keyward/key shows), for a refusal the leases decided; this gateway's own when none was read. */
@@ -351,59 +354,33 @@ export class Limiter {
     return cap > 0 ? cap : null;
   }
 
-  #admit(keyId: string, policy: Policy, route: string, now: number, share: number, start: PaidStart | null): Admission | Refused {
-    const quota = policy.quota;
-    const units = quota === null ? 0 : (this.#units.get(keyId) ?? 0);
-    if (quota !== null) {
-      const used = this.#use.requests(keyId, quota.period, now) + units;
-      if (used >= quota.count) return periodOver('quota_exceeded', quota.count, quota.period, now, used, null);
-    }
-    const budget = policy.budgets.get(route);
-    const slot = keyRoute(keyId, route);
-    const held = budget === undefined ? 0 : (this.#reserved.get(slot) ?? 0);
-    const spent = budget === undefined ? 0 : this.#use.cost(keyId, route, budget.period, now) + held;
-    if (budget !== undefined && budgetSpent(budget.amount, spent)) return periodOver('budget_exceeded', budget.amount, budget.period, now, spent, route);
-    const reserve = budget === undefined ? 0 : this.#reserve(keyId, policy, route, budget, budget.amount - spent, start, now);
-    if (reserve === null && budget !== undefined) return periodOver('budget_exceeded', budget.amount, budget.period, now, spent, route);
-    const limit = this.#local(keyId, policy, now, share);
-    if (typeof limit !== 'number') return limit;
-    if (limit === 0 && quota === null && budget === undefined) return NOTHING;
-    if (quota !== null) this.#units.set(keyId, units + 1);
-    const estimate = reserve ?? 0;
-    if (budget !== undefined) this.#reserved.set(slot, held + estimate);
-    return this.#admission(keyId, route, limit > 0, budget !== undefined, start, estimate, () => {
-      if (quota !== null) drop(this.#units, keyId, 1);
-      if (budget !== undefined) drop(this.#reserved, slot, estimate);
-    });
-  }
-
-  /** The fleet's quota is all granted: the key's figure is what the fleet counted (as last read), at least the quota. */
-  #quotaRefused(leases: Leases, keyId: string, quota: { readonly count: number; readonly period: Period }, q: string, at: number): Refused {
-    const used = Math.max(quota.count, this.#fleetRequests(keyId, quota.period, at) + leases.reserved(keyId, QUOTA, q));
+  /** The quota is all taken: the key's figure is what the fleet counted (as last read), at least the quota. */
+  #quotaRefused(al: Allowances, keyId: string, quota: { readonly count: number; readonly period: Period }, q: string, at: number): Refused {
+    const used = Math.max(quota.count, this.#fleetRequests(keyId, quota.period, at) + al.reserved(keyId, QUOTA, q));
     return periodOver('quota_exceeded', quota.count, quota.period, at, used, null);
   }
 
-  /** The fleet's budget on `route` is all granted: what the fleet spent (as last read), at least the budget. */
-  #budgetRefused(leases: Leases, keyId: string, route: string, kind: string, budget: Budget, b: string, at: number): Refused {
-    const spent = Math.max(budget.amount, this.#fleetCost(keyId, route, budget.period, at) + leases.reserved(keyId, kind, b));
+  /** The budget on `route` is all taken: what the fleet spent (as last read), at least the budget. */
+  #budgetRefused(al: Allowances, keyId: string, route: string, kind: string, budget: Budget, b: string, at: number): Refused {
+    const spent = Math.max(budget.amount, this.#fleetCost(keyId, route, budget.period, at) + al.reserved(keyId, kind, b));
     return periodOver('budget_exceeded', budget.amount, budget.period, at, spent, route);
   }
 
   /**
-   * What the ledger already counts, plus what requests in flight here took:
-   * past the limit, refused with those figures before any lease is asked.
-   * Otherwise what is left of the route's budget by the fleet's figures
-   * (null without a budget).
+   * The one check of a quota and a budget: what the ledger already counts,
+   * plus what requests in flight here took. Past the limit, refused with
+   * those figures before anything is taken. Otherwise what is left of the
+   * route's budget by the fleet's figures (null without a budget).
    */
-  #beforeLease(leases: Leases, keyId: string, policy: Policy, route: string, at: number): Refused | number | null {
+  #check(al: Allowances, keyId: string, policy: Policy, route: string, at: number, q: string, b: string): Refused | number | null {
     const quota = policy.quota;
     const budget = policy.budgets.get(route);
     if (quota !== null) {
-      const used = this.#use.requests(keyId, quota.period, at) + leases.reserved(keyId, QUOTA, leases.periodKey(quota.period, at));
+      const used = this.#use.requests(keyId, quota.period, at) + al.reserved(keyId, QUOTA, q);
       if (used >= quota.count) return periodOver('quota_exceeded', quota.count, quota.period, at, used, null);
     }
     if (budget === undefined) return null;
-    const reserved = leases.reserved(keyId, budgetKind(route), leases.periodKey(budget.period, at));
+    const reserved = al.reserved(keyId, budgetKind(route), b);
     const spent = this.#use.cost(keyId, route, budget.period, at) + reserved;
     if (budgetSpent(budget.amount, spent)) return periodOver('budget_exceeded', budget.amount, budget.period, at, spent, route);
     // The fleet's figure as last read, when larger than what this gateway counted itself.
@@ -417,79 +394,80 @@ export class Limiter {
     return budget.amount - fleetSpent;
   }
 
-  /** A fleet's admission: the quota and budget from this gateway's leases, rate and concurrency as its share. */
-  #leased(leases: Leases, keyId: string, policy: Policy, route: string, now: number, share: number, start: PaidStart | null, attempt: number): Verdict {
+  /**
+   * Quota and budget checked once and taken from the allowances (leases,
+   * or what requests in flight hold), then rate and concurrency as this
+   * gateway's share. `attempt`: claims already waited for.
+   */
+  #take(al: Allowances, keyId: string, policy: Policy, route: string, now: number, share: number, start: PaidStart | null, attempt: number): Verdict {
     const quota = policy.quota;
     const budget = policy.budgets.get(route);
-    const at = leases.clock.now();
-    const q = quota === null ? '' : leases.periodKey(quota.period, at);
-    const b = budget === undefined ? '' : leases.periodKey(budget.period, at);
+    const at = al.at(now);
+    const q = quota === null ? '' : al.periodKey(quota.period, at);
+    const b = budget === undefined ? '' : al.periodKey(budget.period, at);
     const kind = budgetKind(route);
-    // A claim is under way: ask again once it settled. Each claim either gets
-    // something or marks the lease exhausted (then refused), so this ends;
-    // the bound is only a guard.
-    // A claim the store does not answer within the admission wait: 503, nothing consumed (the claim goes
-    // on, and what it gets stays in the lease). Each round trip has the wait: a burst that queues behind
-    // claims a healthy store answers is not refused for it.
-    const later = (p: Promise<void>, refused: Refused): Verdict =>
-      attempt >= 50
-        ? refused
-        : pending(
-            within(
-              p.then(() => CLAIMED),
-              this.#waitMs,
-              LEDGER_SILENT,
-            ).then((r) => (r === LEDGER_SILENT ? LEDGER_SILENT : decided(this.#leased(leases, keyId, policy, route, Date.now(), share, start, attempt + 1)))),
-          );
-    const before = this.#beforeLease(leases, keyId, policy, route, at);
+    const before = this.#check(al, keyId, policy, route, at, q, b);
     if (typeof before !== 'number' && before !== null) return before;
     const reserve = budget === undefined ? 0 : this.#reserve(keyId, policy, route, budget, before ?? 0, start, now);
-    if (reserve === null && budget !== undefined) return this.#budgetRefused(leases, keyId, route, kind, budget, b, at);
+    if (reserve === null && budget !== undefined) return this.#budgetRefused(al, keyId, route, kind, budget, b, at);
+    // A claim under way: asked again once it is answered (`#notTaken`).
+    const again = (): Verdict => this.#take(al, keyId, policy, route, Date.now(), share, start, attempt + 1);
     // A refusal is built only when one is due (bench/README.md, "Admission"):
-    // `take` changes nothing a refusal reads unless it admits.
+    // a take changes nothing a refusal reads unless it takes.
     if (quota !== null) {
-      const took = leases.take(keyId, QUOTA, q, quota.count, 1);
-      if (took instanceof Promise) return later(took, this.#quotaRefused(leases, keyId, quota, q, at));
-      if (took === UNREACHABLE) return LEDGER_SILENT;
-      if (!took) return this.#quotaRefused(leases, keyId, quota, q, at);
+      const took = al.take(keyId, QUOTA, q, quota.count, 1);
+      if (took.kind !== 'taken') return this.#notTaken(took, attempt, again, () => this.#quotaRefused(al, keyId, quota, q, at));
     }
     const untake = (): void => {
-      if (quota !== null) leases.reconcile(keyId, QUOTA, q, 1, 0);
+      if (quota !== null) al.reconcile(keyId, QUOTA, q, 1, 0);
     };
     let estimate = reserve ?? 0;
-    if (budget !== undefined && this.#billedLater.has(route) && estimate > 0) {
-      // A paid start: its cap is what this gateway's lease can hold of it, never more.
-      const took = leases.takeUpTo(keyId, kind, b, budget.amount, estimate);
-      if (typeof took !== 'number' || took <= 0) {
+    // A paid start's cap is what the allowance can still hold of it, never
+    // more; any other call on a budgeted route takes its estimate, and a
+    // settled route's other calls take nothing.
+    if (budget !== undefined && (estimate > 0 || !this.#billedLater.has(route))) {
+      const took = this.#billedLater.has(route) ? al.takeUpTo(keyId, kind, b, budget.amount, estimate) : al.take(keyId, kind, b, budget.amount, estimate);
+      if (took.kind !== 'taken') {
         untake();
-        if (took === UNREACHABLE) return LEDGER_SILENT;
-        const refusal = this.#budgetRefused(leases, keyId, route, kind, budget, b, at);
-        return typeof took === 'number' ? refusal : later(took, refusal);
+        return this.#notTaken(took, attempt, again, () => this.#budgetRefused(al, keyId, route, kind, budget, b, at));
       }
-      estimate = took;
-    } else if (budget !== undefined && !this.#billedLater.has(route)) {
-      const took = leases.take(keyId, kind, b, budget.amount, estimate);
-      if (took !== true) {
-        const refusal = this.#budgetRefused(leases, keyId, route, kind, budget, b, at);
-        untake();
-        if (took === UNREACHABLE) return LEDGER_SILENT;
-        return took instanceof Promise ? later(took, refusal) : refusal;
-      }
+      estimate = took.amount;
     }
-    const limit = this.#local(keyId, policy, now, share);
+    const limit = this.#rateAndSlot(keyId, policy, now, share);
     if (typeof limit !== 'number') {
       untake();
-      if (budget !== undefined) leases.reconcile(keyId, kind, b, estimate, 0);
+      if (budget !== undefined) al.reconcile(keyId, kind, b, estimate, 0);
       return limit;
     }
-    return this.#admission(keyId, route, limit > 0, budget !== undefined, start, estimate, (reached, cost) => {
-      if (quota !== null) leases.reconcile(keyId, QUOTA, q, 1, reached ? 1 : 0);
-      if (budget !== undefined) leases.reconcile(keyId, kind, b, estimate, reached ? (cost ?? 0) : 0);
+    return this.#admitted(keyId, route, limit > 0, budget !== undefined, start, estimate, (reached, cost) => {
+      if (quota !== null) al.reconcile(keyId, QUOTA, q, 1, reached ? 1 : 0);
+      if (budget !== undefined) al.reconcile(keyId, kind, b, estimate, reached ? (cost ?? 0) : 0);
     });
   }
 
+  /**
+   * A take that did not take: refused when the allowance is spent; 503 when
+   * its store did not answer the last claim, or does not answer this one
+   * within the admission wait (nothing consumed: the claim goes on, and
+   * what it gets stays in the lease); otherwise asked again once the claim
+   * is answered. Each claim either gets something or marks the lease spent,
+   * so this ends; past 50 claims (others took what each one got) it is 503
+   * too, never a 429 for a limit nobody showed spent.
+   */
+  #notTaken(took: Took, attempt: number, again: () => Verdict, refused: () => Refused): Verdict {
+    if (took.kind === 'spent') return refused();
+    if (took.kind !== 'claiming' || attempt >= 50) return took.kind === 'unreachable' ? LEDGER_SILENT : UNDECIDED;
+    return pending(
+      within(
+        took.claimed.then(() => CLAIMED),
+        this.#waitMs,
+        LEDGER_SILENT,
+      ).then((r) => (r === LEDGER_SILENT ? LEDGER_SILENT : decided(again()))),
+    );
+  }
+
   /** An admission: once, its slot back (when it took one), `reconcile` for what the period's limits reserved, a reported cost learnt. */
-  #admission(
+  #admitted(
     keyId: string,
     route: string,
     slot: boolean,
@@ -516,7 +494,7 @@ export class Limiter {
   }
 
   /** Concurrency and rate, this gateway's share: a refusal, or the concurrency limit whose slot was taken (0: none). */
-  #local(keyId: string, policy: Policy, now: number, share: number): Refused | number {
+  #rateAndSlot(keyId: string, policy: Policy, now: number, share: number): Refused | number {
     const limit = policy.concurrency === null ? null : Math.max(1, Math.ceil(policy.concurrency / share));
     const running = this.#inFlight.get(keyId) ?? 0;
     // The key's concurrency, not this gateway's share of it: the client's view. No time window, so no policy.
@@ -572,10 +550,10 @@ export class Limiter {
    */
   status(keyId: string, policy: Policy, now: number, share = 1, use: PeriodUse = this.#use): LimitState[] {
     const out: LimitState[] = [];
+    const al = this.#allowances;
     const q = policy.quota;
     if (q !== null) {
-      const used =
-        use.requests(keyId, q.period, now) + (this.#units.get(keyId) ?? 0) + (this.#leases?.reserved(keyId, QUOTA, this.#leases.periodKey(q.period)) ?? 0);
+      const used = use.requests(keyId, q.period, now) + al.reserved(keyId, QUOTA, al.periodKey(q.period, al.at(now)));
       out.push({
         kind: 'quota',
         route: null,
@@ -588,10 +566,7 @@ export class Limiter {
       });
     }
     for (const [route, b] of policy.budgets) {
-      const spent =
-        use.cost(keyId, route, b.period, now) +
-        (this.#reserved.get(keyRoute(keyId, route)) ?? 0) +
-        (this.#leases?.reserved(keyId, budgetKind(route), this.#leases.periodKey(b.period)) ?? 0);
+      const spent = use.cost(keyId, route, b.period, now) + al.reserved(keyId, budgetKind(route), al.periodKey(b.period, al.at(now)));
       const used = micro(spent);
       out.push({
         kind: 'budget',

@@ -394,6 +394,20 @@ export type { Registry };
 export const newRegistry = (): Registry => new Registry();
 
 /** `keyward_limit_alerts_total`, in the registry of the process that fires alerts (alerts/spend.ts); no per-key labels. */
+/**
+ * Failures of the background tasks of the process that decides limits
+ * (observe/outages.ts), in its registry: one process's, or the primary's
+ * beside its workers' sum (a worker runs none of these tasks).
+ */
+export function backgroundFailures(registry: Registry): Counter<'task'> {
+  return new Counter({
+    name: 'keyward_background_failures_total',
+    help: 'Failures of background tasks by task (lease renewals and claims, the run settler, alert checks, usage reads); each outage is also logged when it starts and ends',
+    labelNames: ['task'],
+    registers: [registry],
+  });
+}
+
 export function alertCounters(registry: Registry, pending: () => number): { fired: Counter<'kind' | 'threshold'>; deferred: Counter } {
   new Gauge({
     name: 'keyward_limit_alert_checks_pending',

@@ -12,6 +12,7 @@ import { asker, type RunTarget } from '../ledger/run-ask.ts';
 import { Settler, type SettlerOptions } from '../ledger/runs.ts';
 import type { Spend } from '../alerts/spend.ts';
 import type { UsageStore } from '../ledger/store.ts';
+import type { Watch } from '../observe/outages.ts';
 
 /** Routes whose cost is settled after the fact (the provider table's `runs`): a paid start there reserves its cap. */
 export function settledRoutes(config: Pick<Config, 'routes'>): ReadonlySet<string> {
@@ -31,6 +32,8 @@ export interface SettlerParts {
   /** A key and its policy by id, for the alerts a settled run may fire; null when not known here. */
   readonly keyOf: (keyId: string) => { readonly key: { readonly id: string; readonly name: string }; readonly policy: Policy } | null;
   readonly settle?: Pick<SettlerOptions, 'everyMs' | 'backoff' | 'giveUpMs'>;
+  /** Where a failing round is seen (observe/outages.ts). */
+  readonly watch?: Watch;
 }
 
 /** Started, or null when no route settles runs or the store keeps none (memory). */
@@ -44,6 +47,7 @@ export function runSettler(p: SettlerParts): Settler | null {
     ...p.settle,
     store: runs,
     gateway: p.ledger.id,
+    ...(p.watch === undefined ? {} : { watch: p.watch }),
     ask: (run) => {
       // A run belongs to the account that started it: asked with that credential (docs/credentials.md).
       const credential = run.credential ?? 1;

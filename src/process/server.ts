@@ -20,6 +20,7 @@ import { createPipeline, type Pipeline } from '../request/pipeline.ts';
 import type { RunTarget } from '../ledger/run-ask.ts';
 import { serveEvents } from './events.ts';
 import { startUsage, type UsageOptions } from './usage-part.ts';
+import type { Failing, Outages } from '../observe/outages.ts';
 import { buildRuntime, idleReason, restartOnlyChanges, type Runtime } from './runtime.ts';
 import { CredentialBoard, type Retry } from '../request/credentials.ts';
 import { shareInFleet, shareWithPrimary } from './credential-share.ts';
@@ -54,6 +55,12 @@ export interface Readiness {
   readonly credentials?: Readonly<Record<string, { readonly available: number; readonly total: number }>>;
   /** Routes whose every credential is set aside (requests there get 503 upstream_credentials_exhausted); absent when none. */
   readonly credentialsExhausted?: readonly string[];
+  /**
+   * Background tasks failing now (docs/operations.md, "Background tasks"):
+   * still ready, since requests are served, but a renewal or a run settler
+   * that fails stops money being booked, and this is where it shows.
+   */
+  readonly failing?: readonly Failing[];
 }
 
 export interface Gateway {
@@ -115,7 +122,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     expire,
     (seconds) => metrics.task('timer_sweep', seconds),
   );
-  const { ledger, leases, spend, admit, statusSources, units, usageStore, settler } = await startUsage(config, store, logger, metrics, {
+  const { ledger, leases, spend, admit, statusSources, units, usageStore, settler, outages } = await startUsage(config, store, logger, metrics, {
     ...options,
     keyIds: () => (keys.loaded === null ? null : new Set(keys.loaded.records.map((r) => r.id))),
     keyOf: (id) => keys.loaded?.records.find((r) => r.id === id) ?? null,
@@ -172,7 +179,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
       runtime = buildRuntime(next, board);
       applyToServer(server, previous, next, sweeper, logger);
     },
-    readiness: () => withCredentials(withLedger(readinessOf(keys, draining, runtime.config), usageStore), runtime.config, board),
+    readiness: () => withCredentials(withBackground(withLedger(readinessOf(keys, draining, runtime.config), usageStore), outages), runtime.config, board),
     keyCount: () => keys.loaded?.size ?? 0,
     // In memory (no ledger file could be opened) the figures are this process's own, and few: built here.
     keyStatus: (principal) => Promise.resolve(keyStatus(statusSources, principal, units, Date.now())),
@@ -334,6 +341,12 @@ interface DrainParts {
   readonly logger: Logger;
   /** Whether the gateway ever served: one that never bound its port closes its stores without saying `draining` or `stopped`. */
   readonly served: boolean;
+}
+
+/** Readiness with the background tasks failing now, if any (null: this process runs none). */
+export function withBackground(r: Readiness, outages: Pick<Outages, 'failing'> | null): Readiness {
+  const failing = outages?.failing() ?? [];
+  return failing.length === 0 ? r : { ...r, failing };
 }
 
 /** Readiness with the ledger's problem, if any: still ready (keys without a quota or budget are served), and saying why the others are refused. */

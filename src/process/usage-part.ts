@@ -5,7 +5,7 @@ import type { Config } from '../config/load.ts';
 import type { Principal } from '../keys/keyset.ts';
 import type { KeyStore } from '../keys/store.ts';
 import type { Logger } from '../observe/log.ts';
-import type { Metrics, Registry } from '../observe/metrics.ts';
+import { backgroundFailures, type Metrics, type Registry } from '../observe/metrics.ts';
 import type { Admit } from '../limits/admissions.ts';
 import { StoreView, type StatusSources } from '../views/key-status.ts';
 import { Ledger } from '../ledger/ledger.ts';
@@ -22,6 +22,7 @@ import type { Settler, SettlerOptions } from '../ledger/runs.ts';
 import { runSettler, settledRoutes } from './run-settler.ts';
 import { costUnits } from './runtime.ts';
 import type { UsageStore } from '../ledger/store.ts';
+import { Outages } from '../observe/outages.ts';
 
 export interface UsageOptions {
   /** Where the usage ledger is kept (default: the SQLite file beside the keys file). */
@@ -60,6 +61,8 @@ export interface UsagePart {
   readonly units: (route: string) => string | null;
   /** Books scraper runs' costs once they end (null: not this process, or no store keeps runs). */
   readonly settler: Settler | null;
+  /** The background tasks failing now (lease renewals and claims, the settler, alert checks, usage reads); null in a worker, which runs none. */
+  readonly outages: Outages | null;
 }
 
 /** The ledger started (what a drain kept written first), the leases claimed, the limiter and seeing spend ready. */
@@ -100,10 +103,10 @@ export async function startUsage(config: Config, store: KeyStore, logger: Logger
   await ledger.start(config.usageFlushMs);
   const units = costUnits(config);
   // The process that decides limits answers where a key stands and fires its alerts; a worker asks its primary.
-  const { leases, limiter, spend } =
+  const { leases, limiter, spend, outages } =
     worker === null
       ? await startDeciding(config, usageStore, ledger, logger, metrics.registry, units, options.clock)
-      : { leases: null, limiter: new Limiter(ledger, { billedLater: settledRoutes(config), waitMs: config.admissionWaitMs }), spend: null };
+      : { leases: null, limiter: new Limiter(ledger, { billedLater: settledRoutes(config), waitMs: config.admissionWaitMs }), spend: null, outages: null };
   const admit: Admit =
     worker?.admit ??
     (spend === null ? (p, policy, route, now, start) => limiter.admit(p.id, policy, route, now, ledger.gateways, start) : alerting(limiter, ledger, spend));
@@ -126,6 +129,7 @@ export async function startUsage(config: Config, store: KeyStore, logger: Logger
           spend,
           logger,
           registry: metrics.registry,
+          ...(outages === null ? {} : { watch: outages.watch('run_settling') }),
           target: runTarget,
           keyOf: (id) => {
             const record = keyOf?.(id) ?? null;
@@ -135,7 +139,7 @@ export async function startUsage(config: Config, store: KeyStore, logger: Logger
           ...(options.settle === undefined ? {} : { settle: options.settle }),
         })
       : null;
-  return { usageStore, ledger, leases, spend, admit, statusSources, units, settler };
+  return { usageStore, ledger, leases, spend, admit, statusSources, units, settler, outages };
 }
 
 /** Admission in this process, its alerts checked once a request that reached the upstream was counted. */
@@ -152,14 +156,17 @@ export async function startDeciding(
   registry: Registry,
   units: (route: string) => string | null,
   clock?: Clock,
-): Promise<{ leases: Leases | null; limiter: Limiter; spend: Spend }> {
+): Promise<{ leases: Leases | null; limiter: Limiter; spend: Spend; outages: Outages }> {
+  // Each background task below is seen when it fails (docs/operations.md, "Background tasks").
+  const failures = backgroundFailures(registry);
+  const outages = new Outages(logger, (task) => failures.inc({ task }));
   const costs = new RouteCosts();
-  const leases = await fleetLeases(usage, ledger, config, clock, logger, costs);
-  const view = storeView(usage, ledger, config.usageFlushMs);
+  const leases = await fleetLeases(usage, ledger, config, clock, logger, costs, outages);
+  const view = storeView(usage, ledger, config.usageFlushMs, outages.watch('usage_read'));
   const limiter = new Limiter(ledger, { leases, costs, billedLater: settledRoutes(config), waitMs: config.admissionWaitMs, fleet: view && fleetFigures(view) });
-  const spend = createSpend({ config, store: usage, ledger, limiter, view, logger, registry, unitOf: (r) => units(r) ?? 'usd' });
+  const spend = createSpend({ config, store: usage, ledger, limiter, view, logger, outages, registry, unitOf: (r) => units(r) ?? 'usd' });
   await spend.start();
-  return { leases, limiter, spend };
+  return { leases, limiter, spend, outages };
 }
 
 function alerting(limiter: Limiter, ledger: Ledger, spend: Spend): Admit {

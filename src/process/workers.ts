@@ -16,25 +16,27 @@ import cluster, { type Worker } from 'node:cluster';
 import type { Readable, Writable } from 'node:stream';
 import { EXIT_FAILURE, EXIT_USAGE } from '../lib/io.ts';
 import type { Readiness } from './server.ts';
-import { remoteAdmit, remoteStatus, serveAdmissions, type Admit } from '../limits/admissions.ts';
+import { askPrimary, remoteStatus, serveAdmissions, workerWaitMs, type Admit } from '../limits/admissions.ts';
 import type { LimitState, Limiter } from '../limits/limiter.ts';
 import type { Principal } from '../keys/keyset.ts';
 import type { Policy } from '../limits/policy.ts';
 import { relayAmongWorkers } from './credential-share.ts';
 
-/** In a worker: admission for keys with limits, asked of the primary. */
-export function primaryAdmit(): Admit {
-  return remoteAdmit(
+/** In a worker: admission for keys with limits, asked of the primary; `admissionWaitMs` (KEYWARD_ADMISSION_WAIT) sets how long it is waited for. */
+export function primaryAdmit(admissionWaitMs: number): Admit {
+  return askPrimary(
     (m) => process.send?.(m),
     (listener) => process.on('message', listener),
+    workerWaitMs(admissionWaitMs),
   );
 }
 
 /** In a worker: where a key's limits stand, asked of the primary. */
-export function primaryStatus(): (principal: Principal) => Promise<readonly LimitState[] | null> {
+export function primaryStatus(admissionWaitMs: number): (principal: Principal) => Promise<readonly LimitState[] | null> {
   return remoteStatus(
     (m) => process.send?.(m),
     (listener) => process.on('message', listener),
+    workerWaitMs(admissionWaitMs),
   );
 }
 

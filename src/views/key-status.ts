@@ -10,6 +10,8 @@ import { policyFor } from '../limits/policy.ts';
 import { within } from '../lib/deadline.ts';
 import type { UsageRow, UsageStore } from '../ledger/store.ts';
 import { micro } from '../lib/format.ts';
+import { detach, neverRejects } from '../lib/detach.ts';
+import { UNWATCHED, type Watch } from '../observe/outages.ts';
 
 /** Where a key's figures come from: this process's limiter and ledger, or the primary and the store (workers, a fleet). */
 export interface StatusSources {
@@ -70,9 +72,11 @@ export class StoreView {
   readonly #last = new Map<string, { at: number; seq: number; rows: UsageRow[] }>();
   /** Reads in the order they started (two may start in the same millisecond). */
   #seq = 0;
+  readonly #watch: Watch;
 
   /** `freshWithinMs`: how long a status waits for the store before it answers from what it last read, marked stale (Infinity: wait, and fail when the store does). */
-  constructor(store: Pick<UsageStore, 'rows'>, ledger: Pick<Ledger, 'unwritten'> | null, ttlMs: number, freshWithinMs = 1_000) {
+  constructor(store: Pick<UsageStore, 'rows'>, ledger: Pick<Ledger, 'unwritten'> | null, ttlMs: number, freshWithinMs = 1_000, watch: Watch = UNWATCHED) {
+    this.#watch = watch;
     this.#store = store;
     this.#ledger = ledger;
     this.#ttlMs = ttlMs;
@@ -84,11 +88,16 @@ export class StoreView {
     const last = this.#last.get(keyId);
     if (last === undefined) {
       // Read now, for the next refusal.
-      void this.usage(keyId, now).catch(() => undefined);
+      this.#refresh(keyId, now);
       return null;
     }
-    if (Date.now() - last.at >= this.#ttlMs) void this.usage(keyId, now).catch(() => undefined);
+    if (Date.now() - last.at >= this.#ttlMs) this.#refresh(keyId, now);
     return usageFrom([...last.rows, ...(this.#ledger?.unwritten(keyId) ?? [])], now);
+  }
+
+  /** A read nobody waits for (the next refusal's figures); a store that fails it is seen where every read is (`#reading`). */
+  #refresh(keyId: string, now: number): void {
+    detach(this.usage(keyId, now), neverRejects);
   }
 
   /**
@@ -132,13 +141,17 @@ export class StoreView {
       const r = { at: Date.now(), seq: ++this.#seq, rows: this.#store.rows({ keyId, since: `${month}-01` }) };
       read = r;
       this.#read.set(keyId, r);
-      // A failed read is not kept: the next call tries again.
+      // A failed read is not kept: the next call tries again. Either way the store's health is seen.
       r.rows.then(
         (rows) => {
           // Reads may end out of order: an older one never replaces a newer one's rows.
           if ((this.#last.get(keyId)?.seq ?? -Infinity) < r.seq) this.#last.set(keyId, { at: r.at, seq: r.seq, rows });
+          this.#watch.ok();
         },
-        () => this.#read.delete(keyId),
+        (err: unknown) => {
+          this.#read.delete(keyId);
+          this.#watch.failed(err);
+        },
       );
     }
     return read;

@@ -5,8 +5,8 @@ import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import type { Worker } from 'node:cluster';
 import { test } from 'node:test';
-import { remoteAdmit, serveAdmissions } from '../../src/limits/admissions.ts';
-import { decided, Limiter, type PeriodUse } from '../../src/limits/limiter.ts';
+import { askPrimary, serveAdmissions, workerWaitMs } from '../../src/limits/admissions.ts';
+import { decided, Limiter, PROBE_WAIT_MS, type PeriodUse } from '../../src/limits/limiter.ts';
 import { policyOf } from '../../src/limits/policy.ts';
 import type { Principal } from '../../src/keys/keyset.ts';
 
@@ -29,7 +29,7 @@ function pair(limiter: Limiter, answerMs: number) {
     () => 1,
     () => undefined,
   );
-  const admit = remoteAdmit(
+  const admit = askPrimary(
     (m) => {
       if (deliver) cluster.emit('message', worker, m);
       else held.push(m);
@@ -84,4 +84,11 @@ test("a paid start's cap travels from the primary to the worker, and a worker th
   p.exit();
   const status = limiter.status('k', policy, Date.now());
   assert.equal(status.find((l) => l.kind === 'concurrency')?.used, 0, 'slots back');
+});
+
+test("a worker's wait for its primary follows KEYWARD_ADMISSION_WAIT: past the longest the primary itself may wait", () => {
+  // The primary waits for a key's earlier calls' cost, then the store at most twice.
+  for (const wait of [1, 250, 2_000, 10_000]) assert.ok(workerWaitMs(wait) > PROBE_WAIT_MS + 2 * wait, `${wait} ms`);
+  assert.equal(workerWaitMs(250), 5_000, 'the default wait');
+  assert.ok(workerWaitMs(10_000) > workerWaitMs(250));
 });

@@ -268,3 +268,11 @@ test('an upstream URL set to nothing, or without its scheme, is a problem that s
   ]);
   assert.deepEqual(problems({ KEYWARD_SEO_URL: 'not a url' }), ['KEYWARD_SEO_URL is not a URL']);
 });
+
+test('KEYWARD_ADMISSION_WAIT is bounded at 10 s, since a worker waits for its primary longer than it (docs/configuration.md)', () => {
+  assert.equal(loadConfig({ KEYWARD_ADMISSION_WAIT: '10s' }, noFiles, '/', UPSTREAMS).admissionWaitMs, 10_000);
+  assert.throws(
+    () => loadConfig({ KEYWARD_ADMISSION_WAIT: '11s' }, noFiles, '/', UPSTREAMS),
+    (e: unknown) => e instanceof ConfigError && e.problems.some((p) => p.startsWith('KEYWARD_ADMISSION_WAIT must be a duration up to 10s')),
+  );
+});

@@ -237,3 +237,41 @@ test('a budget spent to the micro-dollar is spent, in whatever order its costs w
   assert.equal(totals.cost('k', 'scraper') < 1, true, 'the sum is a bit under 1 in this order');
   assert.equal(refused(new Limiter(totals).admit('k', policy({ budgets: { scraper: '1/day' } }), 'scraper', Date.now())).code, 'budget_exceeded');
 });
+
+test("a key's first budgeted call keeps its admission's reservation: the probe adds its end, it drops nothing", () => {
+  const limiter = new Limiter(new Totals());
+  const p = policy({ budgets: { speech: '100/day' } });
+  const first = admitted(limiter.admit('erin', p, 'speech', Date.now()));
+  assert.equal(typeof first.costKnown, 'function', 'it is the probe');
+  // Nothing learnt yet: it reserves 0, and says so (undefined would read as "no budget here").
+  assert.equal(first.reserved, 0);
+  first.done(true, 3);
+  const next = admitted(limiter.admit('erin', p, 'speech', Date.now()));
+  assert.equal(next.reserved, 3);
+  next.done(false, null);
+});
+
+test('a take whose claims keep being taken by others answers 503 admission_unavailable after 50 claims, never a 429, and holds nothing', async () => {
+  const { InFlight } = await import('../../src/limits/leases.ts');
+  const held = new InFlight();
+  let claims = 0;
+  // An allowance whose every claim is answered, and whose every answer is gone by the time the request asks again.
+  const contended = {
+    at: (now: number) => now,
+    periodKey: () => '2026-11-29',
+    reserved: (k: string, kind: string) => held.reserved(k, kind),
+    take: () => (claims++, { kind: 'claiming' as const, claimed: Promise.resolve() }),
+    takeUpTo: () => (claims++, { kind: 'claiming' as const, claimed: Promise.resolve() }),
+    reconcile: (k: string, kind: string, period: string, reserved: number, used: number) => held.reconcile(k, kind, period, reserved, used),
+  };
+  const limiter = new Limiter(new Totals(), { leases: contended, waitMs: 1_000 });
+  const p = policy({ quota: '10/day', concurrency: 1 });
+  const r = decided(limiter.admit('fay', p, 'seo', Date.now()));
+  const d = await r;
+  assert.equal(d.kind, 'undecided');
+  assert.equal(d.kind === 'undecided' && d.code, 'admission_unavailable');
+  assert.equal(claims, 51, 'the first take and 50 claims waited for');
+  const [quota, slots] = limiter.status('fay', p, Date.now());
+  assert.equal(quota?.used, 0, 'no quota unit held');
+  assert.equal(slots?.used, 0, 'no concurrency slot held');
+});
