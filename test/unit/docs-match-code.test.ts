@@ -12,7 +12,7 @@ import { ELSEWHERE } from '../../src/config/unknown.ts';
 import { helpTexts } from '../../src/cli/args.ts';
 import { ERRORS } from '../../src/request/errors.ts';
 import { MIGRATIONS } from '../../src/keys/pg-schema.ts';
-import { alertCounters, runCounters, Metrics, newRegistry } from '../../src/observe/metrics.ts';
+import { alertCounters, backgroundFailures, runCounters, Metrics, newRegistry } from '../../src/observe/metrics.ts';
 import { UPSTREAMS } from '../../src/request/routes.ts';
 import { RESTART_ONLY } from '../../src/process/runtime.ts';
 import { USAGE_PAGE_CSP } from '../../src/process/admin.ts';
@@ -80,10 +80,11 @@ test('every error code the gateway answers with is documented, and the documente
 });
 
 test("every keyward_ metric is in docs/operations.md's list, and the list names no other", async () => {
-  // The gateway's series, and the alerts' and runs' counters of the process that decides limits (metrics.ts, fired by alerts/spend.ts and the run settler).
+  // The gateway's series, and the alerts', runs' and background tasks' counters of the process that decides limits (metrics.ts, fired by alerts/spend.ts, the run settler and observe/outages.ts).
   const alerts = newRegistry();
   alertCounters(alerts, () => 0).fired.inc({ kind: 'quota', threshold: '80' });
   runCounters(alerts);
+  backgroundFailures(alerts);
   const text = (await new Metrics({ defaults: false, routes: ['scraper'] }).text()) + (await alerts.metrics());
   const served = new Set([...text.matchAll(/^# HELP (keyward_[a-z_]+)/gm)].map((m) => m[1] as string));
   assert.ok(served.size > 5);
