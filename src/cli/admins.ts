@@ -7,7 +7,7 @@ import { adminView, createAdmin, revokeAdmin } from '../keys/admins.ts';
 import { openKeyStore } from '../keys/open.ts';
 import type { UpstreamSpec } from '../request/routes.ts';
 import { EXIT_OK, helpTexts, HelpRequested, line, parse, readText, UsageError, type Io } from './args.ts';
-import { printable, table } from './table.ts';
+import { printable, table } from '../lib/table.ts';
 
 export async function adminsCommand(args: string[], io: Io, providers: readonly UpstreamSpec[]): Promise<number> {
   const help = helpTexts(providers).admins;

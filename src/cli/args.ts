@@ -2,14 +2,13 @@
 // codes, help texts, strict argument parsing and option readers (which read
 // a file where an option names one).
 import { readFileSync } from 'node:fs';
-import type { Writable } from 'node:stream';
 import { parseArgs, type ParseArgsOptionsConfig } from 'node:util';
 import type { UpstreamSpec } from '../request/routes.ts';
-import { parseDuration } from '../config/units.ts';
 import { nearest } from '../config/unknown.ts';
 import { asError } from '../lib/error.ts';
 
-export { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, type Io } from '../lib/io.ts';
+export { EXIT_FAILURE, EXIT_OK, EXIT_USAGE, line, UsageError, type Io } from '../lib/io.ts';
+import { UsageError } from '../lib/io.ts';
 
 const limitsHelp = (providers: readonly UpstreamSpec[]): string => `limits (each optional; a refused request gets 429 and is not forwarded):
   --rate N/s|N/m|N/h      requests per second, minute or hour (token bucket)
@@ -181,16 +180,6 @@ ${limitsHelp(providers)}`,
   };
 }
 
-/** A command used wrongly: the message and its help text (exit 2). */
-export class UsageError extends Error {
-  readonly code = 'KEYWARD_ERR_USAGE';
-  readonly help: string;
-  constructor(message: string, help: string) {
-    super(message);
-    this.help = help;
-  }
-}
-
 /** `--help`: not a failure, the text to print (exit 0). */
 export class HelpRequested extends Error {
   readonly code = 'KEYWARD_HELP';
@@ -225,26 +214,6 @@ function withSuggestion(err: Error & { code?: string }, known: readonly string[]
   const name = err.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? /'--?([^'=\s]+)'/.exec(err.message)?.[1] : undefined;
   const meant = name === undefined ? null : nearest(name, known, 2);
   return meant === null ? err.message : `Unknown option '--${name}'; did you mean --${meant}?`;
-}
-
-export function line(out: Writable, text: string): void {
-  out.write(`${text}\n`);
-}
-
-export function routesOption(text: string, known: readonly string[], help: string, allowAll: boolean): string[] | null {
-  if (allowAll && text === 'all') return null;
-  const names = text.split(',').map((n) => n.trim());
-  for (const n of names) {
-    if (!known.includes(n))
-      throw new UsageError(`--routes: unknown route ${JSON.stringify(n)} (routes: ${known.join(', ')}${allowAll ? ', or all' : ''})`, help);
-  }
-  return [...new Set(names)];
-}
-
-export function durationOption(name: string, text: string, help: string, allowZero = false): number {
-  const ms = parseDuration(text);
-  if (ms === null || ms < 0 || (ms === 0 && !allowZero)) throw new UsageError(`--${name} must be a duration such as 12h, 30d or 90m`, help);
-  return ms;
 }
 
 export const readText = (p: string): string => readFileSync(p, 'utf8');

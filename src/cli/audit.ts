@@ -7,8 +7,8 @@ import { auditOf, headOf, parseHead } from '../keys/audit-check.ts';
 import { openKeyStore } from '../keys/open.ts';
 import type { UpstreamSpec } from '../request/routes.ts';
 import { EXIT_FAILURE, EXIT_OK, helpTexts, line, parse, readText, UsageError, type Io } from './args.ts';
-import { printable, table } from './table.ts';
-import { sinceDay } from './usage.ts';
+import { printable, table } from '../lib/table.ts';
+import { sinceDay } from '../views/usage-report.ts';
 
 /** Who, in one cell: `cli alice`, `admin deploy-bot from 10.0.0.5`. */
 function who(e: AuditEntry): string {

@@ -6,17 +6,18 @@ import { nearest } from '../config/unknown.ts';
 import { parseKeysFile, serialiseKeysFile } from '../keys/file-store.ts';
 import { forRelease, RELEASES } from '../keys/compat.ts';
 import { awaitsNewer, unsupportedOf, type KeyRecord } from '../keys/keyset.ts';
-import { createKey, importKeys, KeyUsageError, listKeys, revokeKey, rotateKey, updateKey, type KeyChanges, type KeyOptions } from '../keys/manage.ts';
+import { createKey, importKeys, KeyUsageError, listKeys, revokeKey, rotateKey, updateKey } from '../keys/manage.ts';
 import { openKeyStore } from '../keys/open.ts';
-import { costRoutes } from '../request/routes.ts';
+import { keyRules } from '../request/routes.ts';
 import type { KeyStore } from '../keys/store.ts';
 import { leftFor } from './left.ts';
 import { periodOf } from '../limits/policy.ts';
 import { LedgerDamaged, readUsageStore } from '../ledger/open.ts';
-import { applyLimits, describeLimits, LIMIT_OPTIONS, limitChanges, runCapProblem } from './limits.ts';
-import { printable, table } from './table.ts';
+import { describeLimits, LIMIT_OPTIONS } from './limits.ts';
+import { durationOption, keyChangesOf, newKeyOptions } from '../keys/changes.ts';
+import { printable, table } from '../lib/table.ts';
 import type { UpstreamSpec } from '../request/routes.ts';
-import { durationOption, EXIT_OK, helpTexts, HelpRequested, line, parse, readText, routesOption, UsageError, type Io } from './args.ts';
+import { EXIT_OK, helpTexts, HelpRequested, line, parse, readText, UsageError, type Io } from './args.ts';
 import type { UsageRow } from '../ledger/store.ts';
 import { failureOf } from './failures.ts';
 import { asError } from '../lib/error.ts';
@@ -100,74 +101,6 @@ function needTarget(parsed: ReturnType<typeof parseArgs>, command: string, help:
   const target = parsed.positionals[0];
   if (target === undefined) throw new UsageError(`${command} needs ${what}`, help);
   return target;
-}
-
-/** What a key's values are checked against: the routes of this gateway's provider table. */
-export interface KeyRules {
-  /** The routes a key may name. */
-  readonly names: readonly string[];
-  /** The routes whose cost a budget may cap. */
-  readonly costly: readonly string[];
-  /** Routes whose runs are settled after the fact: where a run cap applies. */
-  readonly runRoutes: readonly string[];
-}
-
-export function keyRules(providers: readonly UpstreamSpec[]): KeyRules {
-  return {
-    names: providers.map((u) => u.name),
-    costly: costRoutes(providers),
-    runRoutes: providers.filter((u) => u.cost?.runs !== undefined).map((u) => u.name),
-  };
-}
-
-/**
- * A new key's name and options from the values of `keys create` (as
- * parseArgs gives them; the admin API spells its body the same way), every
- * value checked: the one check of a new key, from the CLI or over HTTP.
- */
-export function newKeyOptions(values: Record<string, unknown>, rules: KeyRules, help: string): { name: string; options: KeyOptions } {
-  if (typeof values.name !== 'string') throw new UsageError('keys create needs --name NAME', help);
-  const expiresInMs = typeof values['expires-in'] === 'string' ? durationOption('expires-in', values['expires-in'], help) : null;
-  const routes = typeof values.routes === 'string' ? routesOption(values.routes, rules.names, help, false) : null;
-  const limits = applyLimits(undefined, limitChanges(values, rules.costly, help, false));
-  if (values.burst !== undefined && limits?.rate === undefined) throw new UsageError('--burst needs --rate', help);
-  const noCap = runCapProblem(limits, rules.runRoutes);
-  if (noCap !== null) throw new UsageError(noCap, help);
-  return {
-    name: values.name,
-    options: {
-      expiresInMs,
-      routes,
-      ...(limits === undefined ? {} : { limits }),
-      ...(typeof values['external-id'] === 'string' ? { externalId: values['external-id'] } : {}),
-    },
-  };
-}
-
-/** The changes of `keys update` (or `PATCH /v1/keys/{id}`), every value checked; a UsageError when there are none. */
-export function keyChangesOf(values: Record<string, unknown>, rules: KeyRules, help: string): KeyChanges {
-  const changes: { -readonly [K in keyof KeyChanges]: KeyChanges[K] } = {};
-  if (typeof values.routes === 'string') changes.routes = routesOption(values.routes, rules.names, help, true);
-  if (typeof values['expires-in'] === 'string')
-    changes.expiresInMs = values['expires-in'] === 'never' ? null : durationOption('expires-in', values['expires-in'], help);
-  if (typeof values['external-id'] === 'string') changes.externalId = values['external-id'] === 'none' ? null : values['external-id'];
-  const limitEdits = limitChanges(values, rules.costly, help, true);
-  if (Object.keys(limitEdits).length > 0) {
-    changes.limits = (current) => {
-      const next = applyLimits(current, limitEdits);
-      if (limitEdits.burst !== undefined && limitEdits.burst !== null && next?.rate === undefined)
-        throw new KeyUsageError('--burst needs a rate (give --rate too)');
-      const noCap = runCapProblem(next, rules.runRoutes);
-      if (noCap !== null) throw new KeyUsageError(noCap);
-      return next;
-    };
-  }
-  if (Object.keys(changes).length === 0)
-    throw new UsageError(
-      'keys update needs --routes, --expires-in or --external-id, or a limit (--rate, --burst, --concurrency, --quota, --budget, --run-cap, --alert-at, --allow-from)',
-      help,
-    );
-  return changes;
 }
 
 function createAction({ rest, help, names, costly, runRoutes }: KeysContext): KeysAction {

@@ -1,7 +1,7 @@
 // `keyward serve` (docs/operations.md): one gateway process, or the
 // primary of several; signals drain and reload it.
 import { startAdmin, type Admin } from '../process/admin.ts';
-import { adminApi, type AdminApi } from './admin-api.ts';
+import { adminApi, type AdminApi } from '../admin/api.ts';
 import { effectiveEnv, knownVariables, loadConfig, type Config } from '../config/load.ts';
 import { openKeyStore } from '../keys/open.ts';
 import { createLogger, type LogHandle } from '../observe/log.ts';

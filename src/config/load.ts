@@ -10,7 +10,7 @@ import { unknownVariables, type UnknownVariable } from './unknown.ts';
 import { routes } from './upstreams.ts';
 import { costRoutes, type Route, type UpstreamSpec } from '../request/routes.ts';
 import type { StoreOptions } from '../keys/open.ts';
-import { parseDuration } from './units.ts';
+import { parseDuration } from '../lib/units.ts';
 
 export { ConfigError, effectiveEnv, parseEnvFile, type Env, type ReadFile } from './options.ts';
 

@@ -1,7 +1,7 @@
 // Reading one option at a time (docs/configuration.md): each reader returns
 // a typed value or its default, and records a problem naming the option
 // instead of throwing, so every problem is reported together. Pure.
-import { parseDuration, parseSize } from './units.ts';
+import { parseDuration, parseSize } from '../lib/units.ts';
 
 export type Env = Readonly<Record<string, string | undefined>>;
 export type ReadFile = (path: string) => string;

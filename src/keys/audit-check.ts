@@ -9,16 +9,12 @@
 // - the store itself: every key and admin token has the entry that made it,
 //   and what its entries say last is what the store holds.
 // Pure.
-import { canonical, SHOWN, verify, type AuditEntry } from './audit.ts';
+import { canonical, SHOWN, verify, type AuditEntry, type AuditHead } from './audit.ts';
+
+export type { AuditHead };
 import type { KeyRecord } from './keyset.ts';
 import type { AdminRecord } from './admin-record.ts';
 import type { KeyStore } from './store.ts';
-
-/** The last entry of a log: its seq and hash. */
-export interface AuditHead {
-  readonly seq: number;
-  readonly hash: string;
-}
 
 /** Where the log breaks, and why; seq null when no one entry is at fault (its end is missing, the store disagrees). */
 export interface AuditBreak {

@@ -10,6 +10,12 @@ import { userInfo } from 'node:os';
 import type { KeyRecord } from './keyset.ts';
 import type { AdminRecord } from './admin-record.ts';
 
+/** The last entry of a log: its seq and hash (keys/audit-check.ts checks a log's end against it). */
+export interface AuditHead {
+  readonly seq: number;
+  readonly hash: string;
+}
+
 export type AuditAction = 'key.create' | 'key.update' | 'key.rotate' | 'key.revoke' | 'key.import' | 'admin.create' | 'admin.revoke';
 
 /** Who made a change: an operator on a host (the OS user), or an admin token over HTTP (its name and the caller's address). */

@@ -5,11 +5,11 @@
 // announce the keys they changed; the tables' triggers (pg-schema.ts) make
 // writes by anyone else reach the gateways the same way; pg-watch.ts follows
 // them.
-import { within as deadline } from '../lib/deadline.ts';
+import { within } from '../lib/deadline.ts';
 import { adminDrafts, chain, cliActor, drafts, type AuditDraft, type AuditEntry } from './audit.ts';
 import { adminProblem, type AdminRecord } from './admin-record.ts';
 import { bodyOf, entryOf } from './audit-sqlite.ts';
-import type { AuditHead } from './audit-check.ts';
+import type { AuditHead } from './audit.ts';
 import postgres from 'postgres';
 import type { KeyRecord } from './keyset.ts';
 import { allRows, CHANNEL, instant, isoInstant, MIGRATION_LOCK, MIGRATIONS, msOf, notice, toRecord, UNPLACEABLE, WRITE_LOCK } from './pg-schema.ts';
@@ -118,9 +118,9 @@ export class PgKeyStore implements KeyStore {
    * deadline the whole pool (LISTEN connection included) is dropped, which
    * fails what still waits on it, and a fresh one is opened.
    */
-  within<T>(work: (sql: postgres.Sql) => Promise<T>, ms = this.timeoutMs): Promise<T> {
+  bounded<T>(work: (sql: postgres.Sql) => Promise<T>, ms = this.timeoutMs): Promise<T> {
     const used = this.#sql;
-    return deadline(work(used), ms, LATE).then((r) => {
+    return within(work(used), ms, LATE).then((r) => {
       if (r !== LATE) return r;
       if (this.#sql === used) this.#reset();
       throw new DatabaseTimeout(ms);
@@ -136,7 +136,7 @@ export class PgKeyStore implements KeyStore {
 
   /** Apply pending migrations under an advisory lock (several gateways may start at once); says which versions it went between. */
   migrate(): Promise<Migration> {
-    this.#migrated ??= this.within(
+    this.#migrated ??= this.bounded(
       (sql) =>
         sql.begin(async (tx) => {
           await tx`select pg_advisory_xact_lock(${MIGRATION_LOCK})`;
@@ -160,7 +160,7 @@ export class PgKeyStore implements KeyStore {
   /** The valid keys: a row that fails the record check is left out here too (the watch reports it). */
   async load(): Promise<readonly KeyRecord[]> {
     await this.migrate();
-    return validRecords((await this.within((sql) => allRows(sql), this.timeoutMs * FULL_READ_FACTOR)).map(toRecord), this.costRoutes).valid;
+    return validRecords((await this.bounded((sql) => allRows(sql), this.timeoutMs * FULL_READ_FACTOR)).map(toRecord), this.costRoutes).valid;
   }
 
   watch(
@@ -175,9 +175,9 @@ export class PgKeyStore implements KeyStore {
         sql: () => this.#sql,
         costRoutes: this.costRoutes,
         migrate: () => this.migrate(),
-        within: (work, full) => this.within(work, full ? this.timeoutMs * FULL_READ_FACTOR : this.timeoutMs),
+        bounded: (work, full) => this.bounded(work, full ? this.timeoutMs * FULL_READ_FACTOR : this.timeoutMs),
         snapshot: (read, full) =>
-          this.within(
+          this.bounded(
             (sql) => sql.begin('isolation level repeatable read read only', read) as Promise<Awaited<ReturnType<typeof read>>>,
             full ? this.timeoutMs * FULL_READ_FACTOR : this.timeoutMs,
           ),
@@ -188,7 +188,7 @@ export class PgKeyStore implements KeyStore {
 
   async update<T>(change: (records: readonly KeyRecord[]) => Change<T>, options: UpdateOptions = {}): Promise<T> {
     await this.migrate();
-    return this.within(
+    return this.bounded(
       (sql) =>
         sql.begin(async (tx) => {
           // One writer at a time across the fleet and every CLI: the change sees the set it replaces.
@@ -236,7 +236,7 @@ export class PgKeyStore implements KeyStore {
     const ids = [...uses.keys()];
     const times = ids.map((id) => new Date(uses.get(id) as number).toISOString());
     // Not a key change: no new version, no notification, no reload anywhere.
-    await this.within(
+    await this.bounded(
       (sql) => sql`
       update keyward_keys k set last_used = greatest(k.last_used, u.t)
       from (select unnest(${ids}::text[]) as id, unnest(${times}::timestamptz[]) as t) u where k.id = u.id`,
@@ -245,7 +245,7 @@ export class PgKeyStore implements KeyStore {
 
   async lastUse(): Promise<ReadonlyMap<string, string>> {
     await this.migrate();
-    const rows = await this.within(
+    const rows = await this.bounded(
       (sql) =>
         sql<
           Array<{ id: string; last_used: number }>
@@ -258,7 +258,7 @@ export class PgKeyStore implements KeyStore {
 
   async auditEntries(): Promise<AuditEntry[]> {
     await this.migrate();
-    const rows = await this.within(
+    const rows = await this.bounded(
       (sql) => sql<Array<{ seq: string; body: string; hash: string }>>`select seq::text, body, hash from keyward_audit order by keyward_audit.seq`,
       this.timeoutMs * FULL_READ_FACTOR,
     );
@@ -268,20 +268,20 @@ export class PgKeyStore implements KeyStore {
   /** Where the store recorded the log's end at its last append (migration 13); none before the first. */
   async auditAnchors(): Promise<Array<{ head: AuditHead; from: string }>> {
     await this.migrate();
-    const [row] = await this.within((sql) => sql<Array<{ seq: string; hash: string }>>`select seq::text, hash from keyward_audit_head`);
+    const [row] = await this.bounded((sql) => sql<Array<{ seq: string; hash: string }>>`select seq::text, hash from keyward_audit_head`);
     return row === undefined ? [] : [{ head: { seq: Number(row.seq), hash: row.hash }, from: 'the keys store (keyward_audit_head)' }];
   }
 
   /** The log's last entry as the database holds it now (the gateway logs it at each change it loads). */
   async auditHead(): Promise<AuditHead | null> {
     await this.migrate();
-    const [last] = await this.within((sql) => sql<Array<{ seq: string; hash: string }>>`select seq::text, hash from keyward_audit order by seq desc limit 1`);
+    const [last] = await this.bounded((sql) => sql<Array<{ seq: string; hash: string }>>`select seq::text, hash from keyward_audit order by seq desc limit 1`);
     return last === undefined ? null : { seq: Number(last.seq), hash: last.hash };
   }
 
   async admins(): Promise<readonly AdminRecord[]> {
     await this.migrate();
-    const rows = await this.within((sql) => sql<AdminRecord[]>`select id, name, role, digest, created, revoked from keyward_admins order by created, id`);
+    const rows = await this.bounded((sql) => sql<AdminRecord[]>`select id, name, role, digest, created, revoked from keyward_admins order by created, id`);
     // A row written by hand that fails the check opens nothing.
     return rows.filter((r) => adminProblem(r) === null).map((r) => ({ ...r }));
   }
@@ -291,7 +291,7 @@ export class PgKeyStore implements KeyStore {
     options: UpdateOptions = {},
   ): Promise<T> {
     await this.migrate();
-    return this.within(
+    return this.bounded(
       (sql) =>
         sql.begin(async (tx) => {
           // The keys' write lock: the audit chain has one writer at a time, whatever it changes.

@@ -39,7 +39,7 @@ export interface Db {
   sql(): postgres.Sql;
   migrate(): Promise<unknown>;
   /** `work` with a deadline (the longer one for reads of the whole set); past it the pool is replaced. */
-  within<T>(work: (sql: postgres.Sql) => Promise<T>, full?: boolean): Promise<T>;
+  bounded<T>(work: (sql: postgres.Sql) => Promise<T>, full?: boolean): Promise<T>;
   /** Run `read` in one read-only snapshot, with a deadline. */
   snapshot<T>(read: (tx: postgres.TransactionSql) => Promise<T>, full?: boolean): Promise<T>;
 }
@@ -103,7 +103,7 @@ export function pgSource(db: Db): Source {
         return { rows, dead };
       }),
     readMark: () =>
-      db.within(async (sql) => {
+      db.bounded(async (sql) => {
         const [row] = await sql<Array<{ top: string | null; seq: string }>>`select ${sql.unsafe(TOP)} as top, ${sql.unsafe(SEQUENCE)} as seq`;
         return { top: big(row?.top), seq: big(row?.seq) };
       }),
@@ -111,7 +111,7 @@ export function pgSource(db: Db): Source {
     // machine a count and checksum of a million rows can outlast the liveness
     // deadline, which would drop the pool and read the million keys again for nothing.
     readCensus: () =>
-      db.within(async (sql) => {
+      db.bounded(async (sql) => {
         const [row] = await sql<
           Array<{ top: string | null; n: number; sum: string | null }>
         >`select ${sql.unsafe(TOP)} as top, (select count(*)::int from keyward_keys) as n, (select ${sql.unsafe(CHECKSUM)} from keyward_keys) as sum`;

@@ -3,8 +3,7 @@
 // implements the same calls and the request path does not change.
 import type { KeyRecord } from './keyset.ts';
 import type postgres from 'postgres';
-import type { Actor, AuditEntry } from './audit.ts';
-import type { AuditHead } from './audit-check.ts';
+import type { Actor, AuditEntry, AuditHead } from './audit.ts';
 import type { AdminRecord } from './admin-record.ts';
 
 export interface Change<T> {
@@ -24,7 +23,7 @@ export interface UpdateOptions {
 
 /** A database pool with a deadline on every query, and the schema's migrations: what the ledger kept beside the keys uses. */
 export interface Database {
-  within<T>(work: (sql: postgres.Sql) => Promise<T>): Promise<T>;
+  bounded<T>(work: (sql: postgres.Sql) => Promise<T>): Promise<T>;
   migrate(): Promise<unknown>;
 }
 

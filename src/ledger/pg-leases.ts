@@ -21,7 +21,7 @@ export class PgLeaseStore implements LeaseStore {
 
   async claim(gateway: string, u: Allowance, want: Want, limit: number, ttlS: number): Promise<Claimed> {
     await this.#pool.migrate();
-    return this.#pool.within((sql) =>
+    return this.#pool.bounded((sql) =>
       sql.begin(async (tx) => {
         await tx`insert into keyward_allowances (key_id, kind, period) values (${u.keyId}, ${u.kind}, ${u.period}) on conflict do nothing`;
         // Row-locked read and conditional update: no two gateways are ever handed the same unit.
@@ -48,7 +48,7 @@ export class PgLeaseStore implements LeaseStore {
   async renew(gateway: string, leases: readonly LeaseUse[], ttlS: number): Promise<{ now: number; lost: number }> {
     await this.#pool.migrate();
     const col = <K extends keyof LeaseUse>(k: K): Array<LeaseUse[K]> => leases.map((l) => l[k]);
-    return this.#pool.within((sql) =>
+    return this.#pool.bounded((sql) =>
       sql.begin(async (tx) => {
         let lost = 0;
         // Swept first: a lease of this gateway past its expiry that nobody
@@ -79,7 +79,7 @@ export class PgLeaseStore implements LeaseStore {
 
   async costs(mine: ReadonlyArray<readonly [string, number]>): Promise<Array<readonly [string, number]>> {
     await this.#pool.migrate();
-    return this.#pool.within(async (sql) => {
+    return this.#pool.bounded(async (sql) => {
       if (mine.length > 0) {
         await sql`
           insert into keyward_costs (route, per_call)
@@ -94,7 +94,7 @@ export class PgLeaseStore implements LeaseStore {
   async release(gateway: string, leases: readonly LeaseUse[]): Promise<void> {
     await this.#pool.migrate();
     const col = <K extends keyof LeaseUse>(k: K): Array<LeaseUse[K]> => leases.map((l) => l[k]);
-    await this.#pool.within((sql) =>
+    await this.#pool.bounded((sql) =>
       sql.begin(async (tx) => {
         // The unused part of each lease goes back; what was used stays granted.
         await tx`

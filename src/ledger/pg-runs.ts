@@ -18,7 +18,7 @@ export class PgRunStore implements RunStore {
     await this.#pool.migrate();
     // The database's clock decides what is due and when a claim ends (one clock for the fleet); `now` is unused here.
     void now;
-    return this.#pool.within(
+    return this.#pool.bounded(
       (sql) =>
         sql<DueRun[]>`
         update keyward_runs set claimed_by = ${gateway}, claimed_until = now() + make_interval(secs => ${forMs / 1000})
@@ -31,7 +31,7 @@ export class PgRunStore implements RunStore {
     await this.#pool.migrate();
     const delta = cost - run.booked;
     const [day, month] = periodsOf(run.day);
-    return this.#pool.within((sql) =>
+    return this.#pool.bounded((sql) =>
       sql.begin(async (tx) => {
         const gone = await tx`delete from keyward_runs where id = ${run.id} returning id`;
         if (gone.length === 0) return false;
@@ -46,20 +46,20 @@ export class PgRunStore implements RunStore {
   }
 
   async deferRun(id: string, attempts: number, waitMs: number): Promise<void> {
-    await this.#pool.within(
+    await this.#pool.bounded(
       (sql) =>
         sql`update keyward_runs set attempts = ${attempts}, next_at = now() + make_interval(secs => ${waitMs / 1000}), claimed_by = null, claimed_until = '-infinity' where id = ${id}`,
     );
   }
 
   async dropRun(id: string): Promise<boolean> {
-    const gone = await this.#pool.within((sql) => sql`delete from keyward_runs where id = ${id} returning id`);
+    const gone = await this.#pool.bounded((sql) => sql`delete from keyward_runs where id = ${id} returning id`);
     return gone.length > 0;
   }
 
   async pendingRuns(): Promise<Array<{ keyId: string; route: string; day: string; runs: number }>> {
     await this.#pool.migrate();
-    return this.#pool.within(
+    return this.#pool.bounded(
       (sql) =>
         sql<
           Array<{ keyId: string; route: string; day: string; runs: number }>

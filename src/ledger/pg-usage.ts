@@ -44,7 +44,7 @@ export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQu
 
   async daily(since: string, keyId: string | null, route: string | null): Promise<DayTotal[]> {
     await this.#pool.migrate();
-    return await this.#pool.within(
+    return await this.#pool.bounded(
       (sql) =>
         sql<DayTotal[]>`
         select day::text as day, route, sum(requests)::float8 as requests, sum(cost)::float8 as cost from keyward_usage
@@ -55,7 +55,7 @@ export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQu
 
   async byKey(since: string, keyIds: readonly string[] | null): Promise<KeyTotal[]> {
     await this.#pool.migrate();
-    return await this.#pool.within((sql) =>
+    return await this.#pool.bounded((sql) =>
       keyIds === null
         ? sql<
             KeyTotal[]
@@ -68,7 +68,7 @@ export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQu
 
   async claimAlert(a: AlertRow): Promise<boolean> {
     await this.#pool.migrate();
-    const made = await this.#pool.within(
+    const made = await this.#pool.bounded(
       (sql) =>
         sql`insert into keyward_alerts (id, key_id, body, at) values (${a.id}, ${a.keyId}, ${a.body}, to_timestamp(${a.at / 1000})) on conflict do nothing returning id`,
     );
@@ -76,13 +76,13 @@ export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQu
   }
 
   async alertDelivered(id: string): Promise<void> {
-    await this.#pool.within((sql) => sql`update keyward_alerts set delivered = true where id = ${id}`);
+    await this.#pool.bounded((sql) => sql`update keyward_alerts set delivered = true where id = ${id}`);
   }
 
   async undeliveredAlerts(by: string, since: number, forMs: number): Promise<AlertRow[]> {
     await this.#pool.migrate();
     // Marked as being sent by `by`: another gateway starting now leaves them alone until `forMs` passed.
-    return await this.#pool.within(
+    return await this.#pool.bounded(
       (sql) =>
         sql<AlertRow[]>`
         update keyward_alerts set sender = ${by}, sending_until = now() + make_interval(secs => ${forMs / 1000})
@@ -97,7 +97,7 @@ export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQu
     if (rows.length === 0 && (batch.credentials ?? []).length === 0) return;
     await this.#pool.migrate();
     const col = <K extends keyof UsageRow>(k: K): Array<UsageRow[K]> => rows.map((r) => r[k]);
-    await this.#pool.within((sql) =>
+    await this.#pool.bounded((sql) =>
       sql.begin(async (tx) => {
         // Applied once: a batch at or below the number recorded for its gateway is already counted.
         const fresh = await tx`
@@ -147,7 +147,7 @@ export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQu
 
   async credentialRows(filter: { since?: string; route?: string }): Promise<CredentialRow[]> {
     await this.#pool.migrate();
-    return this.#pool.within(
+    return this.#pool.bounded(
       (sql) => sql<CredentialRow[]>`
         select route, credential, day::text as day, requests::int as requests, s2xx::int as s2xx, s3xx::int as s3xx, s4xx::int as s4xx,
           s5xx::int as s5xx, other::int as other, cost
@@ -160,7 +160,7 @@ export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQu
   async rows(filter: { since?: string; keyId?: string; route?: string }): Promise<UsageRow[]> {
     await this.#pool.migrate();
     // Counts as float8: JavaScript numbers rather than bigint strings.
-    return await this.#pool.within((sql) =>
+    return await this.#pool.bounded((sql) =>
       sql.unsafe<UsageRow[]>(
         `select ${rowColumns((c) => `${c}::float8`, 'day::text')} from keyward_usage
          where day >= $1::date and ($2::text is null or key_id = $2) and ($3::text is null or route = $3) order by day, key_id, route`,
@@ -171,7 +171,7 @@ export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQu
 
   async heartbeat(id: string): Promise<number> {
     await this.#pool.migrate();
-    return this.#pool.within(async (sql) => {
+    return this.#pool.bounded(async (sql) => {
       await sql`insert into keyward_gateways (id, seen) values (${id}, now()) on conflict (id) do update set seen = now()`;
       // Rows dated ahead of the database's clock are not counted: written by hand (a gateway stamps now()), they would never expire.
       const [row] = await sql<
@@ -182,7 +182,7 @@ export class PgUsageStore implements UsageStore, FleetView, AlertStore, ReportQu
   }
 
   async leave(id: string): Promise<void> {
-    await this.#pool.within((sql) => sql`delete from keyward_gateways where id = ${id}`);
+    await this.#pool.bounded((sql) => sql`delete from keyward_gateways where id = ${id}`);
   }
 
   /** The connection belongs to the key store, which closes it. */

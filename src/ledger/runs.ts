@@ -67,8 +67,6 @@ export interface RunSeen {
 
 /** A run id as the platform makes them (17 alphanumerics); anything else is not asked about. */
 const RUN_ID = /^[A-Za-z0-9_-]{1,64}$/;
-/** A run object is a few KiB; a body larger than this is no run object. */
-const RUN_OBJECT_MAX = 256 * 1024;
 
 /** The run object of an answer (`{"data": {"id", "status", "usageTotalUsd"}}`), or null. */
 export function runOf(body: unknown): RunSeen | null {
@@ -79,67 +77,6 @@ export function runOf(body: unknown): RunSeen | null {
   if (typeof id !== 'string' || !RUN_ID.test(id) || typeof status !== 'string') return null;
   const usd = typeof usageTotalUsd === 'number' && Number.isFinite(usageTotalUsd) && usageTotalUsd >= 0 ? usageTotalUsd : null;
   return { id, status, usd };
-}
-
-/**
- * Reads which run a run-start response started, as it streams past: its
- * (decoded) bytes are kept by reference, never copied, held or delayed, up
- * to a bound, and looked at when the body ended. The platform writes the run
- * object with `id` first (`{"data":{"id":"…",…}}`): read straight from the
- * bytes, a fraction of a microsecond; any other shape is parsed whole. Only
- * the id is read here (the request path pays for nothing more): the run's
- * status and cost are the settler's to ask for, off the request path.
- */
-export class RunReader {
-  readonly #chunks: Buffer[] = [];
-  #size = 0;
-  /** The run the body named, once it ended (null: no run object). */
-  run: { readonly id: string } | null = null;
-
-  push(chunk: Buffer): void {
-    if (this.#size > RUN_OBJECT_MAX) return;
-    this.#size += chunk.length;
-    if (this.#size <= RUN_OBJECT_MAX) this.#chunks.push(chunk);
-  }
-
-  end(): void {
-    if (this.#size > RUN_OBJECT_MAX || this.#size === 0) return;
-    const body = this.#chunks.length === 1 ? (this.#chunks[0] as Buffer) : Buffer.concat(this.#chunks);
-    const id = leadingId(body);
-    if (id !== null) {
-      this.run = { id };
-      return;
-    }
-    try {
-      const run = runOf(JSON.parse(body.toString('utf8')));
-      this.run = run === null ? null : { id: run.id };
-    } catch {
-      this.run = null;
-    }
-  }
-}
-
-const QUOTE = 0x22;
-/** `{"data":{"id":"`, a blank allowed before each of its tokens (char codes; 0 marks where blanks may come). */
-const DATA_ID = [0, 0x7b, 0, 0x22, 0x64, 0x61, 0x74, 0x61, 0x22, 0, 0x3a, 0, 0x7b, 0, 0x22, 0x69, 0x64, 0x22, 0, 0x3a, 0, 0x22];
-const blank = (c: number | undefined): boolean => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
-
-/** The id of a body that begins `{"data":{"id":"…"` (blanks allowed between tokens), or null. */
-export function leadingId(body: Buffer): string | null {
-  let i = 0;
-  for (const c of DATA_ID) {
-    if (c === 0) {
-      while (blank(body[i])) i++;
-    } else if (body[i++] !== c) return null;
-  }
-  const start = i;
-  // The platform's ids are 17 alphanumerics; up to 64 of [A-Za-z0-9_-] are taken.
-  for (; i < body.length && i - start <= 64; i++) {
-    const c = body[i] as number;
-    if (c === QUOTE) return i === start ? null : body.toString('latin1', start, i);
-    if (!((c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5a) || (c >= 0x61 && c <= 0x7a) || c === 0x5f || c === 0x2d)) return null;
-  }
-  return null;
 }
 
 /** The answer to `GET …/actor-runs/{id}`: the run, or why not. */

@@ -1,4 +1,4 @@
-// The one deadline race: what `work` gives if it settles within `ms`, else
+// The one deadline race: what `work` gives if it is done within `ms`, else
 // `late`. A rejection of `work` within `ms` rejects (catch it first to treat
 // it as late). The timer is cleared either way and never holds the process.
 

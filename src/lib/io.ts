@@ -15,6 +15,21 @@ export interface Io {
   readonly signals: NodeJS.EventEmitter;
 }
 
+/** A command used wrongly: the message and its help text (exit 2). Thrown by the checks the CLI and the admin API share; the API answers it 400. */
+export class UsageError extends Error {
+  readonly code = 'KEYWARD_ERR_USAGE';
+  readonly help: string;
+  constructor(message: string, help: string) {
+    super(message);
+    this.help = help;
+  }
+}
+
+/** One line of output. */
+export function line(out: Writable, text: string): void {
+  out.write(`${text}\n`);
+}
+
 export const EXIT_OK = 0;
 export const EXIT_FAILURE = 1;
 /** A command line that does not parse (docs/cli.md). */

@@ -2,7 +2,7 @@
 // refusal to answer with (429). Nothing is consumed by a refused request: the
 // checks run first, then the admission takes its token, its slot and its
 // reservations. Quotas and budgets are reserved here, at admission, and
-// settled when the request is over: overlapping requests see each other's
+// reconciled when the request is over: overlapping requests see each other's
 // reservations, so N at once cannot pass a quota that has one unit left.
 // `done` is called once the response is finished or the client left,
 // whichever comes first: the slot comes back, a request that never reached
@@ -194,7 +194,7 @@ export const keyRoute = (keyId: string, route: string): KeyRoute => `${keyId}\u0
 /**
  * The key's figures across a fleet (read from the store's view of the
  * ledger): `cached` as last read, never waiting (what a refusal the leases
- * decided gives); `fresh` read afresh for a settled route's run, whose cap
+ * decided gives); `fresh` read afresh for a billed-later route's run, whose cap
  * is what is left of the fleet's budget.
  */
 export interface FleetFigures {
@@ -208,7 +208,7 @@ export interface LimiterDeps {
   readonly leases?: Allowances | null;
   /** Each route's cost per call, shared with the leases (default: one of its own). */
   readonly costs?: RouteCosts;
-  /** Routes whose cost is settled after the fact (the scraper's runs): a paid start reserves its cap, nothing else reserves or teaches. */
+  /** Routes billed later (the scraper's runs, settled after the fact): a paid start reserves its cap, nothing else reserves or teaches. */
   readonly billedLater?: ReadonlySet<string>;
   /** The longest an admission waits for the store (a lease claim, a run's fresh figures), ms. */
   readonly waitMs?: number;
@@ -264,7 +264,7 @@ export class Limiter {
 
   /** `since`: when this call began to wait for its key's first call's cost. */
   #probeFirst(keyId: string, policy: Policy, route: string, now: number, share: number, start: PaidStart | null, since: number): Verdict {
-    // A run on a settled route in a fleet is capped at what is left of the
+    // A run on a billed-later route in a fleet is capped at what is left of the
     // fleet's budget: read for it by a query that starts with it (bounded by
     // the store's deadline), as a lease claim would be. Runs are started
     // seconds apart; no other request waits for this.
@@ -338,12 +338,12 @@ export class Limiter {
   }
 
   #known(keyId: string, route: string): boolean {
-    // A settled route's cost is never in its response: nothing to wait for, a paid start reserves its cap.
+    // A billed-later route's cost is never in its response: nothing to wait for, a paid start reserves its cap.
     return this.#costs.has(route) || this.#estimates.has(keyRoute(keyId, route)) || this.#billedLater.has(route);
   }
 
   /**
-   * What a budget reserves for this call: on a settled route a paid start's
+   * What a budget reserves for this call: on a billed-later route a paid start's
    * cap (null: less than a micro-unit is left, refused) and nothing for any
    * other call; elsewhere the estimate.
    */
@@ -385,7 +385,7 @@ export class Limiter {
     if (budgetSpent(budget.amount, spent)) return periodOver('budget_exceeded', budget.amount, budget.period, at, spent, route);
     // The fleet's figure as last read, when larger than what this gateway counted itself.
     const fleetSpent = Math.max(spent, this.#fleetCost(keyId, route, budget.period, at) + reserved);
-    // A settled route's figures were read for this admission: spent by
+    // A billed-later route's figures were read for this admission: spent by
     // them, it is refused, whatever this gateway's lease still holds (a
     // run settled below its reservation gives units back to the
     // allowance, and a lease claimed before may hold them).
@@ -424,7 +424,7 @@ export class Limiter {
     let estimate = reserve ?? 0;
     // A paid start's cap is what the allowance can still hold of it, never
     // more; any other call on a budgeted route takes its estimate, and a
-    // settled route's other calls take nothing.
+    // billed-later route's other calls take nothing.
     if (budget !== undefined && (estimate > 0 || !this.#billedLater.has(route))) {
       const took = this.#billedLater.has(route) ? al.takeUpTo(keyId, kind, b, budget.amount, estimate) : al.take(keyId, kind, b, budget.amount, estimate);
       if (took.kind !== 'taken') {
@@ -482,7 +482,7 @@ export class Limiter {
       over = true;
       if (slot) drop(this.#inFlight, keyId, 1);
       reconcile(reached, cost);
-      // Only a cost the upstream reported teaches; a settled route's calls teach nothing.
+      // Only a cost the upstream reported teaches; a billed-later route's calls teach nothing.
       if (budget && reached && cost !== null && !this.#billedLater.has(route)) this.#learn(keyId, route, cost);
     };
     // A paid start carries its cap; other admissions only `done` (and what they reserved).

@@ -20,7 +20,7 @@ export interface AdminSources {
   readonly metricsContentType: string;
   /** The usage page for these query parameters (views/page.ts); absent: 404. */
   usage?: ((params: URLSearchParams) => Promise<string>) | undefined;
-  /** The admin API under /v1/ (cli/admin-api.ts), and whose admin token a request carries; absent: /v1/ is 404. */
+  /** The admin API under /v1/ (admin/api.ts), and whose admin token a request carries; absent: /v1/ is 404. */
   api?:
     | {
         handle(req: http.IncomingMessage, res: http.ServerResponse): void;

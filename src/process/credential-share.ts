@@ -90,7 +90,7 @@ export function relayAmongWorkers(workers: () => Iterable<Worker>): { joined(w: 
 export const FLEET_READ_MS = 500;
 
 interface Fleet {
-  within<T>(work: (sql: postgres.Sql) => Promise<T>): Promise<T>;
+  bounded<T>(work: (sql: postgres.Sql) => Promise<T>): Promise<T>;
 }
 
 /**
@@ -110,7 +110,7 @@ export function shareInFleet(board: CredentialBoard, db: Fleet, since: () => num
     const until = a.until === Infinity ? 'infinity' : new Date(a.until).toISOString();
     detach(
       db
-        .within(
+        .bounded(
           (sql) => sql`
             insert into keyward_credentials_aside (route, label, status, until, at)
             values (${a.route}, ${a.label}, ${a.status}, ${until}::timestamptz, now())
@@ -125,7 +125,7 @@ export function shareInFleet(board: CredentialBoard, db: Fleet, since: () => num
     if (reading) return;
     reading = true;
     try {
-      const rows = await db.within(
+      const rows = await db.bounded(
         (sql) => sql<Array<{ route: string; label: number; status: number; until: number; at: number }>>`
           select route, label, status, ${sql.unsafe(instant('until'))} * 1000 as until, ${sql.unsafe(instant('at'))} * 1000 as at
           from keyward_credentials_aside where until > now()`,

@@ -15,7 +15,7 @@ import type { UsageStore } from '../ledger/store.ts';
 import type { Watch } from '../observe/outages.ts';
 
 /** Routes whose cost is settled after the fact (the provider table's `runs`): a paid start there reserves its cap. */
-export function settledRoutes(config: Pick<Config, 'routes'>): ReadonlySet<string> {
+export function billedLaterRoutes(config: Pick<Config, 'routes'>): ReadonlySet<string> {
   return new Set(config.routes.flatMap((r) => (r.cost?.runs === undefined ? [] : [r.name])));
 }
 
@@ -39,7 +39,7 @@ export interface SettlerParts {
 /** Started, or null when no route settles runs or the store keeps none (memory). */
 export function runSettler(p: SettlerParts): Settler | null {
   const runs = p.store.runs;
-  const routes = settledRoutes(p.config);
+  const routes = billedLaterRoutes(p.config);
   if (runs === undefined || routes.size === 0) return null;
   const counters = runCounters(p.registry);
   const askers = new Map<string, ReturnType<typeof asker>>();

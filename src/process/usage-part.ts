@@ -19,7 +19,7 @@ import type { Limits } from '../keys/limits.ts';
 import { policyFor } from '../limits/policy.ts';
 import type { RunTarget } from '../ledger/run-ask.ts';
 import type { Settler, SettlerOptions } from '../ledger/runs.ts';
-import { runSettler, settledRoutes } from './run-settler.ts';
+import { runSettler, billedLaterRoutes } from './run-settler.ts';
 import { costUnits } from './runtime.ts';
 import type { UsageStore } from '../ledger/store.ts';
 import { Outages } from '../observe/outages.ts';
@@ -106,7 +106,7 @@ export async function startUsage(config: Config, store: KeyStore, logger: Logger
   const { leases, limiter, spend, outages } =
     worker === null
       ? await startDeciding(config, usageStore, ledger, logger, metrics.registry, units, options.clock)
-      : { leases: null, limiter: new Limiter(ledger, { billedLater: settledRoutes(config), waitMs: config.admissionWaitMs }), spend: null, outages: null };
+      : { leases: null, limiter: new Limiter(ledger, { billedLater: billedLaterRoutes(config), waitMs: config.admissionWaitMs }), spend: null, outages: null };
   const admit: Admit =
     worker?.admit ??
     (spend === null ? (p, policy, route, now, start) => limiter.admit(p.id, policy, route, now, ledger.gateways, start) : alerting(limiter, ledger, spend));
@@ -163,7 +163,13 @@ export async function startDeciding(
   const costs = new RouteCosts();
   const leases = await fleetLeases(usage, ledger, config, clock, logger, costs, outages);
   const view = storeView(usage, ledger, config.usageFlushMs, outages.watch('usage_read'));
-  const limiter = new Limiter(ledger, { leases, costs, billedLater: settledRoutes(config), waitMs: config.admissionWaitMs, fleet: view && fleetFigures(view) });
+  const limiter = new Limiter(ledger, {
+    leases,
+    costs,
+    billedLater: billedLaterRoutes(config),
+    waitMs: config.admissionWaitMs,
+    fleet: view && fleetFigures(view),
+  });
   const spend = createSpend({ config, store: usage, ledger, limiter, view, logger, outages, registry, unitOf: (r) => units(r) ?? 'usd' });
   await spend.start();
   return { leases, limiter, spend, outages };

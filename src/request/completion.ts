@@ -106,8 +106,8 @@ function credentialAnswers(ledger: Ledger, ex: Exchange, status: number | null):
 
 /**
  * A scraper run-start that reached the upstream (docs/limits.md, "Scraper
- * runs"): what is booked now, set as the call's cost (its admission settles
- * at it), and the run to settle later. A run its answer named is booked at
+ * runs"): what is booked now, set as the call's cost (its admission is
+ * reconciled at it), and the run to settle later. A run its answer named is booked at
  * its reservation and settled later; a start whose answer was an error
  * started nothing; one whose answer the gateway did not see whole (the
  * client left) may have started a run it cannot name: its reservation stays
@@ -117,13 +117,12 @@ function credentialAnswers(ledger: Ledger, ex: Exchange, status: number | null):
 function runBooking(ex: Exchange, status: number | null): { id: string; path: string; credential: number } | null {
   const reserved = ex.admission?.reserved ?? 0;
   const run = ex.run;
-  // What is booked now is what the limits settle at: a reported cost, though nobody reported it.
-  ex.costReported = true;
+  // What is booked now is what the limits are reconciled at: a reported cost, though nobody reported it.
   if (run === null) {
     const refused = status !== null && status >= 300 && !ex.takenOver && ex.proxyRes?.complete === true;
-    ex.cost = refused ? 0 : reserved;
+    ex.costIs(refused ? 0 : reserved, ex.costBad, true);
     return null;
   }
-  ex.cost = reserved;
+  ex.costIs(reserved, ex.costBad, true);
   return { id: run.id, path: `${ex.runPath ?? ''}/actor-runs/${run.id}`, credential: ex.credential?.label ?? 1 };
 }

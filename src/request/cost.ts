@@ -1,12 +1,15 @@
-// Reading what a call cost as the response streams past (docs/limits.md):
-// from a header, or from a top-level number field of a JSON body found by a
-// small incremental scanner. It only watches the bytes on their way to the
+// What a response says as it streams past, read in one place: what the call
+// cost (docs/limits.md), from a header or from a top-level number field of a
+// JSON body found by a small incremental scanner (`TopLevelField`), or which
+// scraper run a run-start started (`RunReader`; the run's cost is the
+// settler's to ask for, ledger/runs.ts). It only watches the bytes on their way to the
 // client — it never holds or delays one — survives any chunk boundary, and
 // ignores fields of the same name deeper down (each task of an SEO answer
 // carries its own `cost`). Pure: it returns what it read; the request path
 // records it.
 import type { IncomingHttpHeaders } from 'node:http';
 import type { UpstreamSpec } from './routes.ts';
+import { runOf } from '../ledger/runs.ts';
 
 /** A reported cost as counted (0 when absent or implausible), and whether the report was unusable. */
 export interface Cost {
@@ -156,3 +159,69 @@ export function bodyCost(field: TopLevelField, max: number): Cost {
   const checked = plausible(field.value ?? 0, max);
   return { value: checked.value, bad: field.bad || checked.bad, seen: field.value !== null && !field.bad && !checked.bad };
 }
+
+/** A run object is a few KiB; a body larger than this is no run object. */
+const RUN_OBJECT_MAX = 256 * 1024;
+
+/**
+ * Reads which run a run-start response started, as it streams past: its
+ * (decoded) bytes are kept by reference, never copied, held or delayed, up
+ * to a bound, and looked at when the body ended. The platform writes the run
+ * object with `id` first (`{"data":{"id":"…",…}}`): read straight from the
+ * bytes, a fraction of a microsecond; any other shape is parsed whole. Only
+ * the id is read here (the request path pays for nothing more): the run's
+ * status and cost are the settler's to ask for, off the request path.
+ */
+export class RunReader {
+  readonly #chunks: Buffer[] = [];
+  #size = 0;
+  /** The run the body named, once it ended (null: no run object). */
+  run: { readonly id: string } | null = null;
+
+  push(chunk: Buffer): void {
+    if (this.#size > RUN_OBJECT_MAX) return;
+    this.#size += chunk.length;
+    if (this.#size <= RUN_OBJECT_MAX) this.#chunks.push(chunk);
+  }
+
+  end(): void {
+    if (this.#size > RUN_OBJECT_MAX || this.#size === 0) return;
+    const body = this.#chunks.length === 1 ? (this.#chunks[0] as Buffer) : Buffer.concat(this.#chunks);
+    const id = leadingId(body);
+    if (id !== null) {
+      this.run = { id };
+      return;
+    }
+    try {
+      const run = runOf(JSON.parse(body.toString('utf8')));
+      this.run = run === null ? null : { id: run.id };
+    } catch {
+      this.run = null;
+    }
+  }
+}
+
+/** `{"data":{"id":"`, a blank allowed before each of its tokens (char codes; 0 marks where blanks may come). */
+const DATA_ID = [0, 0x7b, 0, 0x22, 0x64, 0x61, 0x74, 0x61, 0x22, 0, 0x3a, 0, 0x7b, 0, 0x22, 0x69, 0x64, 0x22, 0, 0x3a, 0, 0x22];
+const blank = (c: number | undefined): boolean => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
+
+/** The id of a body that begins `{"data":{"id":"…"` (blanks allowed between tokens), or null. */
+export function leadingId(body: Buffer): string | null {
+  let i = 0;
+  for (const c of DATA_ID) {
+    if (c === 0) {
+      while (blank(body[i])) i++;
+    } else if (body[i++] !== c) return null;
+  }
+  const start = i;
+  // The platform's ids are 17 alphanumerics; up to 64 of [A-Za-z0-9_-] are taken.
+  for (; i < body.length && i - start <= 64; i++) {
+    const c = body[i] as number;
+    if (c === QUOTE) return i === start ? null : body.toString('latin1', start, i);
+    if (!((c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5a) || (c >= 0x61 && c <= 0x7a) || c === 0x5f || c === 0x2d)) return null;
+  }
+  return null;
+}
+
+/** What watches a body on its way: a top-level cost field, or a scraper run's object. */
+export type BodyWatch = TopLevelField | RunReader;

@@ -68,8 +68,11 @@ const entries = {
   budgetExceeded: { status: 429, code: 'budget_exceeded', message: "This key's budget on this route for the period is spent." },
   headersTooLarge: { status: 431, code: 'headers_too_large', message: 'Request headers exceed the configured limit.' },
   upstreamUnreachable: { status: 502, code: 'upstream_unreachable', message: 'Upstream unreachable.' },
-  // Counted as the upstream failing (upstream_unreachable): what it sent cannot be relayed safely.
+  // Both counted as the upstream failing (upstream_unreachable, the code
+  // clients and dashboards already treat as such): what it sent cannot be
+  // relayed safely. The log line's `error` says which (docs/security.md).
   unscannableResponse: { status: 502, code: 'upstream_unreachable', message: 'The upstream answered in a content coding the gateway cannot inspect.' },
+  secretInCompressedBody: { status: 502, code: 'upstream_unreachable', message: 'The upstream answered with a compressed body the gateway would not relay.' },
   routeNotConfigured: { status: 503, code: 'route_not_configured', message: 'This route has no upstream credential configured.' },
   // docs/credentials.md, "None available": every credential of the route is set aside; nothing forwarded, nothing counted.
   credentialsExhausted: {
@@ -195,7 +198,7 @@ export const UPSTREAM_ANSWERS: Readonly<Record<UpstreamReason, GatewayError>> = 
   unexpected_101: ERRORS.upstreamUnreachable,
   invalid_response: ERRORS.upstreamUnreachable,
   unscannable_encoding: ERRORS.unscannableResponse,
-  secret_in_compressed_body: ERRORS.unscannableResponse,
+  secret_in_compressed_body: ERRORS.secretInCompressedBody,
 };
 
 /**

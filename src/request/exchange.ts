@@ -64,12 +64,12 @@ export class Exchange {
   replayBytes = 0;
   /** The key's admission under its limits, released when the response closes; null without limits. */
   admission: Admission | null = null;
-  /** What the upstream reported the call cost, in the route's unit (0: nothing reported). */
-  cost = 0;
-  /** The upstream reported a cost that is not a number. */
-  costBad = false;
-  /** `cost` is a figure the upstream reported (or a run's booking), not the 0 of none: only such a cost teaches a budget's estimate. */
-  costReported = false;
+  // The call's cost, written in one place (`costIs`) and read everywhere:
+  // a header's or a body's report (forward.ts, relay.ts), or a scraper
+  // run-start's booking (completion.ts).
+  #cost = 0;
+  #costBad = false;
+  #costReported = false;
   /** A scraper run-start request: the upstream path prefix its run is asked about under (`/v2`); null otherwise. */
   runPath: string | null = null;
   /** A synchronous scraper run: booked at its reservation, never settled (ledger/runs.ts). */
@@ -109,6 +109,28 @@ export class Exchange {
   }
 
   /** The upstream is to blame: a `warn` line and an upstream-error metric. */
+  /** What the upstream reported the call cost, in the route's unit (0: nothing reported). */
+  get cost(): number {
+    return this.#cost;
+  }
+
+  /** The upstream reported a cost that is not a number. */
+  get costBad(): boolean {
+    return this.#costBad;
+  }
+
+  /** `cost` is a figure the upstream reported (or a run's booking), not the 0 of none: only such a cost teaches a budget's estimate. */
+  get costReported(): boolean {
+    return this.#costReported;
+  }
+
+  /** The one writer of the call's cost: `reported` false is the 0 of none. */
+  costIs(value: number, bad: boolean, reported: boolean): void {
+    this.#cost = value;
+    this.#costBad = bad;
+    this.#costReported = reported;
+  }
+
   get upstreamFailed(): boolean {
     return this.failure?.by === 'upstream';
   }

@@ -34,9 +34,8 @@ import { ERRORS, UPSTREAM_ANSWERS, upstreamReason, type UpstreamReason } from '.
 import { exchangeOf, type Exchange, type GatewayRequest } from './exchange.ts';
 import { downstreamResponseHeaders } from './headers.ts';
 import { upstream } from './outcome.ts';
-import { readCost } from './cost.ts';
-import { RunReader } from '../ledger/runs.ts';
-import { type BodyWatch, type DecodeLimits, decodersFor, relayCompressed, relayPlain } from './relay.ts';
+import { readCost, RunReader, type BodyWatch } from './cost.ts';
+import { type DecodeLimits, decodersFor, relayCompressed, relayPlain } from './relay.ts';
 
 import { answer } from './reply.ts';
 import type { Credential, Route, Unauthorized } from './routes.ts';
@@ -316,9 +315,7 @@ function writeHead(ex: Exchange, res: ServerResponse, proxyRes: http.IncomingMes
 function bodyWatch(ex: Exchange, proxyRes: http.IncomingMessage, secrets: Secrets, compressed: boolean): BodyWatch | null {
   const reported = readCost(ex.route?.cost ?? null, ex.bodiless, proxyRes.headers, secrets.empty);
   if (reported.header !== null) {
-    ex.cost = reported.header.value;
-    ex.costBad = reported.header.bad;
-    ex.costReported = reported.header.seen;
+    ex.costIs(reported.header.value, reported.header.bad, reported.header.seen);
     // A key's first budgeted call: its overlapping calls need not wait for the end of a stream.
     ex.admission?.costKnown?.(ex.cost);
   }

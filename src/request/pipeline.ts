@@ -231,7 +231,18 @@ class RequestPipeline implements Pipeline {
     // Before the key's limits: a request no credential can carry consumes nothing.
     if (step.route.credentials.length > 1 && this.#deps.credentials.availableCount(step.route, Date.now()) === 0)
       return this.#exhausted(ex, req, res, step.route);
-    this.#admit({ ex, req, res, expect, principal, route: step.route, target: step.target, path: step.path, forwardQuery: step.forwardQuery, call: step.call });
+    this.#askAdmission({
+      ex,
+      req,
+      res,
+      expect,
+      principal,
+      route: step.route,
+      target: step.target,
+      path: step.path,
+      forwardQuery: step.forwardQuery,
+      call: step.call,
+    });
   }
 
   /** Requests Node hands over without a response object: answered on the socket, as unauthorized unless the key is good. */
@@ -272,7 +283,7 @@ class RequestPipeline implements Pipeline {
   }
 
   /** A key's limits, if it has any: admitted here, or asked of the primary. A key without limits pays one property read. */
-  #admit(a: Admitted): void {
+  #askAdmission(a: Admitted): void {
     const { principal, route } = a;
     const policy = principal.limits === undefined ? null : policyFor(principal);
     if (policy === null) return this.#forward(a);
@@ -281,17 +292,17 @@ class RequestPipeline implements Pipeline {
     // A paid start is capped and reserved at its cap; the client may ask for a lower one (docs/limits.md, "Scraper runs").
     const start: PaidStart | null = a.call === null || a.call.kind === 'later' ? null : { asked: askedRunCap(a.forwardQuery) };
     const admitted = this.#deps.admit(principal, policy, route.name, Date.now(), start);
-    if (admitted.kind !== 'pending') return this.#admittedOrNot(admitted, a);
+    if (admitted.kind !== 'pending') return this.#onDecision(admitted, a);
     // A worker waits for its primary's answer (a fleet for a lease claim); the request is not read meanwhile.
-    whenDecided(admitted, (r) => this.#admittedOrNot(r, a));
+    whenDecided(admitted, (r) => this.#onDecision(r, a));
   }
 
-  #admittedOrNot(r: Decision, a: Admitted): void {
+  #onDecision(r: Decision, a: Admitted): void {
     if (r.kind !== 'admitted') {
       if (a.ex.closed) return;
       if (r.kind === 'refused') return this.#refuseLimited(a, r);
       const err = r.code === 'ledger_unavailable' ? ERRORS.ledgerUnavailable : ERRORS.admissionUnavailable;
-      return answer(a.ex, a.res, err, hasBody(a.req) || this.#deps.draining(), { 'retry-after': r.retryAfter });
+      return answer(a.ex, a.res, err, this.#closeAfter(a.req), { 'retry-after': r.retryAfter });
     }
     // The client left while its primary decided: the admission is given back at once.
     if (a.ex.closed) return r.done(false, 0);
@@ -331,10 +342,19 @@ class RequestPipeline implements Pipeline {
   }
 
   /** 503: every credential of the route is set aside (docs/credentials.md, "None available"). */
+  /**
+   * Whether a refusal closes the connection after it: a request with a body
+   * the gateway will not read (its bytes would be taken for the next
+   * request), or any request while draining.
+   */
+  #closeAfter(req: GatewayRequest): boolean {
+    return hasBody(req) || this.#deps.draining();
+  }
+
   #exhausted(ex: Exchange, req: GatewayRequest, res: ServerResponse, route: Route): void {
     this.#deps.metrics.credentialsExhausted(route.index);
     const wait = this.#deps.credentials.retryAfter(route, Date.now());
-    answer(ex, res, ERRORS.credentialsExhausted, hasBody(req) || this.#deps.draining(), wait === null ? null : { 'retry-after': wait });
+    answer(ex, res, ERRORS.credentialsExhausted, this.#closeAfter(req), wait === null ? null : { 'retry-after': wait });
   }
 
   /**
@@ -367,7 +387,7 @@ class RequestPipeline implements Pipeline {
 
   #refuse(ex: Exchange, req: GatewayRequest, res: ServerResponse, err: GatewayError): void {
     // An unread body is still on the wire: close rather than parse it as the next request.
-    answer(ex, res, err, hasBody(req) || this.#deps.draining());
+    answer(ex, res, err, this.#closeAfter(req));
   }
 
   /** 429 from a key's limits: nothing forwarded, nothing consumed; counted in the ledger and the metrics. */
@@ -379,7 +399,7 @@ class RequestPipeline implements Pipeline {
     if (r.remaining !== null) headers['ratelimit-remaining'] = r.remaining;
     if (r.policy !== null) headers['ratelimit-policy'] = r.policy;
     const err = limitRefusal(LIMIT_ERRORS[r.code], r.detail, route.cost?.unit ?? 'usd');
-    answer(ex, res, err, hasBody(req) || this.#deps.draining(), headers);
+    answer(ex, res, err, this.#closeAfter(req), headers);
   }
 }
 

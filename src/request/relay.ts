@@ -16,8 +16,7 @@ import type { Transform } from 'node:stream';
 import { BodyScan, type SecretForm, type Secrets } from './egress.ts';
 import { exchangeOf, type Exchange } from './exchange.ts';
 import { upstream } from './outcome.ts';
-import { bodyCost, type TopLevelField } from './cost.ts';
-import { RunReader } from '../ledger/runs.ts';
+import { bodyCost, RunReader, type BodyWatch } from './cost.ts';
 import { ZstdFrames } from './zstd-frames.ts';
 
 /** What a response found holding a secret does next; called once per response. */
@@ -78,9 +77,6 @@ export function decodersFor(encoding: string | undefined): Decoders | null {
   return list.length === 0 ? NONE : { list, zstd: codings[0] === 'zstd' };
 }
 
-/** What watches a body for its cost: a top-level field, or a scraper run's object. */
-export type BodyWatch = TopLevelField | RunReader;
-
 /** The body ended: what its top-level cost field said, or which run it started. */
 function watchEnded(ex: Exchange, watch: BodyWatch): void {
   if (watch instanceof RunReader) {
@@ -89,14 +85,12 @@ function watchEnded(ex: Exchange, watch: BodyWatch): void {
     return;
   }
   const c = bodyCost(watch, ex.route?.cost?.max ?? Infinity);
-  ex.cost = c.value;
-  ex.costBad = c.bad;
-  ex.costReported = c.seen;
+  ex.costIs(c.value, c.bad, c.seen);
 }
 
 /** The upstream's declared body length, or -1 (none, or not a plain number). */
-function contentLength(res: IncomingMessage): number {
-  const v = res.headers['content-length'];
+function contentLength(proxyRes: IncomingMessage): number {
+  const v = proxyRes.headers['content-length'];
   if (v === undefined || v.length === 0 || v.length > 15) return -1;
   for (let i = 0; i < v.length; i++) {
     const c = v.charCodeAt(i);
@@ -342,7 +336,7 @@ export class CompressedRelay {
   #released = 0;
   #decoded = 0;
   /**
-   * (compressed offset, decoded bytes) after each settled chunk, decoded
+   * (compressed offset, decoded bytes) after each chunk fully decoded and scanned, decoded
    * strictly increasing: the compressed bytes before the offset decode to no
    * more than that many bytes. Only the marks still within the scan's held
    * tail are kept.
@@ -507,7 +501,7 @@ export class CompressedRelay {
   }
 
   /**
-   * After a settled chunk: release every compressed byte whose whole decoded
+   * After a chunk fully decoded and scanned: release every compressed byte whose whole decoded
    * content is scanned and clean and lies before the scan's held tail (a
    * possible start of a secret), and that is not itself a possible start of
    * a secret as it stands. What is held stays bounded by the longest

@@ -2,6 +2,7 @@
 // reading. Each upstream is one entry of UPSTREAMS; a fourth provider is a new
 // entry here, not new code anywhere else.
 import { ERRORS, type GatewayError } from './errors.ts';
+import type { KeyRules } from '../keys/changes.ts';
 
 /**
  * Where a provider's official SDK puts its API key (docs/keys.md, native credentials): with
@@ -318,4 +319,13 @@ const FORBIDDEN_ESCAPE_RE =
 /** True when the path holds an escape that is refused with 400 (see above). */
 export function hasForbiddenEscape(path: string): boolean {
   return path.indexOf('%') >= 0 && FORBIDDEN_ESCAPE_RE.test(path);
+}
+
+/** What a key's values are checked against (keys/changes.ts): this gateway's routes, those a budget may cap, those whose runs are settled after the fact. */
+export function keyRules(providers: readonly UpstreamSpec[]): KeyRules {
+  return {
+    names: providers.map((u) => u.name),
+    costly: costRoutes(providers),
+    runRoutes: providers.filter((u) => u.cost?.runs !== undefined).map((u) => u.name),
+  };
 }

@@ -20,7 +20,7 @@ import { startFleetGateway, statusOf } from '../support/fleet.ts';
 import { eventually } from '../support/deadline.ts';
 import { conforms, template } from '../support/openapi.ts';
 import { startUpstream } from '../support/upstream.ts';
-import { OPENAPI } from '../../src/cli/openapi.ts';
+import { OPENAPI } from '../../src/admin/openapi.ts';
 
 interface Answer {
   readonly status: number;

@@ -1,10 +1,10 @@
-// Holds an admin API answer to the OpenAPI document it serves (src/cli/openapi.ts):
+// Holds an admin API answer to the OpenAPI document it serves (src/admin/openapi.ts):
 // the schema of that path, method, status and media type, JSON Schema 2020-12
 // as OpenAPI 3.1 uses it, with formats (date-time) checked.
 import assert from 'node:assert/strict';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
-import { OPENAPI } from '../../src/cli/openapi.ts';
+import { OPENAPI } from '../../src/admin/openapi.ts';
 
 const ID = 'https://keyward.invalid/openapi.json';
 const ajv = new Ajv2020({ strict: false, allErrors: true });

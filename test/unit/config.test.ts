@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ConfigError, effectiveEnv, keysFilePath, loadConfig, parseEnvFile } from '../../src/config/load.ts';
 import { ERRORS, UPSTREAM_ANSWERS, upstreamReason } from '../../src/request/errors.ts';
-import { parseDuration, parseSize } from '../../src/config/units.ts';
+import { parseDuration, parseSize } from '../../src/lib/units.ts';
 import { UPSTREAMS } from '../../src/request/routes.ts';
 
 const noFiles = (p: string): string => {

@@ -14,7 +14,7 @@ test('the database down: the credential is set aside here all the same, and the 
   const stop = shareInFleet(
     board,
     {
-      within: () => {
+      bounded: () => {
         asked++;
         return Promise.reject(new Error('connection refused'));
       },
@@ -44,7 +44,7 @@ test("a peer's rows: applied within a read; a 401 seen before this gateway's las
   ];
   const stop = shareInFleet(
     board,
-    { within: <T>() => Promise.resolve(rows as unknown as T) },
+    { bounded: <T>() => Promise.resolve(rows as unknown as T) },
     () => reloadedAt,
     () => undefined,
   );

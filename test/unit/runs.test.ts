@@ -7,7 +7,8 @@ import { test } from 'node:test';
 import fc from 'fast-check';
 import { askedRunCap, usd, withRunCap } from '../../src/request/query.ts';
 import { scraperCall } from '../../src/request/scraper-calls.ts';
-import { leadingId, RunReader, runOf, Settler, type DueRun, type PendingRun, type RunAnswer, type RunStore } from '../../src/ledger/runs.ts';
+import { runOf, Settler, type DueRun, type PendingRun, type RunAnswer, type RunStore } from '../../src/ledger/runs.ts';
+import { leadingId, RunReader } from '../../src/request/cost.ts';
 import { usageRow } from '../support/rows.ts';
 
 test('paid starts by path, under any prefix and however spelt; nothing else', () => {

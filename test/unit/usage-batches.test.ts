@@ -7,7 +7,7 @@ import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { sinceDay } from '../../src/cli/usage.ts';
+import { sinceDay } from '../../src/views/usage-report.ts';
 import { UsageError } from '../../src/cli/args.ts';
 import { PgKeyStore } from '../../src/keys/pg-store.ts';
 import { sharedUsageStore } from '../../src/ledger/open.ts';

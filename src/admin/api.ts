@@ -1,8 +1,10 @@
 // The admin API (docs/admin-api.md): keys created, listed, read, changed,
 // rotated and revoked over HTTP on the admin listener, usage rows and the
 // audit log, for operators' scripts and keys-as-code tools. It runs the
-// CLI's own checks (keys.ts, usage.ts) and the store's own operations
-// (keys/manage.ts): one implementation of each change, whichever side asks.
+// checks the CLI runs (keys/changes.ts, views/usage-report.ts) and the
+// store's own operations (keys/manage.ts): one implementation of each
+// change, whichever side asks. Served by the gateway's admin listener, so
+// it has a room of its own rather than the CLI's.
 // Every answer conforms to the OpenAPI document (openapi.ts); the tests hold
 // each one to it.
 import { randomUUID } from 'node:crypto';
@@ -16,10 +18,13 @@ import type { KeyStore, UpdateOptions } from '../keys/store.ts';
 import type { Logger } from '../observe/log.ts';
 import type { UpstreamSpec } from '../request/routes.ts';
 import { asError } from '../lib/error.ts';
-import { durationOption, helpTexts } from './args.ts';
-import { keyChangesOf, keyRules, newKeyOptions, type KeyRules } from './keys.ts';
+import { durationOption, keyChangesOf, newKeyOptions, type KeyRules } from '../keys/changes.ts';
+import { keyRules } from '../request/routes.ts';
 import { OPENAPI } from './openapi.ts';
-import { usageQuery, writeUsage } from './usage.ts';
+
+/** The shared checks carry a command's help for the CLI to print; an API answer is the message alone. */
+const NO_HELP = '';
+import { usageQuery, writeUsage } from '../views/usage-report.ts';
 
 /** The largest request body taken, bytes (docs/admin-api.md, "Safety"). */
 export const BODY_MAX = 64 * 1024;
@@ -250,7 +255,6 @@ function onlyParams(params: URLSearchParams, known: readonly string[]): void {
 /** What every endpoint works with. */
 interface Context extends AdminApiOptions {
   readonly rules: KeyRules;
-  readonly help: ReturnType<typeof helpTexts>;
 }
 
 /** One request, authenticated and routed. */
@@ -312,7 +316,7 @@ async function createOne(ctx: Context, { req, update }: Call): Promise<Answer> {
   const values = asFlags(await readBody(req), CREATE_KINDS, false);
   if (typeof values.name !== 'string') throw bad('name is required.', 'name');
   try {
-    const { name, options } = newKeyOptions(values, ctx.rules, ctx.help['keys create']);
+    const { name, options } = newKeyOptions(values, ctx.rules, NO_HELP);
     const { record, token } = await createKey(ctx.store, name, options, Date.now(), update);
     return { status: 201, body: { ...keyView(record, null), token } };
   } catch (err) {
@@ -359,7 +363,7 @@ async function change(ctx: Context, { req, id, update }: Call): Promise<Answer> 
   const values = asFlags(await readBody(req), UPDATE_KINDS, true);
   const target = await theKey(ctx, id);
   try {
-    await updateKey(ctx.store, target.id, keyChangesOf(values, ctx.rules, ctx.help['keys update']), Date.now(), update);
+    await updateKey(ctx.store, target.id, keyChangesOf(values, ctx.rules, NO_HELP), Date.now(), update);
   } catch (err) {
     const refusal = fromCli(err);
     // The CLI's "needs --routes …" is an empty body here.
@@ -400,7 +404,7 @@ async function usage(ctx: Context, { req, params }: Call): Promise<Answer> {
   const stdout = { write: (s: string): boolean => ((out += s), true) };
   const stderr = { write: (): boolean => true };
   try {
-    await writeUsage(usageQuery(values, ctx.providers, ctx.help.usage), ctx.store, ctx.keysFile, ctx.providers, ctx.help.usage, {
+    await writeUsage(usageQuery(values, ctx.providers, NO_HELP), ctx.store, ctx.keysFile, ctx.providers, NO_HELP, {
       stdout: stdout as unknown as NodeJS.WriteStream,
       stderr: stderr as unknown as NodeJS.WriteStream,
     });
@@ -417,7 +421,7 @@ async function auditPage(ctx: Context, { params }: Call): Promise<Answer> {
   const since = params.get('since');
   let day: string | null = null;
   try {
-    if (since !== null) day = usageQuery({ since }, ctx.providers, ctx.help.audit).since;
+    if (since !== null) day = usageQuery({ since }, ctx.providers, NO_HELP).since;
   } catch (err) {
     throw fromCli(err);
   }
@@ -516,7 +520,7 @@ async function answer(ctx: Context, req: http.IncomingMessage, url: URL, request
 }
 
 export function adminApi(options: AdminApiOptions): AdminApi {
-  const ctx: Context = { ...options, rules: keyRules(options.providers), help: helpTexts(options.providers) };
+  const ctx: Context = { ...options, rules: keyRules(options.providers) };
   const handle = (req: http.IncomingMessage, res: http.ServerResponse): void => {
     const started = Date.now();
     const requestId = randomUUID();

@@ -4,8 +4,8 @@
 // checked. Credentials are named by their number, never by their secret.
 import type { CredentialRow } from '../ledger/store.ts';
 import { micro } from '../lib/format.ts';
-import { EXIT_OK, line, type Io } from './args.ts';
-import { csv, table } from './table.ts';
+import { EXIT_OK, line, type Io } from '../lib/io.ts';
+import { csv, table } from '../lib/table.ts';
 
 type Units = Readonly<Record<string, string | null>>;
 
