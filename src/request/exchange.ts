@@ -1,7 +1,10 @@
 // Per-request state, carried on the request object itself so every event
 // handler (pipeline, forwarder, sweeper, completion) reads the same fields
 // without a lookup. One class with all fields set in the constructor keeps
-// V8's object shape stable on the hot path.
+// V8's object shape stable on the hot path. A field more than one module
+// writes is private, with one method that writes it (`costIs`, `relayed`,
+// `ownBody`, `sendWith`, `runStarted`, `fail`, `takeOver`), so each has one
+// writer to read when it is wrong.
 import { IncomingMessage, type ClientRequest, type ServerResponse } from 'node:http';
 import type { SecretForm } from './egress.ts';
 import type { Principal } from '../keys/keyset.ts';
@@ -27,8 +30,7 @@ export class Exchange {
   logPath: string | null = null;
   /** Request body bytes counted for chunked requests; -1 when the Content-Length says it. */
   bytesIn = -1;
-  /** Response body bytes sent to the client. */
-  bytesOut = 0;
+  #bytesOut = 0;
   forwardStart = 0;
   ttfbMs = -1;
   proxyReq: ClientRequest | null = null;
@@ -51,8 +53,7 @@ export class Exchange {
   proxyRes: IncomingMessage | null = null;
   /** Sent again after a reused upstream connection failed (forward.ts); never twice. */
   retried = false;
-  /** The route's credential the request went out with (docs/credentials.md); null until forwarded. */
-  credential: Credential | null = null;
+  #credential: Credential | null = null;
   /** Credentials refused on the way, `label:status` each, for the log line; null when the first one answered. */
   refusedBy: string[] | null = null;
   /**
@@ -81,8 +82,7 @@ export class Exchange {
    * and settled like any other (docs/limits.md, "Scraper runs").
    */
   afterRun: (() => void) | null = null;
-  /** The run its response started, once its body ended (ledger/runs.ts). */
-  run: { readonly id: string } | null = null;
+  #run: { readonly id: string } | null = null;
   /** Upstream secrets found (and masked) in this response, for the log line and metrics. */
   masked: readonly SecretForm[] | null = null;
 
@@ -109,6 +109,41 @@ export class Exchange {
   }
 
   /** The upstream is to blame: a `warn` line and an upstream-error metric. */
+  /** Response body bytes sent to the client. */
+  get bytesOut(): number {
+    return this.#bytesOut;
+  }
+
+  /** Body bytes relayed to the client (relay.ts), as they go. */
+  relayed(bytes: number): void {
+    this.#bytesOut += bytes;
+  }
+
+  /** The body of an answer of the gateway's own (its JSON error, the key's status), the only body the client gets. */
+  ownBody(bytes: number): void {
+    this.#bytesOut = bytes;
+  }
+
+  /** The route's credential the request went out with (docs/credentials.md); null until forwarded. */
+  get credential(): Credential | null {
+    return this.#credential;
+  }
+
+  /** Sent with `credential`: first (pipeline.ts), or again on another after a refusal (forward.ts). */
+  sendWith(credential: Credential): void {
+    this.#credential = credential;
+  }
+
+  /** The run its response started, once its body ended (request/cost.ts `RunReader`). */
+  get run(): { readonly id: string } | null {
+    return this.#run;
+  }
+
+  /** What a run-start's body said it started, read as it passed (relay.ts) or by the gateway after its client left (forward.ts). */
+  runStarted(run: { readonly id: string } | null): void {
+    this.#run = run;
+  }
+
   /** What the upstream reported the call cost, in the route's unit (0: nothing reported). */
   get cost(): number {
     return this.#cost;

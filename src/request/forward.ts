@@ -142,7 +142,7 @@ function readForRun(ex: Exchange, proxyRes: http.IncomingMessage): void {
     ex.afterRun = null;
     if (reader !== null && proxyRes.complete) {
       reader.end();
-      ex.run = reader.run;
+      ex.runStarted(reader.run);
     }
     end();
   };
@@ -478,7 +478,7 @@ export class Forwarder {
     proxyRes.resume();
     this.#board.give(route, used);
     this.#board.take(route, next);
-    ex.credential = next;
+    ex.sendWith(next);
     ex.req.headers[next.header[0]] = next.header[1];
     ex.ttfbMs = -1;
     // The refused exchange is over: a late failure of its connection is not this request's.

@@ -251,7 +251,7 @@ class RequestPipeline implements Pipeline {
     const principal = this.#principal(ex, this.#deps.runtime().table, this.#deps.keys());
     const reply = principal === null ? ERRORS.unauthorized : principal === UNSUPPORTED_KEY ? ERRORS.keyUnsupported : err;
     ex.takeOver({ by: 'gateway', code: reply.code });
-    ex.bytesOut = reply.body.length;
+    ex.ownBody(reply.body.length);
     writeRawError(socket as Socket, reply);
     this.#deps.complete(ex, reply.status, false);
   }
@@ -322,7 +322,7 @@ class RequestPipeline implements Pipeline {
       credential = chosen;
       ex.replay = replayable(req, rt.config.replayMaxBodyBytes) ? [] : null;
     }
-    ex.credential = credential;
+    ex.sendWith(credential);
     // A scraper run-start: its run is settled later, and a key with a budget here has the run capped at what its admission reserved.
     if (call !== null) forwardQuery = paidStart(ex, route, call, forwardQuery);
     const suffix = forwardQuery === '' ? path : `${path}?${forwardQuery}`;
@@ -370,7 +370,7 @@ class RequestPipeline implements Pipeline {
       if (ex.closed || res.headersSent) return;
       if (body === null) return this.#refuse(ex, req, res, ERRORS.keystoreUnavailable);
       const text = Buffer.from(JSON.stringify(body));
-      ex.bytesOut = req.method === 'HEAD' ? 0 : text.length;
+      ex.ownBody(req.method === 'HEAD' ? 0 : text.length);
       res.writeHead(200, {
         'content-type': 'application/json',
         'content-length': text.length,

@@ -81,7 +81,7 @@ export function decodersFor(encoding: string | undefined): Decoders | null {
 function watchEnded(ex: Exchange, watch: BodyWatch): void {
   if (watch instanceof RunReader) {
     watch.end();
-    ex.run = watch.run;
+    ex.runStarted(watch.run);
     return;
   }
   const c = bodyCost(watch, ex.route?.cost?.max ?? Infinity);
@@ -210,7 +210,7 @@ class PlainRelay {
   }
 
   #relay(chunk: Buffer): void {
-    this.#ex.bytesOut += chunk.length;
+    this.#ex.relayed(chunk.length);
     // Watched on its way, never held: the cost reader only reads.
     this.#watch?.push(chunk);
     if (this.#scan === null) this.#write(chunk);
@@ -518,7 +518,7 @@ export class CompressedRelay {
   readonly #onData = (chunk: Buffer): void => {
     if (this.#state === 'stopped') return;
     const { proxyRes, res, ex } = this.#parts;
-    ex.bytesOut += chunk.length;
+    ex.relayed(chunk.length);
     if (this.#state === 'plain') {
       this.#raw.pushTo(chunk, (out) => send(proxyRes, res, out));
       return;

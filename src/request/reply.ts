@@ -51,7 +51,7 @@ export function answer(
   extra: Readonly<Record<string, string | number>> | null = null,
 ): void {
   ex.takeOver({ by: 'gateway', code: err.code });
-  ex.bytesOut = res.headersSent ? ex.bytesOut : err.body.length;
+  if (!res.headersSent) ex.ownBody(err.body.length);
   sendError(res, err, close, extra);
 }
 
