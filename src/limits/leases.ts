@@ -35,7 +35,13 @@ export interface LeaseUse {
 /** The allowance of a key's quota, as lease stores name its kind. */
 export const QUOTA = 'quota';
 /** The allowance of a key's budget on `route`, as lease stores name its kind. */
-export const budgetKind = (route: string): string => `budget:${route}`;
+const KINDS = new Map<string, string>();
+/** Made once per route: admission asks for it on every request of a key with a budget. */
+export const budgetKind = (route: string): string => {
+  let kind = KINDS.get(route);
+  if (kind === undefined) KINDS.set(route, (kind = `budget:${route}`));
+  return kind;
+};
 
 /** One allowance (key, kind, period): the composite each lease is kept by. */
 type AllowanceId = string & { readonly __allowance: true };
@@ -130,7 +136,9 @@ export type Took =
 
 const SPENT: Took = { kind: 'spent' };
 const UNREACHABLE: Took = { kind: 'unreachable' };
-const taken = (amount: number): Took => ({ kind: 'taken', amount });
+/** A quota's unit, the most common take: one object for all of them. */
+const TAKEN_ONE: Took = { kind: 'taken', amount: 1 };
+const taken = (amount: number): Took => (amount === 1 ? TAKEN_ONE : { kind: 'taken', amount });
 const claiming = (claimed: Promise<void>): Took => ({ kind: 'claiming', claimed });
 
 /**
@@ -160,7 +168,8 @@ export interface Allowances {
  * it ends, when the ledger counts it.
  */
 export class InFlight implements Allowances {
-  readonly #held = new Map<string, number>();
+  /** By key, then kind: no string is built per request. */
+  readonly #held = new Map<string, Map<string, number>>();
   at(now: number): number {
     return now;
   }
@@ -168,11 +177,12 @@ export class InFlight implements Allowances {
     return '';
   }
   reserved(keyId: string, kind: string): number {
-    return this.#held.get(`${keyId}\u0000${kind}`) ?? 0;
+    return this.#held.get(keyId)?.get(kind) ?? 0;
   }
   take(keyId: string, kind: string, _period: string, _limit: number, amount: number): Took {
-    const id = `${keyId}\u0000${kind}`;
-    this.#held.set(id, (this.#held.get(id) ?? 0) + amount);
+    let mine = this.#held.get(keyId);
+    if (mine === undefined) this.#held.set(keyId, (mine = new Map<string, number>()));
+    mine.set(kind, (mine.get(kind) ?? 0) + amount);
     return taken(amount);
   }
   takeUpTo(keyId: string, kind: string, period: string, limit: number, want: number): Took {
@@ -180,10 +190,11 @@ export class InFlight implements Allowances {
   }
   /** What was used is the ledger's to count; only the reservation goes. */
   reconcile(keyId: string, kind: string, _period: string, reserved: number, _used: number): void {
-    const id = `${keyId}\u0000${kind}`;
-    const left = (this.#held.get(id) ?? 0) - reserved;
-    if (left > 1e-9) this.#held.set(id, left);
-    else this.#held.delete(id);
+    const mine = this.#held.get(keyId);
+    if (mine === undefined) return;
+    const left = (mine.get(kind) ?? 0) - reserved;
+    if (left > 1e-9) mine.set(kind, left);
+    else if (mine.delete(kind) && mine.size === 0) this.#held.delete(keyId);
   }
 }
 

@@ -383,8 +383,8 @@ export class Limiter {
     const reserved = al.reserved(keyId, budgetKind(route), b);
     const spent = this.#use.cost(keyId, route, budget.period, at) + reserved;
     if (budgetSpent(budget.amount, spent)) return periodOver('budget_exceeded', budget.amount, budget.period, at, spent, route);
-    // The fleet's figure as last read, when larger than what this gateway counted itself.
-    const fleetSpent = Math.max(spent, this.#fleetCost(keyId, route, budget.period, at) + reserved);
+    // The fleet's figure as last read, when larger than what this gateway counted itself (one gateway: its own).
+    const fleetSpent = this.#fleet === null ? spent : Math.max(spent, this.#fleetCost(keyId, route, budget.period, at) + reserved);
     // A billed-later route's figures were read for this admission: spent by
     // them, it is refused, whatever this gateway's lease still holds (a
     // run settled below its reservation gives units back to the
@@ -410,17 +410,19 @@ export class Limiter {
     if (typeof before !== 'number' && before !== null) return before;
     const reserve = budget === undefined ? 0 : this.#reserve(keyId, policy, route, budget, before ?? 0, start, now);
     if (reserve === null && budget !== undefined) return this.#budgetRefused(al, keyId, route, kind, budget, b, at);
-    // A claim under way: asked again once it is answered (`#notTaken`).
-    const again = (): Verdict => this.#take(al, keyId, policy, route, Date.now(), share, start, attempt + 1);
-    // A refusal is built only when one is due (bench/README.md, "Admission"):
-    // a take changes nothing a refusal reads unless it takes.
+    // A refusal, or asking again once a claim is answered (`#notTaken`), is
+    // built only when one is due (bench/README.md, "Admission"): a take
+    // changes nothing a refusal reads unless it takes.
     if (quota !== null) {
       const took = al.take(keyId, QUOTA, q, quota.count, 1);
-      if (took.kind !== 'taken') return this.#notTaken(took, attempt, again, () => this.#quotaRefused(al, keyId, quota, q, at));
+      if (took.kind !== 'taken')
+        return this.#notTaken(
+          took,
+          attempt,
+          () => this.#take(al, keyId, policy, route, Date.now(), share, start, attempt + 1),
+          () => this.#quotaRefused(al, keyId, quota, q, at),
+        );
     }
-    const untake = (): void => {
-      if (quota !== null) al.reconcile(keyId, QUOTA, q, 1, 0);
-    };
     let estimate = reserve ?? 0;
     // A paid start's cap is what the allowance can still hold of it, never
     // more; any other call on a budgeted route takes its estimate, and a
@@ -428,14 +430,19 @@ export class Limiter {
     if (budget !== undefined && (estimate > 0 || !this.#billedLater.has(route))) {
       const took = this.#billedLater.has(route) ? al.takeUpTo(keyId, kind, b, budget.amount, estimate) : al.take(keyId, kind, b, budget.amount, estimate);
       if (took.kind !== 'taken') {
-        untake();
-        return this.#notTaken(took, attempt, again, () => this.#budgetRefused(al, keyId, route, kind, budget, b, at));
+        if (quota !== null) al.reconcile(keyId, QUOTA, q, 1, 0);
+        return this.#notTaken(
+          took,
+          attempt,
+          () => this.#take(al, keyId, policy, route, Date.now(), share, start, attempt + 1),
+          () => this.#budgetRefused(al, keyId, route, kind, budget, b, at),
+        );
       }
       estimate = took.amount;
     }
     const limit = this.#rateAndSlot(keyId, policy, now, share);
     if (typeof limit !== 'number') {
-      untake();
+      if (quota !== null) al.reconcile(keyId, QUOTA, q, 1, 0);
       if (budget !== undefined) al.reconcile(keyId, kind, b, estimate, 0);
       return limit;
     }
