@@ -258,7 +258,8 @@ type Match = readonly [number, number, SecretForm];
  * with every complete secret masked; a tail that could be the start of a
  * secret is held back until the next chunk says (at most the longest
  * secret's length less one), so a secret split across chunks is masked too.
- * `end` returns what is still held: the body ended, so it is no secret.
+ * `end` returns what is still held, scanned as it is: the body ended, so no
+ * longer spelling can complete it, but it may hold a whole shorter one.
  */
 export class BodyScan {
   readonly #secrets: Secrets;
@@ -355,6 +356,14 @@ export class BodyScan {
   end(): Buffer | null {
     const rest = this.#held;
     this.#held = null;
+    // The tail was held as the possible start of a longer spelling, but it
+    // may hold a whole shorter one: a secret that is the start of another
+    // (two tokens, one a prefix of the other). The body ended, so what the
+    // tail holds is scanned as it is, and masked.
+    if (rest !== null) {
+      const ranges = this.matches(rest);
+      if (ranges !== null) this.apply(rest, ranges, rest.length);
+    }
     return rest;
   }
 

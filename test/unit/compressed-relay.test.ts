@@ -42,7 +42,12 @@ function relay(coding: string, chunks: readonly Buffer[]): Run {
   });
   res.on('finish', () => finish('ended'));
   res.on('close', () => finish(res.writableFinished ? 'ended' : 'destroyed'));
-  const ex = { bytesOut: 0, fail: (f: unknown) => run.failures.push(f) } as unknown as Exchange;
+  // The exchange's part the relay touches: bytes relayed counted, a failure noted.
+  const counted = { bytesOut: 0 };
+  const ex = {
+    relayed: (n: number) => void (counted.bytesOut += n),
+    fail: (f: unknown) => run.failures.push(f),
+  } as unknown as Exchange;
   const decoders = decodersFor(coding);
   assert.ok(decoders !== null);
   relayCompressed({
