@@ -10,8 +10,6 @@
 //   and what its entries say last is what the store holds.
 // Pure.
 import { canonical, SHOWN, verify, type AuditEntry, type AuditHead } from './audit.ts';
-
-export type { AuditHead };
 import type { KeyRecord } from './keyset.ts';
 import type { AdminRecord } from './admin-record.ts';
 import type { KeyStore } from './store.ts';

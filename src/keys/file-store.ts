@@ -8,7 +8,8 @@
 import { adminDrafts, cliActor, drafts, type AuditDraft, type AuditEntry } from './audit.ts';
 import { adminProblem, type AdminRecord } from './admin-record.ts';
 import { appendAudit, auditPath, readAudit } from './audit-sqlite.ts';
-import { headOf, parseHead, type AuditHead } from './audit-check.ts';
+import { headOf, parseHead } from './audit-check.ts';
+import type { AuditHead } from './audit.ts';
 import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
 import { open, readdir, readFile, rename, stat, unlink } from 'node:fs/promises';
