@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { dataset } from './dataset.ts';
 import { cpuUs, tree } from './proc.ts';
 import { fmt, median, pct, range, roundOrder, spreadOf } from './stats.ts';
+import { UPSTREAMS } from '../src/request/routes.ts';
 import { acceptedCredentials, freePort, stopper, waitReady, type Secrets, type System } from './systems.ts';
 
 const MiB = 1024 * 1024;
@@ -52,19 +53,31 @@ export function pin(pid: number, core: string): void {
   for (const p of tree(pid)) spawnSync('taskset', ['-a', '-cp', core, String(p)], { stdio: 'ignore' });
 }
 
-/** nginx serving the two bodies from files, checking each route's upstream credential as the stand-in does. */
-export async function fileUpstream(nginxBin: string, s: Secrets, dir: string): Promise<{ port: number; stop: () => Promise<void> }> {
+/**
+ * nginx serving the two bodies from files, checking each route's upstream
+ * credential as the stand-in does, on a port per route: each route's
+ * upstream on an origin of its own, as deployed (the egress scan reads an
+ * answer for the secrets its origin was given, docs/security.md).
+ */
+export async function fileUpstream(nginxBin: string, s: Secrets, dir: string): Promise<{ ports: Readonly<Record<string, number>>; stop: () => Promise<void> }> {
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, 'audio.bin'), randomBytes(10 * MiB));
   writeFileSync(join(dir, 'dataset.json'), dataset(10 * MiB));
-  const port = await freePort();
-  // Each route's credentials 1 to 3 (the row with three per route uses them all), mapped to whether the header is one of them.
+  const ports: Record<string, number> = {};
+  for (const spec of UPSTREAMS) ports[spec.name] = await freePort();
+  // Each route's accepted credentials (1 to 3, and the worst case's), mapped to whether the header is one of them.
   const accepted = (route: string): { variable: string; map: string } => {
     const a = acceptedCredentials(s, route);
     const variable = `$ok_${route}`;
     return { variable, map: `map $http_${a.name.replace(/-/g, '_')} ${variable} { ${a.values.map((v) => `"${v}" 1;`).join(' ')} default 0; }` };
   };
   const check = (route: string): string => `if (${accepted(route).variable} = 0) { return 401; }`;
+  const server = (route: string, locations: string): string => `
+  server {
+    listen 127.0.0.1:${ports[route]};
+    ${locations}
+    location / { return 404; }
+  }`;
   // Run as root (a container), nginx's workers would take another user, who cannot read the run's private directory.
   const user = process.getuid?.() === 0 ? 'user root;' : '';
   const conf = `
@@ -77,8 +90,9 @@ error_log ${dir}/error.log warn;
 events { worker_connections 1024; }
 http {
   access_log off;
-  ${accepted('speech').map}
-  ${accepted('scraper').map}
+  # Keys at the providers' real lengths: a map of them needs more than the default 64-byte bucket.
+  map_hash_bucket_size 256;
+  ${UPSTREAMS.map((spec) => accepted(spec.name).map).join('\n  ')}
   client_body_temp_path ${dir}/body;
   proxy_temp_path ${dir}/proxy;
   fastcgi_temp_path ${dir}/fastcgi;
@@ -87,20 +101,20 @@ http {
   sendfile on;
   keepalive_requests 1000000;
   keepalive_timeout 120s;
-  server {
-    listen 127.0.0.1:${port};
-    location = /v1/history/x/audio { ${check('speech')} default_type audio/mpeg; alias ${dir}/audio.bin; }
-    # A POST to a static file is refused with 405; the redirect to a URI turns it into a GET of the file.
-    location = /v2/acts/x/run-sync-get-dataset-items { ${check('scraper')} error_page 405 =200 /dataset.json; alias ${dir}/dataset.json; }
-    location = /dataset.json { internal; default_type "application/json; charset=utf-8"; alias ${dir}/dataset.json; }
-    location / { return 404; }
-  }
+  ${server('speech', `location = /v1/history/x/audio { ${check('speech')} default_type audio/mpeg; alias ${dir}/audio.bin; }`)}
+  ${server(
+    'scraper',
+    // A POST to a static file is refused with 405; the redirect to a URI turns it into a GET of the file.
+    `location = /v2/acts/x/run-sync-get-dataset-items { ${check('scraper')} error_page 405 =200 /dataset.json; alias ${dir}/dataset.json; }
+    location = /dataset.json { internal; default_type "application/json; charset=utf-8"; alias ${dir}/dataset.json; }`,
+  )}
+  ${server('seo', '')}
 }
 `;
   writeFileSync(join(dir, 'nginx.conf'), conf);
   const child = spawn('taskset', ['-c', LOAD_CORE, nginxBin, '-p', dir, '-c', join(dir, 'nginx.conf')], { stdio: ['ignore', 'ignore', 'inherit'] });
-  await waitReady(`http://127.0.0.1:${port}`, 10_000, child);
-  return { port, stop: stopper(child) };
+  for (const port of Object.values(ports)) await waitReady(`http://127.0.0.1:${port}`, 10_000, child);
+  return { ports, stop: stopper(child) };
 }
 
 export interface Round {
@@ -198,7 +212,14 @@ export interface Held {
  * the naive peer's, the filter ≤ 5 % of it (one less the same gateway's CPU
  * per MiB with the filter off over keyward's), throughput ≥ 0.95×.
  */
-export function section(results: Results, names: readonly string[], peer: string, noFilter: string, three?: string): { lines: string[]; targets: Held[] } {
+export function section(
+  results: Results,
+  names: readonly string[],
+  peer: string,
+  noFilter: string,
+  three?: string,
+  strides: Readonly<Record<string, (route: string) => number>> = {},
+): { lines: string[]; targets: Held[] } {
   const lines = [
     '## streams with a C client: wrk, an nginx upstream serving files, the gateway on a core of its own',
     '',
@@ -224,7 +245,9 @@ export function section(results: Results, names: readonly string[], peer: string
         return cpu.length === 0 ? '' : `vs ${n}: CPU/MiB ${fmt(median(cpu), 2)}× (rounds ${range(cpu)}), MB/s ${fmt(median(mb), 2)}× (rounds ${range(mb)})`;
       })
       .filter(Boolean);
+    const sampled = Object.entries(strides).map(([name, stride]) => `${name} ${stride(body.route)} bytes`);
     lines.push('', `keyward ${ratios.join('; ')}.`, '');
+    if (sampled.length > 0) lines.push(`The scan's stride (a window read every so many bytes) on this route: ${sampled.join('; ')}.`, '');
     const cpu = pairs(byName.keyward, byName[peer], 'cpuUsPerMiB');
     const mb = pairs(byName.keyward, byName[peer], 'mbps');
     const filter = pairs(byName[noFilter], byName.keyward, 'cpuUsPerMiB').map((x) => 1 - x);

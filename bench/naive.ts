@@ -7,13 +7,15 @@ import { createProxyServer } from 'http-proxy-3';
 import { UPSTREAMS } from '../src/request/routes.ts';
 
 const env = process.env;
-const upstream = `http://127.0.0.1:${env.BENCH_UPSTREAM_PORT}`;
+// One port for every route, or a port per route (each route on an origin of its own).
+const ports = JSON.parse(env.BENCH_UPSTREAM_PORTS ?? 'null') as number | Record<string, number>;
+const upstream = (route: string): string => `http://127.0.0.1:${typeof ports === 'number' ? ports : ports[route]}`;
 const clients = new Set([`Bearer ${env.BENCH_CLIENT_TOKEN}`]);
 // The credential swap of each provider, from the same table keyward reads.
 const secrets = JSON.parse(env.BENCH_SECRETS ?? '{}') as Record<string, string[]>;
 const routes: Record<string, readonly [string, string]> = Object.fromEntries(UPSTREAMS.map((spec) => [spec.name, spec.credential(secrets[spec.name] ?? [])]));
 
-const proxy = createProxyServer({ target: upstream, changeOrigin: true, agent: new http.Agent({ keepAlive: true, maxSockets: Infinity }) });
+const proxy = createProxyServer({ changeOrigin: true, agent: new http.Agent({ keepAlive: true, maxSockets: Infinity }) });
 proxy.on('proxyReq', (proxyReq, req) => {
   const cred = routes[(req as http.IncomingMessage & { route: string }).route];
   proxyReq.removeHeader('authorization');
@@ -39,7 +41,7 @@ const server = http.createServer((req, res) => {
   }
   (req as http.IncomingMessage & { route: string }).route = route;
   req.url = url.slice(slash);
-  proxy.web(req, res);
+  proxy.web(req, res, { target: upstream(route) });
 });
 server.listen(0, '127.0.0.1', () => process.stdout.write(`${JSON.stringify({ port: (server.address() as AddressInfo).port })}\n`));
 process.on('SIGTERM', () => process.exit(0));

@@ -26,7 +26,19 @@ import { generateToken, tokenDigest } from '../src/keys/token.ts';
 import { providerEnv, UPSTREAMS } from '../src/request/routes.ts';
 import { BODIES, fileUpstream, missing, pin, wrkRound, type Body } from './c-streams.ts';
 import { KEYWARD_NODE_FLAGS } from './flags.ts';
-import { benchSecrets, EVERY_LIMIT, freePort, nginxBinary, NODE_ARGS, startUpstreamProcess, waitReady, type Secrets } from './systems.ts';
+import {
+  benchSecrets,
+  deployedSecrets,
+  EVERY_LIMIT,
+  freePort,
+  nginxBinary,
+  NODE_ARGS,
+  startUpstreamProcess,
+  upstreamUrl,
+  waitReady,
+  type Ports,
+  type Secrets,
+} from './systems.ts';
 
 interface Node {
   id: number;
@@ -51,10 +63,10 @@ const scenario = positionals[0] ?? 'small';
 const seconds = Number(positionals[1] ?? 8);
 const root = fileURLToPath(new URL('..', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'keyward-profile-'));
-// Secrets of the bench's own lengths (bench/run.ts): the egress scan samples
-// a window every (shortest secret - 3) bytes, so a shorter tag here would
-// profile a scan with more windows than the bench measures.
-const s: Secrets = benchSecrets(randomBytes(8).toString('hex'), generateToken());
+// Secrets of the lengths each row of bench/run.ts uses (the egress scan
+// samples a window every shortest secret less three bytes): the C-client
+// rows' are the providers' real lengths, each route on an origin of its own.
+const s: Secrets = cClient ? deployedSecrets(generateToken()) : benchSecrets(randomBytes(8).toString('hex'), generateToken());
 const keys = join(dir, 'keys.json');
 writeFileSync(
   keys,
@@ -84,7 +96,7 @@ const peerFlags = (process.env.PROFILE_PEER_FLAGS ?? '').split(' ').filter(Boole
 const nginxBin = nginxBinary();
 if (cClient && missing(nginxBin) !== null) throw new Error(`--c-client: ${missing(nginxBin)}`);
 const up = cClient ? await fileUpstream(nginxBin as string, s, join(dir, 'upstream')) : await startUpstreamProcess(s, 5000);
-const upstream = `http://127.0.0.1:${up.port}`;
+const ports: Ports = 'ports' in up ? up.ports : up.port;
 
 interface Started {
   readonly name: string;
@@ -105,7 +117,7 @@ async function startKeyward(): Promise<Started> {
         KEYWARD_PORT: String(port),
         KEYWARD_ADMIN_PORT: '0',
         KEYWARD_KEYS_FILE: keys,
-        ...Object.assign({}, ...UPSTREAMS.map((spec) => providerEnv(spec, upstream, s.upstream[spec.name] ?? []))),
+        ...Object.assign({}, ...UPSTREAMS.map((spec) => providerEnv(spec, upstreamUrl(ports, spec.name), s.upstream[spec.name] ?? []))),
         ...(process.env.KEYWARD_WORKERS ? { KEYWARD_WORKERS: process.env.KEYWARD_WORKERS } : {}),
         ...(process.env.KEYWARD_LOG_LEVEL ? { KEYWARD_LOG_LEVEL: process.env.KEYWARD_LOG_LEVEL } : {}),
         ...extraEnv,
@@ -121,7 +133,12 @@ async function startKeyward(): Promise<Started> {
 async function startPeer(): Promise<Started> {
   const profileDir = mkdtempSync(join(dir, 'naive-'));
   const child = spawn(process.execPath, ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, ...peerFlags, ...NODE_ARGS, join(root, 'bench/naive.ts')], {
-    env: { PATH: process.env.PATH ?? '', BENCH_UPSTREAM_PORT: String(up.port), BENCH_CLIENT_TOKEN: s.clientToken, BENCH_SECRETS: JSON.stringify(s.upstream) },
+    env: {
+      PATH: process.env.PATH ?? '',
+      BENCH_UPSTREAM_PORTS: JSON.stringify(ports),
+      BENCH_CLIENT_TOKEN: s.clientToken,
+      BENCH_SECRETS: JSON.stringify(s.upstream),
+    },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const port = await new Promise<number>((resolve, reject) => {

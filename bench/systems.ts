@@ -6,17 +6,35 @@ import { openSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { randomBytes } from 'node:crypto';
 import { freePort } from '../src/process/listen.ts';
+import { secretForms, Secrets as SecretTable } from '../src/request/egress.ts';
 import { providerEnv, UPSTREAMS } from '../src/request/routes.ts';
 
 /** A route name of the provider table (routes.ts). */
 export type Route = string;
+
+/**
+ * Where the upstream listens: one port for every route (the Node stand-in),
+ * or a port per route, each route on an origin of its own as deployed (the
+ * C-client rows' nginx; docs/security.md, "What each answer is scanned for").
+ */
+export type Ports = number | Readonly<Record<Route, number>>;
+
+/** The upstream URL of `route`. */
+export function upstreamUrl(ports: Ports, route: Route): string {
+  const port = typeof ports === 'number' ? ports : ports[route];
+  if (port === undefined) throw new Error(`no upstream port for ${route}`);
+  return `http://127.0.0.1:${port}`;
+}
 
 export interface Secrets {
   /** Each provider's upstream secrets, by route name (one per `secretEnvs` entry). */
   readonly upstream: Readonly<Record<string, readonly string[]>>;
   /** Credentials 2 and 3 of each route (docs/credentials.md), for the row with three per route; the stand-ins accept each. */
   readonly more: Readonly<Record<string, ReadonlyArray<readonly string[]>>>;
+  /** A credential of the shortest length keyward scans for (8 characters), by route: the C-client rows' worst case; the file upstream accepts it. */
+  readonly worst?: Readonly<Record<string, readonly string[]>>;
   readonly clientToken: string;
 }
 
@@ -29,10 +47,14 @@ export function moreCredentialsEnv(s: Secrets): Record<string, string> {
 }
 
 /** Every header value an upstream of `route` accepts as its credential: credential 1's first, then the others'. */
-export function acceptedCredentials(s: Pick<Secrets, 'upstream' | 'more'>, route: Route): { readonly name: string; readonly values: readonly string[] } {
+export function acceptedCredentials(
+  s: Pick<Secrets, 'upstream' | 'more' | 'worst'>,
+  route: Route,
+): { readonly name: string; readonly values: readonly string[] } {
   const spec = UPSTREAMS.find((u) => u.name === route);
   if (spec === undefined) throw new Error(`no provider ${route}`);
-  const all = [s.upstream[route] ?? [], ...(s.more[route] ?? [])].map((secrets) => spec.credential(secrets));
+  const worst = s.worst?.[route];
+  const all = [s.upstream[route] ?? [], ...(s.more[route] ?? []), ...(worst === undefined ? [] : [worst])].map((secrets) => spec.credential(secrets));
   return { name: all[0]?.[0] ?? '', values: all.map(([, v]) => v) };
 }
 
@@ -43,6 +65,47 @@ export function benchSecrets(tag: string, clientToken: string): Secrets {
     more: Object.fromEntries(UPSTREAMS.map((spec) => [spec.name, [spec.sampleSecrets(`bench${tag}c2`), spec.sampleSecrets(`bench${tag}c3`)]])),
     clientToken,
   };
+}
+
+/** `n` characters of [a-z0-9], as the providers' keys are made. */
+function alnum(n: number): string {
+  const abc = 'abcdefghijklmnopqrstuvwxyz0123456789';
+  return [...randomBytes(n)].map((b) => abc[b % abc.length]).join('');
+}
+
+/**
+ * Made-up secrets at the providers' real lengths, as deployed: the scraper
+ * platform's token `apify_api_` and 36 characters (46), the voice
+ * provider's key `sk_` and 48 hex digits (51), the SEO provider's login (an
+ * e-mail address) and its 16-character API password. `worst`: an
+ * 8-character voice key, the shortest keyward scans for.
+ */
+export function deployedSecrets(clientToken: string): Secrets {
+  const one = (route: Route): readonly string[] => {
+    if (route === 'scraper') return [`apify_api_${alnum(36)}`];
+    if (route === 'speech') return [`sk_${randomBytes(24).toString('hex')}`];
+    if (route === 'seo') return [`${alnum(10)}@example.com`, alnum(16)];
+    throw new Error(`no deployed secret shape for ${route}`);
+  };
+  return {
+    upstream: Object.fromEntries(UPSTREAMS.map((spec) => [spec.name, one(spec.name)])),
+    more: Object.fromEntries(UPSTREAMS.map((spec) => [spec.name, [one(spec.name), one(spec.name)]])),
+    worst: { speech: [alnum(8)] },
+    clientToken,
+  };
+}
+
+/**
+ * The stride the egress scan samples an answer of `route` at (egress.ts,
+ * BodyScan.matches) when every route has `perRoute` credentials of `s` and
+ * each route is on an origin of its own: its shortest secret form less three.
+ */
+export function strideOf(s: Secrets, route: Route, worst = false, perRoute = 1): number {
+  const spec = UPSTREAMS.find((u) => u.name === route);
+  if (spec === undefined) throw new Error(`no provider ${route}`);
+  const credentials = worst && s.worst?.[route] !== undefined ? [s.worst[route]] : [s.upstream[route] ?? [], ...(s.more[route] ?? [])].slice(0, perRoute);
+  const forms = credentials.flatMap((c) => spec.secretForms(c));
+  return new SecretTable(secretForms([{ name: route, secretForms: forms } as never]).forms).stride;
 }
 
 /** The secrets as one variable for the stand-in and the naive peer (their own processes). */
@@ -175,7 +238,7 @@ function gateway(name: string, base: string, child: ChildProcess, s: Secrets, ag
 
 /** `root`: another built checkout of keyward (`--against`), for a same-run A/B of two builds. */
 export async function keyward(
-  upstreamPort: number,
+  upstreamPort: Ports,
   s: Secrets,
   keysFile: string,
   name = 'keyward',
@@ -185,7 +248,6 @@ export async function keyward(
 ): Promise<System & { startupMs: number }> {
   const port = await freePort();
   const adminPort = await freePort();
-  const up = `http://127.0.0.1:${upstreamPort}`;
   const started = Date.now();
   const child = startKeyward(
     {
@@ -196,7 +258,7 @@ export async function keyward(
       // Defaults as users run them, metrics included; an admin port of its own
       // so that several gateways can run side by side (and the bench reads its metrics).
       KEYWARD_ADMIN_PORT: String(adminPort),
-      ...Object.assign({}, ...UPSTREAMS.map((spec) => providerEnv(spec, up, s.upstream[spec.name] ?? []))),
+      ...Object.assign({}, ...UPSTREAMS.map((spec) => providerEnv(spec, upstreamUrl(upstreamPort, spec.name), s.upstream[spec.name] ?? []))),
       ...extraEnv,
     },
     logFile,
@@ -212,11 +274,11 @@ export async function keyward(
   };
 }
 
-export async function naive(upstreamPort: number, s: Secrets): Promise<System> {
+export async function naive(upstreamPort: Ports, s: Secrets): Promise<System> {
   const child = spawn(process.execPath, [...NODE_ARGS, join(ROOT, 'bench/naive.ts')], {
     env: {
       PATH: process.env.PATH ?? '',
-      BENCH_UPSTREAM_PORT: String(upstreamPort),
+      BENCH_UPSTREAM_PORTS: JSON.stringify(upstreamPort),
       BENCH_CLIENT_TOKEN: s.clientToken,
       ...secretsEnv(s),
     },
@@ -242,7 +304,7 @@ export function nginxBinary(): string | null {
  * a keep-alive upstream, no buffering either way, a `map` bearer check and the
  * same credential swap.
  */
-export async function nginx(binary: string, upstreamPort: number, s: Secrets, dir: string): Promise<System> {
+export async function nginx(binary: string, upstreamPort: Ports, s: Secrets, dir: string): Promise<System> {
   const port = await freePort();
   // The client's Authorization never goes upstream: replaced by the credential, or cleared.
   const location = (spec: (typeof UPSTREAMS)[number]): string => {
@@ -254,7 +316,7 @@ export async function nginx(binary: string, upstreamPort: number, s: Secrets, di
       if ($kw_client = "") { return 401; }
       limit_except ${spec.methods.join(' ')} { deny all; }
       ${set}
-      proxy_pass http://up/;
+      proxy_pass http://up_${spec.name}/;
     }`;
   };
   const conf = `
@@ -281,7 +343,7 @@ http {
   proxy_request_buffering off;
   map_hash_bucket_size 128;
   map $http_authorization $kw_client { default ""; "Bearer ${s.clientToken}" "bench"; }
-  upstream up { server 127.0.0.1:${upstreamPort}; keepalive 256; keepalive_requests 1000000; }
+  ${UPSTREAMS.map((spec) => `upstream up_${spec.name} { server ${upstreamUrl(upstreamPort, spec.name).slice('http://'.length)}; keepalive 256; keepalive_requests 1000000; }`).join('\n  ')}
   server {
     listen 127.0.0.1:${port};
     ${UPSTREAMS.map(location).join('\n')}
