@@ -54,7 +54,15 @@ test('a misspelled KEYWARD_* variable is warned about with the closest known nam
     // Known names, the config file's and the launcher's own, are not reported.
     const clean = await startCli(
       ['serve'],
-      { KEYWARD_KEYS_FILE: join(dir, 'keys.json'), KEYWARD_PORT: '0', KEYWARD_ADMIN_PORT: 'off', KEYWARD_ADMIN_HOST: '127.0.0.1', KEYWARD_STRICT_ENV: '1' },
+      {
+        KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
+        KEYWARD_PORT: '0',
+        KEYWARD_ADMIN_PORT: 'off',
+        KEYWARD_ADMIN_HOST: '127.0.0.1',
+        KEYWARD_STRICT_ENV: '1',
+        // The launcher's: which Node runs keyward (docs/install.md).
+        KEYWARD_NODE: process.execPath,
+      },
       '"msg":"keyward listening"',
     );
     clean.child.kill('SIGTERM');
