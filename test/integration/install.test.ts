@@ -26,3 +26,27 @@ test('a Node.js too old for keyward is named in one line with the fix', async ()
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+// bin/keyward, "young collections for a stream's chunks": Node 24's V8
+// collects a stream's chunk Buffers with full collections unless told;
+// Node 22's refuses nothing it does not know, so it is told only on 24.
+test('the launcher gives Node 24 the young-collection setting for streamed chunks, and Node 22 none', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'keyward-flags-'));
+  try {
+    const fakeNode = (version: string): string => {
+      const path = join(dir, `node-${version}`);
+      writeFileSync(path, `#!/bin/sh\nif [ "$1" = "--version" ]; then echo ${version}; exit 0; fi\necho "ARGS $*"\n`);
+      chmodSync(path, 0o755);
+      return path;
+    };
+    const on24 = await runCli(['serve'], { KEYWARD_NODE: fakeNode('v24.9.0') });
+    assert.equal(on24.code, 0, on24.stderr);
+    assert.match(on24.stdout, /^ARGS .*--max-semi-space-size=4 .*--scavenger-max-new-space-capacity-mb=4 .*src\/main\.ts serve$/m);
+    const on22 = await runCli(['serve'], { KEYWARD_NODE: fakeNode('v22.18.0') });
+    assert.equal(on22.code, 0, on22.stderr);
+    assert.match(on22.stdout, /^ARGS .*--max-semi-space-size=4 /m);
+    assert.doesNotMatch(on22.stdout, /scavenger/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
