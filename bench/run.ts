@@ -21,6 +21,7 @@ import { generateToken, tokenDigest } from '../src/keys/token.ts';
 import { machine, rssBytes } from './proc.ts';
 import { SCENARIOS, type Measurement, type Options } from './scenarios.ts';
 import { fileUpstream, measure, missing, pin, section } from './c-streams.ts';
+import { KEYWARD_NODE_FLAGS } from './flags.ts';
 import { fmt, median, pct, range, roundOrder, spreadOf } from './stats.ts';
 import { between, scrape, type Cause, type Scrape } from './tail.ts';
 import {
@@ -103,6 +104,7 @@ function keysFile(count: number, limits?: KeyRecord['limits']): string {
 }
 
 const NAIVE = 'naive http-proxy-3';
+const NAIVE_FLAGGED = "naive http-proxy-3, with keyward's Node flags";
 
 /** `--variant 'label:ENV=value,…'` and `--limited-variant …`: a label, extra environment, and whether the key has every limit. */
 function variants(): Array<[string, Record<string, string>, boolean]> {
@@ -392,6 +394,9 @@ async function withCClient(): Promise<ReturnType<typeof section> | null> {
       else log(`--against ${other} (${i + 1}): no build to measure with the C client`);
     }
     gateways.push(await naive(up, deployed));
+    // Reported beside it: the same peer given the Node flags bin/keyward starts with (bench/README.md,
+    // "Collections driven by bytes outside the heap"), so what is the flags' and what is keyward's reads apart.
+    gateways.push(await naive(up, deployed, KEYWARD_NODE_FLAGS, NAIVE_FLAGGED));
     mkdirSync(join(cdir, 'gateway'), { recursive: true });
     gateways.push(await nginx(nginxBin, up, deployed, join(cdir, 'gateway')));
     for (const g of gateways) pin(g.pid as number, '0');

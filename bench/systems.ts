@@ -274,8 +274,9 @@ export async function keyward(
   };
 }
 
-export async function naive(upstreamPort: Ports, s: Secrets): Promise<System> {
-  const child = spawn(process.execPath, [...NODE_ARGS, join(ROOT, 'bench/naive.ts')], {
+/** `flags`: Node flags for the peer (none: Node's defaults, as the peer is written), under a name of its own. */
+export async function naive(upstreamPort: Ports, s: Secrets, flags: readonly string[] = [], name = 'naive http-proxy-3'): Promise<System> {
+  const child = spawn(process.execPath, [...flags, ...NODE_ARGS, join(ROOT, 'bench/naive.ts')], {
     env: {
       PATH: process.env.PATH ?? '',
       BENCH_UPSTREAM_PORTS: JSON.stringify(upstreamPort),
@@ -288,7 +289,7 @@ export async function naive(upstreamPort: Ports, s: Secrets): Promise<System> {
     child.stdout?.once('data', (d: Buffer) => resolve((JSON.parse(d.toString()) as { port: number }).port));
     child.once('exit', (code) => reject(new Error(`naive peer exited ${code}`)));
   });
-  return gateway('naive http-proxy-3', `http://127.0.0.1:${port}`, child, s, () => naive(upstreamPort, s));
+  return gateway(name, `http://127.0.0.1:${port}`, child, s, () => naive(upstreamPort, s, flags, name));
 }
 
 export function nginxBinary(): string | null {
