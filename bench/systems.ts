@@ -38,6 +38,13 @@ export interface Secrets {
   readonly clientToken: string;
 }
 
+/** The provider table's entry for `route` (routes.ts). */
+function specOf(route: Route): (typeof UPSTREAMS)[number] {
+  const spec = UPSTREAMS.find((u) => u.name === route);
+  if (spec === undefined) throw new Error(`no provider ${route}`);
+  return spec;
+}
+
 /** The options that give every route its credentials 2 and 3 (`KEYWARD_SPEECH_KEY_2`, …). */
 export function moreCredentialsEnv(s: Secrets): Record<string, string> {
   const env: Record<string, string> = {};
@@ -51,8 +58,7 @@ export function acceptedCredentials(
   s: Pick<Secrets, 'upstream' | 'more' | 'worst'>,
   route: Route,
 ): { readonly name: string; readonly values: readonly string[] } {
-  const spec = UPSTREAMS.find((u) => u.name === route);
-  if (spec === undefined) throw new Error(`no provider ${route}`);
+  const spec = specOf(route);
   const worst = s.worst?.[route];
   const all = [s.upstream[route] ?? [], ...(s.more[route] ?? []), ...(worst === undefined ? [] : [worst])].map((secrets) => spec.credential(secrets));
   return { name: all[0]?.[0] ?? '', values: all.map(([, v]) => v) };
@@ -101,8 +107,7 @@ export function deployedSecrets(clientToken: string): Secrets {
  * each route is on an origin of its own: its shortest secret form less three.
  */
 export function strideOf(s: Secrets, route: Route, worst = false, perRoute = 1): number {
-  const spec = UPSTREAMS.find((u) => u.name === route);
-  if (spec === undefined) throw new Error(`no provider ${route}`);
+  const spec = specOf(route);
   const credentials = worst && s.worst?.[route] !== undefined ? [s.worst[route]] : [s.upstream[route] ?? [], ...(s.more[route] ?? [])].slice(0, perRoute);
   const forms = credentials.flatMap((c) => spec.secretForms(c));
   return new SecretTable(secretForms([{ name: route, secretForms: forms } as never]).forms).stride;
@@ -132,8 +137,7 @@ export const NODE_ARGS = ['--experimental-strip-types', '--disable-warning=Exper
 
 /** The credential a route's upstream expects, as a header. */
 export function upstreamHeaders(s: Secrets, route: Route): Record<string, string> {
-  const spec = UPSTREAMS.find((u) => u.name === route);
-  if (spec === undefined) throw new Error(`no provider ${route}`);
+  const spec = specOf(route);
   const [name, value] = spec.credential(s.upstream[route] ?? []);
   return { [name]: value };
 }
