@@ -9,6 +9,7 @@ import { KeySet } from '../src/keys/keyset.ts';
 import { generateToken, tokenDigest, TokenMemo } from '../src/keys/token.ts';
 import { CredentialBoard } from '../src/request/credentials.ts';
 import { buildRuntime } from '../src/process/runtime.ts';
+import { Capacity } from '../src/capacity/capacity.ts';
 import { authenticate } from '../src/request/pipeline.ts';
 import { UPSTREAMS } from '../src/request/routes.ts';
 
@@ -19,7 +20,7 @@ const config = loadConfig(
   '/',
   UPSTREAMS,
 );
-const rt = buildRuntime(config, new CredentialBoard());
+const rt = buildRuntime(config, new CredentialBoard(), new Capacity(config, () => true));
 const token = generateToken();
 const keys = new KeySet([
   { id: 'key_bench', name: 'bench', digest: `sha256:${tokenDigest(token)}`, created: '2026-01-01T00:00:00Z', expires: null, revoked: null },

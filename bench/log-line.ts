@@ -21,6 +21,7 @@ const f: RequestFields = {
   bytesOut: 1024,
   durationMs: 1.234,
   ttfbMs: 0.987,
+  queuedMs: null,
   error: null,
   authFailure: null,
   credential: null,

@@ -8,6 +8,7 @@ import { ConfigError, Options, type Env, type ReadFile } from './options.ts';
 import { secret, serverTls, upstreamCa } from './secrets.ts';
 import { unknownVariables, type UnknownVariable } from './unknown.ts';
 import { routes } from './upstreams.ts';
+import { queueSettings } from '../capacity/plan.ts';
 import { costRoutes, type Route, type UpstreamSpec } from '../request/routes.ts';
 import type { StoreOptions } from '../keys/open.ts';
 import { parseDuration } from '../lib/units.ts';
@@ -51,6 +52,9 @@ export interface Config {
   readonly credentialCooldownMs: number;
   /** A credential answered 402 (its account out of credit) is set aside this long, ms. */
   readonly credentialPaymentCooldownMs: number;
+  /** The longest a request waits for room on its route's accounts, ms, and the most that wait per route (docs/credentials.md, "Capacity"). */
+  readonly queueWaitMs: number;
+  readonly queueMax: number;
   /** Largest request body kept so a request refused on one credential can be sent again on another, bytes. */
   readonly replayMaxBodyBytes: number;
   /** Proxies whose X-Forwarded-For is believed for a key's allowlist (docs/keys.md, "Allowed addresses"): address ranges. */
@@ -306,6 +310,7 @@ function read(env: Env, readFile: ReadFile, cwd: string, providers: readonly Ups
     credentialCooldownMs: o.duration('KEYWARD_CREDENTIAL_COOLDOWN', '30s'),
     credentialPaymentCooldownMs: o.duration('KEYWARD_CREDENTIAL_PAYMENT_COOLDOWN', '1h'),
     trustedProxies: trustedProxies(o),
+    ...queueSettings(o),
     replayMaxBodyBytes: o.size('KEYWARD_REPLAY_MAX_BODY', '1MiB', { min: 0, max: 1024 ** 3, hint: '0 to 1GiB (e.g. 1MiB)' }),
     maxConnections: maxConnections(o),
     upstreamCa: upstreamCa(o, readFile),

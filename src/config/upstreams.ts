@@ -5,6 +5,7 @@ import { METHOD_OVERRIDE_HEADERS, requestStripSet } from '../request/headers.ts'
 import type { Credential, Route, UpstreamSpec } from '../request/routes.ts';
 import type { Options, ReadFile } from './options.ts';
 import { secret } from './secrets.ts';
+import { routeCapacity } from '../capacity/plan.ts';
 
 function upstreamUrl(o: Options, spec: UpstreamSpec): { target: URL; basePath: string } | null {
   // Set to nothing is a mistake, not a wish for the default: the gateway would forward to a provider nobody named.
@@ -101,6 +102,7 @@ function route(o: Options, spec: UpstreamSpec, index: number, readFile: ReadFile
     cost: spec.cost,
     secretEnvs: spec.secretEnvs,
     unauthorized: spec.unauthorized ?? null,
+    capacity: routeCapacity(o, spec.name, creds.length, MAX_CREDENTIALS),
     stripHeaders: requestStripSet([...spec.stripHeaders, ...METHOD_OVERRIDE_HEADERS], credential === null ? null : credential[0]),
   };
 }

@@ -21,6 +21,8 @@ export interface RequestFields {
   readonly bytesOut: number;
   readonly durationMs: number;
   readonly ttfbMs: number | null;
+  /** How long the request waited for room on its upstream's accounts (docs/credentials.md, "Capacity"); null when it did not wait. */
+  readonly queuedMs: number | null;
   readonly error: string | null;
   /** Why a token was refused (401): missing, malformed, unknown, revoked or expired; null otherwise. */
   readonly authFailure: string | null;
@@ -49,6 +51,7 @@ const BYTES_IN = ascii(',"bytesIn":');
 const BYTES_OUT = ascii(',"bytesOut":');
 const DURATION = ascii(',"durationMs":');
 const TTFB = ascii(',"ttfbMs":');
+const QUEUED = ascii(',"queuedMs":');
 const ERROR = ascii(',"error":');
 const AUTH_FAILURE = ascii(',"authFailure":');
 const CREDENTIAL = ascii(',"credential":');
@@ -68,6 +71,7 @@ const KEYS = [
   BYTES_OUT,
   DURATION,
   TTFB,
+  QUEUED,
   ERROR,
   AUTH_FAILURE,
   CREDENTIAL,
@@ -78,8 +82,8 @@ const NULL = ascii('null');
 const TRUE = ascii('true');
 const FALSE = ascii('false');
 const END = ascii(',"msg":"request completed"}\n');
-/** Every constant byte of a line, and room for its six numbers and its time. */
-const FIXED = LEVEL_OPEN.length + KEYS.reduce((n, k) => n + k.length, 0) + FALSE.length + END.length + 7 * 24 + TIME.length;
+/** Every constant byte of a line, and room for its seven numbers and its time. */
+const FIXED = LEVEL_OPEN.length + KEYS.reduce((n, k) => n + k.length, 0) + FALSE.length + END.length + 8 * 24 + TIME.length;
 
 /**
  * The most bytes the line for these fields can take: six bytes for each
@@ -122,6 +126,7 @@ export function writeLine(buf: Buffer, at: number, level: number, time: string |
   at = num(buf, put(buf, at, BYTES_OUT), f.bytesOut);
   at = num(buf, put(buf, at, DURATION), f.durationMs);
   at = num(buf, put(buf, at, TTFB), f.ttfbMs);
+  at = num(buf, put(buf, at, QUEUED), f.queuedMs);
   at = text(buf, put(buf, at, ERROR), f.error);
   at = text(buf, put(buf, at, AUTH_FAILURE), f.authFailure);
   at = num(buf, put(buf, at, CREDENTIAL), f.credential);

@@ -5,7 +5,7 @@
 // the samples then. prom-client still provides the registry, the exposition
 // format, the default process and Node.js series, and the sum over
 // `KEYWARD_WORKERS` (its AggregatorRegistry, over the cluster IPC channel).
-import { AggregatorRegistry, collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
+import { AggregatorRegistry, collectDefaultMetrics, Counter, Gauge, Histogram as PromHistogram, Registry } from 'prom-client';
 import { Histogram, scraped, TASK_BUCKETS, type Sample, type ScrapedMetric } from './metrics-series.ts';
 
 const METHODS = ['GET', 'POST', 'PATCH', 'DELETE', 'PUT', 'HEAD', 'OPTIONS', 'OTHER'] as const;
@@ -430,6 +430,61 @@ export function alertCounters(registry: Registry, pending: () => number): { fire
       registers: [registry],
     }),
   };
+}
+
+/** Where a route's capacity stands, read at scrape time (capacity/capacity.ts `view`). */
+export interface CapacityView {
+  routes(): readonly string[];
+  view(route: string): { readonly inFlight: readonly number[]; readonly limit: ReadonlyArray<number | null>; readonly queued: number } | null;
+}
+
+/** Seconds a request may wait in a route's queue, as the histogram's buckets see them (KEYWARD_QUEUE_WAIT is at most 5 min). */
+const QUEUE_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
+
+/**
+ * Capacity per credential (docs/credentials.md, "Capacity"), in the
+ * registry of the process that holds the counts (one gateway's, or the
+ * primary's for its workers): the gauges read at scrape time, and the hooks
+ * the queue calls when a request got room after waiting or was answered busy.
+ */
+export function capacityMetrics(
+  registry: Registry,
+  capacity: () => CapacityView | null,
+): { waited(route: string, ms: number): void; busy(route: string): void } {
+  new Gauge({
+    name: 'keyward_upstream_in_flight',
+    help: 'Requests in flight on each credential of a route with a capacity, by route and credential (its number)',
+    labelNames: ['route', 'credential'],
+    registers: [registry],
+    collect() {
+      const c = capacity();
+      for (const route of c?.routes() ?? []) c?.view(route)?.inFlight.forEach((n, i) => this.set({ route, credential: String(i + 1) }, n));
+    },
+  });
+  new Gauge({
+    name: 'keyward_upstream_queued',
+    help: 'Requests waiting for room on a route with a capacity',
+    labelNames: ['route'],
+    registers: [registry],
+    collect() {
+      const c = capacity();
+      for (const route of c?.routes() ?? []) this.set({ route }, c?.view(route)?.queued ?? 0);
+    },
+  });
+  const wait = new PromHistogram({
+    name: 'keyward_upstream_queue_wait_seconds',
+    help: 'How long requests waited for room on a route with a capacity (those that waited)',
+    labelNames: ['route'],
+    buckets: QUEUE_BUCKETS,
+    registers: [registry],
+  });
+  const busy = new Counter({
+    name: 'keyward_upstream_busy_total',
+    help: 'Requests answered 503 upstream_busy: no room within KEYWARD_QUEUE_WAIT, or the queue full',
+    labelNames: ['route'],
+    registers: [registry],
+  });
+  return { waited: (route, ms) => wait.observe({ route }, ms / 1000), busy: (route) => busy.inc({ route }) };
 }
 
 /** Scraper runs settled after the fact (docs/limits.md, "Scraper runs"): booked, questions that failed, runs given up. */

@@ -5,6 +5,7 @@ import type { Config } from '../config/load.ts';
 import { secretsByOrigin, type Secrets } from '../request/egress.ts';
 import type { CredentialBoard } from '../request/credentials.ts';
 import { Forwarder } from '../request/forward.ts';
+import type { Room } from '../capacity/capacity.ts';
 import { rangeSet } from '../lib/addresses.ts';
 import { routeTable } from '../request/routes.ts';
 import type { Generation, Target } from '../request/runtime.ts';
@@ -15,11 +16,11 @@ export interface Runtime extends Generation {
   readonly forwarders: ReadonlyMap<string, Forwarder>;
 }
 
-/** `board`: the gateway's credentials set aside (kept across generations). */
-export function buildRuntime(config: Config, board: CredentialBoard): Runtime {
+/** `board`: the gateway's credentials set aside, `room`: room on the accounts (both kept across generations). */
+export function buildRuntime(config: Config, board: CredentialBoard, room: Room): Runtime {
   // Each answer is scanned for every secret sent to its upstream's origin, every credential's (egress.ts).
   const tables = secretsByOrigin(config.routes, config.egressFilter);
-  const forwarders = new Map(config.routes.map((r) => [r.name, new Forwarder(r, config, tables.get(r.target.origin) as Secrets, board)]));
+  const forwarders = new Map(config.routes.map((r) => [r.name, new Forwarder(r, config, tables.get(r.target.origin) as Secrets, board, room)]));
   const targets = new Map<string, Target>();
   for (const r of config.routes) {
     const forwarder = forwarders.get(r.name);

@@ -15,7 +15,8 @@ import { LastUse } from '../keys/last-use.ts';
 import type { KeyStore } from '../keys/store.ts';
 import { bindError } from './listen.ts';
 import type { Logger } from '../observe/log.ts';
-import { Metrics } from '../observe/metrics.ts';
+import { capacityMetrics, Metrics } from '../observe/metrics.ts';
+import { Capacity, capacityStates, type CapacityState, type Room } from '../capacity/capacity.ts';
 import { createPipeline, type Pipeline } from '../request/pipeline.ts';
 import type { RunTarget } from '../ledger/run-ask.ts';
 import { serveEvents } from './events.ts';
@@ -55,6 +56,8 @@ export interface Readiness {
   readonly credentials?: Readonly<Record<string, { readonly available: number; readonly total: number }>>;
   /** Routes whose every credential is set aside (requests there get 503 upstream_credentials_exhausted); absent when none. */
   readonly credentialsExhausted?: readonly string[];
+  /** Routes with a capacity (docs/credentials.md, "Capacity"): requests in flight, the limit, requests waiting; absent when none has one. */
+  readonly capacity?: Readonly<Record<string, CapacityState>>;
   /**
    * Background tasks failing now (docs/operations.md, "Background tasks"):
    * still ready, since requests are served, but a renewal or a run settler
@@ -113,7 +116,8 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
   const metrics = options.metrics ?? new Metrics({ routes: config.routes.map((r) => r.name) });
   let draining = false;
   const board = new CredentialBoard();
-  let runtime = buildRuntime(config, board);
+  const { capacity, room } = roomOf(config, board, metrics, options);
+  let runtime = buildRuntime(config, board, room);
   const keys = new KeyHolder(store, logger, metrics, () => runtime.config.keysMaxStalenessMs);
   await keys.start();
   const lastUse = lastUseWriter(store, options, logger, metrics);
@@ -144,6 +148,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     admit,
     ledger,
     credentials: board,
+    room,
     keyStatus: (principal, now) => keyStatus(statusSources, principal, units, now),
   });
 
@@ -151,8 +156,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
 
   let closing: Promise<void> | null = null;
   const listenFd = options.listenFd ?? null;
-  /** The public port was bound and announced: a gateway that never served stops without a drain to speak of. */
-  let served = false;
+  let served = false; // the public port was bound and announced: a gateway that never served stops without a drain to speak of
 
   const gateway: Gateway = {
     server,
@@ -176,16 +180,36 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     reconfigure: (next: Config) => {
       const previous = runtime;
       sharing.reloaded();
-      runtime = buildRuntime(next, board);
+      runtime = buildRuntime(next, board, room);
+      capacity?.configure(next.routes, next);
       applyToServer(server, previous, next, sweeper, logger);
     },
-    readiness: () => withCredentials(withBackground(withLedger(readinessOf(keys, draining, runtime.config), usageStore), outages), runtime.config, board),
+    readiness: () => withCapacity(withCredentials(readinessOf(keys, draining, runtime.config, usageStore, outages), runtime.config, board), capacity),
     keyCount: () => keys.loaded?.size ?? 0,
     // In memory (no ledger file could be opened) the figures are this process's own, and few: built here.
     keyStatus: (principal) => Promise.resolve(keyStatus(statusSources, principal, units, Date.now())),
     usagePage: pages === null ? ownUsagePage(usageStore, keys, config, units) : (params) => pages.page(params),
   };
   return gateway;
+}
+
+/**
+ * Room on the routes' accounts: a worker asks its primary; otherwise this
+ * process holds the counts (`capacity`), with their metrics.
+ */
+function roomOf(config: Config, board: CredentialBoard, metrics: Metrics, options: GatewayOptions): { capacity: Capacity | null; room: Room } {
+  if (options.worker?.room !== undefined) return { capacity: null, room: options.worker.room };
+  let capacity: Capacity | null = null;
+  const hooks = capacityMetrics(metrics.registry, () => capacity);
+  capacity = new Capacity(config, (route, label, now) => board.available(route, label, now), hooks);
+  capacity.configure(config.routes, config);
+  return { capacity, room: capacity };
+}
+
+/** Routes with a capacity: where they stand (docs/credentials.md, "Seen"). */
+export function withCapacity(r: Readiness, capacity: Pick<Capacity, 'routes' | 'view'> | null): Readiness {
+  const states = capacity === null ? null : capacityStates(capacity);
+  return states === null ? r : { ...r, capacity: states };
 }
 
 /** Last-use times, kept in memory and written to the store every 10 s (or `lastUseFlushMs`). */
@@ -444,8 +468,12 @@ function applyToServer(server: http.Server, previous: Runtime, next: Config, swe
   logger.info({ routes: next.enabledRoutes, disabledRoutes: next.routes.filter((r) => r.credential === null).map((r) => r.name) }, 'configuration reloaded');
 }
 
-/** Ready when a key set serves and there is something to forward; otherwise why not. */
-function readinessOf(keys: KeyHolder, draining: boolean, config: Config): Readiness {
+/** Ready when a key set serves and there is something to forward, with the ledger and the background tasks; otherwise why not. */
+function readinessOf(keys: KeyHolder, draining: boolean, config: Config, usageStore: UsageStore, outages: Outages | null): Readiness {
+  return withBackground(withLedger(keysReadiness(keys, draining, config), usageStore), outages);
+}
+
+function keysReadiness(keys: KeyHolder, draining: boolean, config: Config): Readiness {
   const set = keys.loaded;
   if (draining) return { ready: false, draining, keys: set?.size ?? null, reason: 'draining' };
   if (set === null) return { ready: false, draining, keys: null, reason: 'no key set loaded' };

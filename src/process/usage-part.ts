@@ -2,6 +2,7 @@
 // fleet's leases, the limiter, and seeing spend (status, alerts) where this
 // process decides limits; a worker asks its primary instead.
 import type { Config } from '../config/load.ts';
+import type { Room } from '../capacity/capacity.ts';
 import type { Principal } from '../keys/keyset.ts';
 import type { KeyStore } from '../keys/store.ts';
 import type { Logger } from '../observe/log.ts';
@@ -38,6 +39,8 @@ export interface UsageOptions {
     readonly admit: Admit;
     /** Where a key's limits stand, asked of the primary (GET /keyward/key). */
     readonly limitStatus: (principal: Principal) => Promise<readonly LimitState[] | null>;
+    /** Room on the routes' accounts, asked of the primary, which holds the counts for the machine (capacity/workers.ts). */
+    readonly room?: Room;
   };
   /** The clock a fleet corrects by the database's. */
   readonly clock?: Clock;

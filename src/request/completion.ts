@@ -56,6 +56,7 @@ export function createCompletion(logger: Logger, metrics: Metrics, credentialPar
       bytesOut: ex.bytesOut,
       durationMs: Math.round(durationMs * 1000) / 1000,
       ttfbMs: ex.ttfbMs >= 0 ? Math.round(ex.ttfbMs * 1000) / 1000 : null,
+      queuedMs: ex.queuedMs >= 0 ? Math.round(ex.queuedMs * 1000) / 1000 : null,
       error: failureLabel(ex.failure),
       // On a route with several: the credential that answered (its number), and those refused before it.
       credential: ex.route !== null && ex.route.credentials.length > 1 ? (ex.credential?.label ?? null) : null,

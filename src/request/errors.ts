@@ -22,6 +22,7 @@ export type ErrorCode =
   | 'upstream_unreachable'
   | 'route_not_configured'
   | 'upstream_credentials_exhausted'
+  | 'upstream_busy'
   | 'shutting_down'
   | 'keystore_unavailable'
   | 'key_unsupported'
@@ -80,6 +81,8 @@ const entries = {
     code: 'upstream_credentials_exhausted',
     message: 'Every upstream credential of this route is set aside for now; nothing was forwarded.',
   },
+  // docs/credentials.md, "Capacity": no account had room within KEYWARD_QUEUE_WAIT, or the queue is full; nothing forwarded, nothing counted.
+  upstreamBusy: { status: 503, code: 'upstream_busy', message: "The upstream's capacity is in use; retry after the stated time." },
   shuttingDown: { status: 503, code: 'shutting_down', message: 'The gateway is shutting down.' },
   keystoreUnavailable: { status: 503, code: 'keystore_unavailable', message: 'No key set is available.' },
   // docs/keys.md, "Versions": a key is never served without the rules it was given.

@@ -63,6 +63,12 @@ export class Exchange {
    */
   replay: Buffer[] | null = null;
   replayBytes = 0;
+  /** Waiting for room on the route's accounts (capacity/capacity.ts); null when not waiting. */
+  ticket: object | null = null;
+  /** Since when it waited (performance.now()), then how long (ms); −1 when it did not wait. */
+  queuedMs = -1;
+  /** The credential (its number) whose room this request holds until it ends; 0 for none. */
+  roomOn = 0;
   /** The key's admission under its limits, released when the response closes; null without limits. */
   admission: Admission | null = null;
   // The call's cost, written in one place (`costIs`) and read everywhere:

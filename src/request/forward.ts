@@ -40,6 +40,7 @@ import { type DecodeLimits, decodersFor, relayCompressed, relayPlain } from './r
 import { answer } from './reply.ts';
 import type { Credential, Route, Unauthorized } from './routes.ts';
 import type { Expiry } from './timers.ts';
+import type { Room } from '../capacity/capacity.ts';
 
 export interface ForwardOptions extends DecodeLimits, CredentialSettings {
   readonly connectTimeoutMs: number;
@@ -393,16 +394,19 @@ export class Forwarder {
   readonly #onError: (err: ErrorWithCode, req: http.IncomingMessage, res: ServerResponse | Socket) => void;
 
   readonly #board: CredentialBoard;
+  readonly #room: Room;
   readonly #settings: CredentialSettings;
 
   /**
    * `secrets`: the secrets sent to this route's upstream origin, with their
    * scan tables (built once per configuration and origin, shared by the
    * routes on it; egress.ts, secretsByOrigin); `board`: the gateway's
-   * credentials set aside.
+   * credentials set aside; `room`: room on the accounts of a route with a
+   * capacity (capacity/capacity.ts).
    */
-  constructor(route: Route, options: ForwardOptions, secrets: Secrets, board: CredentialBoard) {
+  constructor(route: Route, options: ForwardOptions, secrets: Secrets, board: CredentialBoard, room: Room) {
     this.#board = board;
+    this.#room = room;
     this.#settings = options;
     this.#agent = upstreamAgent(route.target, options);
     this.#proxy = new ProxyServer({
@@ -472,23 +476,58 @@ export class Forwarder {
     // A body not read in full (or past the replay limit) cannot be sent again; nor a request nobody waits for.
     if (ex.replay === null || !ex.req.complete || ex.afterRun !== null || ex.takenOver || ex.closed) return false;
     const tried = new Set(refusedBy.map((t) => Number(t.slice(0, t.indexOf(':')))));
+    if (route.capacity !== null) return this.#againWhenRoom(ex, proxyRes, used, status as AsideStatus);
     const next = this.#board.choose(route, this.#settings.credentialOrder, tried, now);
     if (next === null) return false;
-    this.#board.retried({ route, status: status as AsideStatus, from: used.label, to: next.label });
     proxyRes.resume();
     this.#board.give(route, used);
     this.#board.take(route, next);
-    ex.sendWith(next);
-    ex.req.headers[next.header[0]] = next.header[1];
-    ex.ttfbMs = -1;
-    // The refused exchange is over: a late failure of its connection is not this request's.
+    this.#again(ex, used, next, status as AsideStatus);
+    return true;
+  }
+
+  /**
+   * On a route with a capacity: the refused credential's room goes back and
+   * the request asks for room again, first among its key's waiting (the
+   * refused credential is set aside, so it is not chosen); it goes when a
+   * credential has room, or is answered 503 upstream_busy.
+   */
+  #againWhenRoom(ex: Exchange, proxyRes: http.IncomingMessage, used: Credential, status: AsideStatus): boolean {
+    const route = ex.route as Route;
+    proxyRes.resume();
+    this.#forgetRefused(ex);
+    this.#room.release(route.name, used.label);
+    ex.roomOn = 0;
+    const ticket = this.#room.ask(route.name, ex.principal?.id ?? '', true, (label, retryAfter, waitedMs) => {
+      ex.ticket = null;
+      if (waitedMs >= 0) ex.queuedMs = Math.max(0, ex.queuedMs) + waitedMs;
+      if (ex.closed) return label === 0 ? undefined : this.#room.release(route.name, label);
+      if (label === 0) return answer(ex, ex.webRes, ERRORS.upstreamBusy, false, { 'retry-after': Math.max(1, retryAfter) });
+      ex.roomOn = label;
+      this.#again(ex, used, route.credentials[label - 1] as Credential, status);
+    });
+    if (ticket !== null) ex.ticket = ticket;
+    return true;
+  }
+
+  /** The refused exchange is over: a late failure of its connection is not this request's. */
+  #forgetRefused(ex: Exchange): void {
     const old = ex.proxyReq;
     old?.removeAllListeners('error');
     old?.on('error', ignore);
     ex.proxyReq = null;
-    const body = ex.replay.length === 0 ? {} : { buffer: Readable.from(ex.replay, { objectMode: false }) };
+  }
+
+  /** Send the request again, byte for byte, on `next`. */
+  #again(ex: Exchange, used: Credential, next: Credential, status: AsideStatus): void {
+    const route = ex.route as Route;
+    this.#board.retried({ route, status, from: used.label, to: next.label });
+    ex.sendWith(next);
+    ex.req.headers[next.header[0]] = next.header[1];
+    ex.ttfbMs = -1;
+    this.#forgetRefused(ex);
+    const body = ex.replay === null || ex.replay.length === 0 ? {} : { buffer: Readable.from(ex.replay, { objectMode: false }) };
     this.#proxy.web(ex.req, ex.webRes, body, this.#onError);
-    return true;
   }
 
   #dropIdle(): void {

@@ -29,6 +29,7 @@ import { policyFor } from '../limits/policy.ts';
 import { scraperCall, type ScraperCall } from './scraper-calls.ts';
 import { keepReadingForRun } from './forward.ts';
 import type { CredentialBoard } from './credentials.ts';
+import type { Room } from '../capacity/capacity.ts';
 import { allowedFrom, clientAddress, inRanges } from '../lib/addresses.ts';
 
 const LIMIT_ERRORS: Readonly<Record<LimitCode, GatewayError>> = {
@@ -55,6 +56,8 @@ export interface PipelineDeps {
   readonly ledger: Ledger;
   /** The routes' credentials set aside (docs/credentials.md). */
   readonly credentials: CredentialBoard;
+  /** Room on the accounts of routes with a capacity (docs/credentials.md, "Capacity"). */
+  readonly room: Room;
   /** GET /keyward/key's body for this key (views/key-status.ts): at once, or once the primary or the store answered. */
   keyStatus(principal: Principal, now: number): unknown;
 }
@@ -310,18 +313,53 @@ class RequestPipeline implements Pipeline {
     this.#forward(a);
   }
 
-  /** Rewrite and forward. */
-  #forward({ ex, req, res, expect, route, target, path, forwardQuery, call }: Admitted): void {
-    const rt = this.#deps.runtime();
+  /** The credential, then rewrite and forward. */
+  #forward(a: Admitted): void {
+    const { ex, req, res, route } = a;
+    // Room on the route's accounts first, when it has a capacity (docs/credentials.md, "Capacity").
+    if (route.capacity !== null) return this.#awaitRoom(a);
     let credential = route.credentials[0] as Credential;
     if (route.credentials.length > 1) {
       // Chosen after admission (a worker may have waited for its primary meanwhile).
-      const chosen = this.#deps.credentials.choose(route, rt.config.credentialOrder, null, Date.now());
+      const chosen = this.#deps.credentials.choose(route, this.#deps.runtime().config.credentialOrder, null, Date.now());
       if (chosen === null) return this.#exhausted(ex, req, res, route);
       this.#deps.credentials.take(route, chosen);
       credential = chosen;
-      ex.replay = replayable(req, rt.config.replayMaxBodyBytes) ? [] : null;
+      ex.replay = replayable(req, this.#deps.runtime().config.replayMaxBodyBytes) ? [] : null;
     }
+    this.#send(a, credential);
+  }
+
+  /**
+   * A route with a capacity: the request takes a credential with room, or
+   * waits in the route's queue, unread (its body stays in the socket; a
+   * client expecting 100 Continue is not told to send it), or is answered
+   * 503 upstream_busy. Its key's admission is held meanwhile.
+   */
+  #awaitRoom(a: Admitted): void {
+    const { ex, route } = a;
+    const room = this.#deps.room;
+    const ticket = room.ask(route.name, a.principal.id, false, (label, retryAfter, waitedMs) => {
+      ex.ticket = null;
+      if (waitedMs >= 0) ex.queuedMs = waitedMs;
+      if (label === 0) return this.#busy(a, retryAfter);
+      // Granted as the client left (a worker's answer crossing its cancel): the room goes back.
+      if (ex.closed) return room.release(route.name, label);
+      ex.roomOn = label;
+      if (route.credentials.length > 1) ex.replay = replayable(a.req, this.#deps.runtime().config.replayMaxBodyBytes) ? [] : null;
+      this.#send(a, route.credentials[label - 1] as Credential);
+    });
+    if (ticket !== null) ex.ticket = ticket;
+  }
+
+  /** 503 upstream_busy: no room in time, or the queue full; nothing forwarded, nothing counted against the key. */
+  #busy({ ex, req, res }: Admitted, retryAfter: number): void {
+    if (ex.closed) return;
+    answer(ex, res, ERRORS.upstreamBusy, this.#closeAfter(req), { 'retry-after': Math.max(1, retryAfter) });
+  }
+
+  /** Rewrite and forward on `credential`. */
+  #send({ ex, req, res, expect, route, target, path, forwardQuery, call }: Admitted, credential: Credential): void {
     ex.sendWith(credential);
     // A scraper run-start: its run is settled later, and a key with a budget here has the run capped at what its admission reserved.
     if (call !== null) forwardQuery = paidStart(ex, route, call, forwardQuery);
@@ -404,10 +442,15 @@ class RequestPipeline implements Pipeline {
 }
 
 /** The response's `close`: the exchange ends (completion, the admission's slot back, an unfinished upload's upstream request ended). */
-function responseClosed({ sweeper, complete, credentials }: PipelineDeps): (this: ServerResponse) => void {
+function responseClosed({ sweeper, complete, credentials, room }: PipelineDeps): (this: ServerResponse) => void {
   const end = (ex: Exchange, status: number | null, aborted: boolean): void => {
     if (ex.forwardStart > 0) sweeper.untrack(ex);
-    if (ex.route !== null && ex.credential !== null && ex.route.credentials.length > 1) credentials.give(ex.route, ex.credential);
+    // Out of the queue, holding nothing; or the room it held goes to the next waiting.
+    if (ex.ticket !== null && ex.route !== null) room.cancel(ex.route.name, ex.ticket);
+    ex.ticket = null;
+    if (ex.roomOn > 0 && ex.route !== null) room.release(ex.route.name, ex.roomOn);
+    else if (ex.route !== null && ex.credential !== null && ex.route.credentials.length > 1) credentials.give(ex.route, ex.credential);
+    ex.roomOn = 0;
     complete(ex, status, aborted);
     // In the same tick as the ledger's count: the slot comes back, and what
     // was reserved becomes what was counted (or comes back, if the request

@@ -3,6 +3,7 @@
 // entry here, not new code anywhere else.
 import { ERRORS, type GatewayError } from './errors.ts';
 import type { KeyRules } from '../keys/changes.ts';
+import type { RouteCapacity } from '../capacity/plan.ts';
 
 /**
  * Where a provider's official SDK puts its API key (docs/keys.md, native credentials): with
@@ -244,6 +245,8 @@ export interface Route {
   readonly secretEnvs: readonly string[];
   /** What a 401 refuses, read from its body (the provider table's); null: the account, always. */
   readonly unauthorized: UpstreamSpec['unauthorized'] | null;
+  /** Each credential's capacity (docs/credentials.md, "Capacity"), by position; null: no option set, no request waits. */
+  readonly capacity: RouteCapacity | null;
 }
 
 export type RouteTable = ReadonlyMap<string, Route>;

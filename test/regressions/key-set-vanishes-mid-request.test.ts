@@ -26,6 +26,7 @@ import { createPipeline } from '../../src/request/pipeline.ts';
 import { ERRORS } from '../../src/request/errors.ts';
 import { CredentialBoard } from '../../src/request/credentials.ts';
 import { buildRuntime } from '../../src/process/runtime.ts';
+import { Capacity } from '../../src/capacity/capacity.ts';
 import { Sweeper } from '../../src/request/timers.ts';
 import { Ledger } from '../../src/ledger/ledger.ts';
 import { MemoryUsageStore } from '../../src/ledger/memory-store.ts';
@@ -53,7 +54,8 @@ test('a key set that vanishes after its first read in a request neither crashes 
     const logger = createLogger('silent', new Writable({ write: (_c, _e, cb) => cb() })).logger;
     const ledger = new Ledger(new MemoryUsageStore(), () => undefined);
     const board = new CredentialBoard();
-    const runtime = buildRuntime(config, board);
+    const room = new Capacity(config, () => true);
+    const runtime = buildRuntime(config, board, room);
     // Present at the first read of each request, gone at any later one (the staleness limit ran out in between).
     let perRequest = 0;
     const twice = createPipeline({
@@ -61,6 +63,7 @@ test('a key set that vanishes after its first read in a request neither crashes 
       keys: () => (++perRequest % 2 === 1 ? set : null),
       draining: () => false,
       credentials: board,
+      room,
       ledgerDamaged: () => false,
       sweeper: new Sweeper(() => config, expire),
       metrics,

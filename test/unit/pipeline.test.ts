@@ -8,6 +8,7 @@ import { KeySet, type KeyRecord } from '../../src/keys/keyset.ts';
 import { generateToken, tokenDigest, tokenDigestBytes, TokenMemo } from '../../src/keys/token.ts';
 import { CredentialBoard } from '../../src/request/credentials.ts';
 import { buildRuntime } from '../../src/process/runtime.ts';
+import { Capacity } from '../../src/capacity/capacity.ts';
 import { ERRORS } from '../../src/request/errors.ts';
 import { authenticate, routeOf } from '../../src/request/pipeline.ts';
 import { UPSTREAMS } from '../../src/request/routes.ts';
@@ -18,7 +19,7 @@ const config = loadConfig(
   '/',
   UPSTREAMS,
 );
-const rt = buildRuntime(config, new CredentialBoard());
+const rt = buildRuntime(config, new CredentialBoard(), new Capacity(config, () => true));
 const token = generateToken();
 const revokedToken = generateToken();
 const key: KeyRecord = {
