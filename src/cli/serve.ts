@@ -5,8 +5,10 @@ import { adminApi, type AdminApi } from '../admin/api.ts';
 import { effectiveEnv, knownVariables, loadConfig, type Config } from '../config/load.ts';
 import { openKeyStore } from '../keys/open.ts';
 import { createLogger, type LogHandle } from '../observe/log.ts';
-import { clusterMetrics, createMetrics, newRegistry, type Registry } from '../observe/metrics.ts';
-import { createGateway, withBackground, withLedger, type Gateway, type Readiness } from '../process/server.ts';
+import { capacityMetrics, clusterMetrics, createMetrics, newRegistry, type Registry } from '../observe/metrics.ts';
+import { createGateway, withBackground, withCapacity, withLedger, type Gateway, type Readiness } from '../process/server.ts';
+import { Capacity } from '../capacity/capacity.ts';
+import { CredentialBoard } from '../request/credentials.ts';
 import type { Outages } from '../observe/outages.ts';
 import type { UsageStore } from '../ledger/store.ts';
 import { Ledger } from '../ledger/ledger.ts';
@@ -101,7 +103,15 @@ async function startServing(
     const gateway = await createGateway(config, store, log.logger, {
       listenFd,
       metrics,
-      ...(w === null ? {} : { worker: { admit: w.primaryAdmit(config.admissionWaitMs), limitStatus: w.primaryStatus(config.admissionWaitMs) } }),
+      ...(w === null
+        ? {}
+        : {
+            worker: {
+              admit: w.primaryAdmit(config.admissionWaitMs),
+              limitStatus: w.primaryStatus(config.admissionWaitMs),
+              room: w.primaryRoom(config.queueWaitMs),
+            },
+          }),
     });
     if (w !== null) {
       await gateway.listen();
@@ -259,11 +269,12 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io, pro
       return limiter.status(keyId, policy, now, ledger.gateways, usage.fleet === undefined ? ledger : use);
     },
   );
+  const capacity = await machineCapacity(config, registry, io, providers);
   const primary = runPrimary(config.workers, ['serve'], io, listenFd === null ? {} : { KEYWARD_INHERITED_FD: String(listenFd) });
   const { admin, pages } = await primaryAdmin(
     config,
     primary,
-    { ledger: usage, outages },
+    { ledger: usage, outages, capacity },
     registry,
     units,
     log,
@@ -288,12 +299,37 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io, pro
   return code;
 }
 
+/**
+ * The machine's room on the routes' accounts, held by the primary for its
+ * workers (docs/credentials.md, "Capacity"); applied again on SIGHUP (a
+ * configuration with problems is the workers' to log, and changes nothing).
+ */
+async function machineCapacity(config: Config, registry: Registry, io: Io, providers: readonly UpstreamSpec[]): Promise<Capacity> {
+  const { holdRoomForWorkers } = await import('../process/workers.ts');
+  const board = new CredentialBoard();
+  let capacity: Capacity | null = null;
+  const hooks = capacityMetrics(registry, () => capacity);
+  capacity = new Capacity(config, (route, label, now) => board.available(route, label, now), hooks);
+  capacity.configure(config.routes, config);
+  holdRoomForWorkers(capacity, board);
+  io.signals.on('SIGHUP', () => {
+    board.reloaded();
+    try {
+      const next = currentConfig(io, providers);
+      capacity.configure(next.routes, next);
+    } catch {
+      // Logged by every worker, which keeps its configuration too.
+    }
+  });
+  return capacity;
+}
+
 /** The primary's admin listener, if configured: the workers' metrics summed with its own, the usage page in a thread. */
 async function primaryAdmin(
   config: Config,
   primary: { readiness(): Promise<Readiness> },
   /** The primary's own ledger (it counts for the machine): a damaged one is named as a worker's is; and its background tasks. */
-  own: { readonly ledger: Pick<UsageStore, 'damaged' | 'location'>; readonly outages: Outages },
+  own: { readonly ledger: Pick<UsageStore, 'damaged' | 'location'>; readonly outages: Outages; readonly capacity: Capacity },
   registry: Registry,
   units: (route: string) => string | null,
   log: LogHandle,
@@ -309,7 +345,7 @@ async function primaryAdmin(
     const admin = await startAdmin(
       config.admin,
       {
-        readiness: async () => withBackground(withLedger(await primary.readiness(), own.ledger), own.outages),
+        readiness: async () => withCapacity(withBackground(withLedger(await primary.readiness(), own.ledger), own.outages), own.capacity),
         metrics: text,
         metricsContentType: summed.contentType,
         usage: (p) => pages.page(p),

@@ -49,6 +49,12 @@ function applyIfCurrent(board: CredentialBoard, a: Aside & { readonly at: number
   board.apply({ route: a.route, label: a.label, status: a.status, until: a.until });
 }
 
+/** In the primary: a worker's set-aside, applied to the board the machine's capacity chooses with (capacity/workers.ts). */
+export function applyAside(board: CredentialBoard, m: unknown): void {
+  const a = fromMessage(m);
+  if (a !== null) board.apply({ route: a.route, label: a.label, status: a.status, until: a.until });
+}
+
 /** In a worker: what it sets aside goes to its primary; what the primary passes on is applied. */
 export function shareWithPrimary(board: CredentialBoard, since: () => number): void {
   board.onAside((a, shared) => {

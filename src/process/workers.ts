@@ -20,7 +20,10 @@ import { askPrimary, remoteStatus, serveAdmissions, workerWaitMs, type Admit } f
 import type { LimitState, Limiter } from '../limits/limiter.ts';
 import type { Principal } from '../keys/keyset.ts';
 import type { Policy } from '../limits/policy.ts';
-import { relayAmongWorkers } from './credential-share.ts';
+import { applyAside, relayAmongWorkers } from './credential-share.ts';
+import { askPrimaryForRoom, serveRoom } from '../capacity/workers.ts';
+import type { Capacity, Room } from '../capacity/capacity.ts';
+import type { CredentialBoard } from '../request/credentials.ts';
 
 /** In a worker: admission for keys with limits, asked of the primary; `admissionWaitMs` (KEYWARD_ADMISSION_WAIT) sets how long it is waited for. */
 export function primaryAdmit(admissionWaitMs: number): Admit {
@@ -29,6 +32,24 @@ export function primaryAdmit(admissionWaitMs: number): Admit {
     (listener) => process.on('message', listener),
     workerWaitMs(admissionWaitMs),
   );
+}
+
+/** In a worker: room on the routes' accounts, asked of the primary; waited for as long as the queue's wait and a second more. */
+export function primaryRoom(queueWaitMs: number): Room {
+  return askPrimaryForRoom(
+    (m) => process.send?.(m),
+    (listener) => process.on('message', listener),
+    queueWaitMs + 1_000,
+  );
+}
+
+/**
+ * In the primary: the machine's room on the routes' accounts (capacity/workers.ts),
+ * with what the workers set aside applied to the board it chooses with.
+ */
+export function holdRoomForWorkers(capacity: Capacity, board: CredentialBoard): void {
+  serveRoom(cluster, capacity);
+  cluster.on('message', (_w, m) => applyAside(board, m));
 }
 
 /** In a worker: where a key's limits stand, asked of the primary. */

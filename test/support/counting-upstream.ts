@@ -27,8 +27,9 @@ export interface CountingOptions {
   readonly header: string;
   /** The provider's own limit per credential; past it: 429. */
   readonly allow: number;
-  /** How long each answer takes, ms (or `never`: no answer at all). */
+  /** How long each answer takes, ms (or `never`: no answer at all); `holdFor` decides per request, by its `x-who`. */
   readonly holdMs: number | 'never';
+  readonly holdFor?: (who: string) => number | 'never';
 }
 
 export async function countingUpstream(o: CountingOptions): Promise<CountingUpstream> {
@@ -58,12 +59,13 @@ export async function countingUpstream(o: CountingOptions): Promise<CountingUpst
         res.writeHead(429, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
         return res.end(body);
       }
-      if (o.holdMs === 'never') return;
+      const hold = o.holdFor?.(String(req.headers['x-who'] ?? '')) ?? o.holdMs;
+      if (hold === 'never') return;
       setTimeout(() => {
         const body = JSON.stringify({ credential: label });
         res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
         res.end(body);
-      }, o.holdMs);
+      }, hold);
     });
   });
   return { up, url: up.url, most, now, arrivals, refusedForConcurrency: () => refused, close: () => up.close() };

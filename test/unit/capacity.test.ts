@@ -4,10 +4,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { Capacity, capacityStates } from '../../src/capacity/capacity.ts';
+import { Capacity, capacityStates, type CapacitySettings } from '../../src/capacity/capacity.ts';
 import { parseRate, type RouteCapacity } from '../../src/capacity/plan.ts';
 
-const settings = { credentialOrder: 'spread' as const, queueWaitMs: 60_000, queueMax: 1000 };
+const settings: CapacitySettings = { credentialOrder: 'spread', queueWaitMs: 60_000, queueMax: 1000 };
 const limits = (...c: Array<number | null>): RouteCapacity => c.map((concurrency) => ({ concurrency, rate: null }));
 
 /** A capacity on route `r` whose answers are recorded in order: `who:label`, or `who:busy`. */
