@@ -51,6 +51,11 @@ interface RouteRoom {
   readonly name: string;
   limits: RouteCapacity;
   inFlight: number[];
+  /** In a fleet: what this gateway's leases hold, per credential: slots of its concurrency, units of its rate (of `burst`). */
+  heldSlots: number[];
+  heldUnits: number[];
+  /** In a fleet: requests granted or waiting per credential since the last rebalance (a rate's demand). */
+  asked: number[];
   tokens: number[];
   refilled: number[];
   turn: number;
@@ -69,6 +74,22 @@ export interface CapacityHooks {
   waited?(route: string, ms: number): void;
   /** A request was answered busy (queue full, or the wait ran out). */
   busy?(route: string): void;
+}
+
+/**
+ * What a fleet gateway holds or wants of one credential's capacity
+ * (capacity/fleet.ts): `slots` of its concurrency, or `units` of its rate
+ * (a rate's burst, each unit a share of its tokens).
+ */
+export interface Demand {
+  readonly route: string;
+  readonly label: number;
+  readonly kind: 'slots' | 'units';
+  /** The whole capacity: the concurrency, or the rate's burst. */
+  readonly limit: number;
+  /** What requests in flight here use now (slots; units are never in use). */
+  readonly inUse: number;
+  readonly want: number;
 }
 
 export interface CapacitySettings {
@@ -90,6 +111,11 @@ export class Capacity implements Room {
   readonly #now: () => number;
   readonly #hooks: CapacityHooks;
   #settings: CapacitySettings;
+  /** In a fleet: told when a request found no room here (more may be claimed at once); null: this process holds every credential's whole capacity. */
+  #short: (() => void) | null = null;
+  /** In a fleet: until when (performance.now()) the leases last renewed are sure to be this gateway's; past it, nothing new is sent. */
+  #validUntil = 0;
+  readonly #clock: () => number;
 
   /** `available`: whether a credential is not set aside (request/credentials.ts). */
   constructor(
@@ -97,11 +123,69 @@ export class Capacity implements Room {
     available: (route: string, label: number, now: number) => boolean,
     hooks: CapacityHooks = {},
     now: () => number = Date.now,
+    clock: () => number = () => performance.now(),
   ) {
     this.#settings = settings;
     this.#available = available;
     this.#hooks = hooks;
     this.#now = now;
+    this.#clock = clock;
+  }
+
+  /**
+   * In a fleet (capacity/fleet.ts): from now on only what this gateway's
+   * leases hold may be used; `short` is told when a request finds no room.
+   */
+  shareWithFleet(short: () => void): void {
+    this.#short = short;
+    for (const room of this.#routes.values()) room.tokens.fill(0);
+  }
+
+  /** Every credential's capacity this gateway uses or wants, for the fleet's rebalance. Resets the rates' demand window. */
+  demands(): Demand[] {
+    const out: Demand[] = [];
+    for (const room of this.#routes.values()) {
+      const n = room.limits.length;
+      room.limits.forEach((l, i) => {
+        const waiting = Math.ceil(room.queued / n);
+        const label = i + 1;
+        if (l.concurrency !== null) {
+          const inUse = room.inFlight[i] as number;
+          out.push({ route: room.name, label, kind: 'slots', limit: l.concurrency, inUse, want: Math.min(l.concurrency, inUse + waiting) });
+        }
+        // A rate is wanted whole while it is used; each gateway that uses it gets its share.
+        if (l.rate !== null)
+          out.push({ route: room.name, label, kind: 'units', limit: l.rate.burst, inUse: 0, want: (room.asked[i] ?? 0) + waiting > 0 ? l.rate.burst : 0 });
+        room.asked[i] = 0;
+      });
+    }
+    return out;
+  }
+
+  /** What this gateway holds now of one credential's capacity (a shrink is applied before the fleet hears of it). */
+  holding(route: string, label: number, kind: Demand['kind']): number {
+    const room = this.#routes.get(route);
+    return (kind === 'slots' ? room?.heldSlots[label - 1] : room?.heldUnits[label - 1]) ?? 0;
+  }
+
+  /** The fleet settled what this gateway holds of one credential's capacity. */
+  hold(route: string, label: number, kind: Demand['kind'], held: number): void {
+    const room = this.#routes.get(route);
+    if (room === undefined) return;
+    const i = label - 1;
+    if (kind === 'slots') room.heldSlots[i] = held;
+    else {
+      const before = room.heldUnits[i] ?? 0;
+      room.heldUnits[i] = held;
+      // Fewer units: the tokens saved under more are cut to the new burst, so the fleet's tokens never add up to more than the rate's.
+      if (held < before) room.tokens[i] = Math.min(room.tokens[i] ?? 0, held);
+    }
+  }
+
+  /** The leases were renewed: sure until `until` (performance.now()); room is handed out again. */
+  renewedUntil(until: number): void {
+    this.#validUntil = until;
+    for (const room of this.#routes.values()) this.#pump(room);
   }
 
   /**
@@ -122,7 +206,10 @@ export class Capacity implements Room {
       room.limits = r.capacity;
       for (let i = 0; i < r.capacity.length; i++) {
         room.inFlight[i] ??= 0;
-        const burst = r.capacity[i]?.rate?.burst ?? 0;
+        room.heldSlots[i] ??= 0;
+        room.heldUnits[i] ??= 0;
+        room.asked[i] ??= 0;
+        const burst = this.#short === null ? (r.capacity[i]?.rate?.burst ?? 0) : 0;
         room.tokens[i] = Math.min(room.tokens[i] ?? burst, burst);
         room.refilled[i] ??= now;
       }
@@ -151,6 +238,7 @@ export class Capacity implements Room {
         return null;
       }
     }
+    this.#short?.();
     if (this.#settings.queueWaitMs === 0 || room.queued >= this.#settings.queueMax) {
       this.#hooks.busy?.(route);
       answer(0, this.#retryAfter(room, now), -1);
@@ -206,7 +294,10 @@ export class Capacity implements Room {
         name,
         limits,
         inFlight: limits.map(() => 0),
-        tokens: limits.map((l) => l.rate?.burst ?? 0),
+        heldSlots: limits.map(() => 0),
+        heldUnits: limits.map(() => 0),
+        asked: limits.map(() => 0),
+        tokens: limits.map((l) => (this.#short === null ? (l.rate?.burst ?? 0) : 0)),
         refilled: limits.map(() => now),
         turn: 0,
         lines: new Map(),
@@ -221,18 +312,33 @@ export class Capacity implements Room {
     return room;
   }
 
-  /** Room on credential i now: concurrency left, and whole tokens when it has a rate. */
+  /**
+   * Room on credential i now: concurrency left, and whole tokens when it has
+   * a rate. In a fleet, of what this gateway's leases hold, and nothing once
+   * they may have expired unseen.
+   */
   #roomOn(room: RouteRoom, i: number, now: number): number {
     const l = room.limits[i];
     if (l === undefined || !this.#available(room.name, i + 1, now)) return 0;
-    let free = l.concurrency === null ? Infinity : l.concurrency - (room.inFlight[i] as number);
+    const shared = this.#short !== null;
+    if (shared && this.#clock() > this.#validUntil) return 0;
+    let free = Infinity;
+    if (l.concurrency !== null) free = (shared ? Math.min(l.concurrency, room.heldSlots[i] as number) : l.concurrency) - (room.inFlight[i] as number);
     if (l.rate !== null) {
-      const tokens = Math.min(l.rate.burst, (room.tokens[i] as number) + ((now - (room.refilled[i] as number)) * l.rate.perSecond) / 1000);
+      const share = this.#share(room, i);
+      const burst = l.rate.burst * share;
+      const tokens = Math.min(burst, (room.tokens[i] as number) + ((now - (room.refilled[i] as number)) * l.rate.perSecond * share) / 1000);
       room.tokens[i] = tokens;
       room.refilled[i] = now;
       free = Math.min(free, Math.floor(tokens + 1e-9));
     }
     return free;
+  }
+
+  /** The part of credential i's rate this gateway may use: all of it, or in a fleet the units of its burst its leases hold. */
+  #share(room: RouteRoom, i: number): number {
+    const burst = room.limits[i]?.rate?.burst;
+    return this.#short === null || burst === undefined ? 1 : (room.heldUnits[i] as number) / burst;
   }
 
   /** The credential a request gets now (its position), or −1 when none has room. */
@@ -255,6 +361,7 @@ export class Capacity implements Room {
 
   #take(room: RouteRoom, i: number): void {
     (room.inFlight[i] as number)++;
+    room.asked[i] = (room.asked[i] ?? 0) + 1;
     if ((room.limits[i]?.rate ?? null) !== null) room.tokens[i] = (room.tokens[i] as number) - 1;
   }
 
@@ -292,7 +399,8 @@ export class Capacity implements Room {
     for (let i = 0; i < room.limits.length; i++) {
       const l = room.limits[i] as RouteCapacity[number];
       if (l.rate === null || (l.concurrency !== null && (room.inFlight[i] as number) >= l.concurrency)) continue;
-      soonest = Math.min(soonest, ((1 - (room.tokens[i] as number)) * 1000) / l.rate.perSecond);
+      const perSecond = l.rate.perSecond * this.#share(room, i);
+      if (perSecond > 0) soonest = Math.min(soonest, ((1 - (room.tokens[i] as number)) * 1000) / perSecond);
     }
     if (soonest === Infinity) return;
     room.refill = setTimeout(
@@ -311,7 +419,8 @@ export class Capacity implements Room {
     for (let i = 0; i < room.limits.length; i++) {
       const l = room.limits[i] as RouteCapacity[number];
       if (l.concurrency !== null && (room.inFlight[i] as number) >= l.concurrency) return 1;
-      if (l.rate !== null) soonest = Math.min(soonest, (1 - this.#roomOn(room, i, now)) / l.rate.perSecond);
+      const perSecond = (l.rate?.perSecond ?? 0) * this.#share(room, i);
+      if (perSecond > 0) soonest = Math.min(soonest, (1 - this.#roomOn(room, i, now)) / perSecond);
     }
     return Number.isFinite(soonest) ? Math.max(1, Math.ceil(soonest)) : 1;
   }

@@ -5,9 +5,11 @@ import { adminApi, type AdminApi } from '../admin/api.ts';
 import { effectiveEnv, knownVariables, loadConfig, type Config } from '../config/load.ts';
 import { openKeyStore } from '../keys/open.ts';
 import { createLogger, type LogHandle } from '../observe/log.ts';
-import { capacityMetrics, clusterMetrics, createMetrics, newRegistry, type Registry } from '../observe/metrics.ts';
-import { createGateway, withBackground, withCapacity, withLedger, type Gateway, type Readiness } from '../process/server.ts';
-import { Capacity } from '../capacity/capacity.ts';
+import { clusterMetrics, createMetrics, newRegistry, type Registry } from '../observe/metrics.ts';
+import { createGateway, fleetShares, ownCapacity, withBackground, withCapacity, withLedger, type Gateway, type Readiness } from '../process/server.ts';
+import type { Capacity } from '../capacity/capacity.ts';
+import type { FleetShares } from '../capacity/fleet.ts';
+import type { Database } from '../keys/store.ts';
 import { CredentialBoard } from '../request/credentials.ts';
 import type { Outages } from '../observe/outages.ts';
 import type { UsageStore } from '../ledger/store.ts';
@@ -269,7 +271,7 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io, pro
       return limiter.status(keyId, policy, now, ledger.gateways, usage.fleet === undefined ? ledger : use);
     },
   );
-  const capacity = await machineCapacity(config, registry, io, providers);
+  const { capacity, shares } = await machineCapacity(config, registry, io, providers, keys.database, outages);
   const primary = runPrimary(config.workers, ['serve'], io, listenFd === null ? {} : { KEYWARD_INHERITED_FD: String(listenFd) });
   const { admin, pages } = await primaryAdmin(
     config,
@@ -292,7 +294,7 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io, pro
   await pages?.close();
   spend.stop();
   await settler?.stop();
-  await leases?.stop().catch(() => undefined);
+  await Promise.all([leases?.stop(), shares?.stop()].map(async (stopped) => (stopped ?? Promise.resolve()).catch(() => undefined)));
   await ledger.stop(1_000);
   await keys.close?.().catch(() => undefined);
   await log.flush();
@@ -304,14 +306,21 @@ async function servePrimary(config: Config, listenFd: number | null, io: Io, pro
  * workers (docs/credentials.md, "Capacity"); applied again on SIGHUP (a
  * configuration with problems is the workers' to log, and changes nothing).
  */
-async function machineCapacity(config: Config, registry: Registry, io: Io, providers: readonly UpstreamSpec[]): Promise<Capacity> {
+async function machineCapacity(
+  config: Config,
+  registry: Registry,
+  io: Io,
+  providers: readonly UpstreamSpec[],
+  database: Database | undefined,
+  outages: Outages,
+): Promise<{ capacity: Capacity; shares: FleetShares | null }> {
   const { holdRoomForWorkers } = await import('../process/workers.ts');
   const board = new CredentialBoard();
-  let capacity: Capacity | null = null;
-  const hooks = capacityMetrics(registry, () => capacity);
-  capacity = new Capacity(config, (route, label, now) => board.available(route, label, now), hooks);
-  capacity.configure(config.routes, config);
+  const capacity = ownCapacity(config, board, registry);
   holdRoomForWorkers(capacity, board);
+  // In a fleet the primary holds the machine's leases.
+  const shares = database === undefined ? null : fleetShares(capacity, database, config);
+  shares?.watchWith(outages.watch('capacity_rebalance'));
   io.signals.on('SIGHUP', () => {
     board.reloaded();
     try {
@@ -321,7 +330,7 @@ async function machineCapacity(config: Config, registry: Registry, io: Io, provi
       // Logged by every worker, which keeps its configuration too.
     }
   });
-  return capacity;
+  return { capacity, shares };
 }
 
 /** The primary's admin listener, if configured: the workers' metrics summed with its own, the usage page in a thread. */

@@ -267,6 +267,25 @@ export const MIGRATIONS: readonly string[] = [
      hash text not null
    );
    insert into keyward_audit_head (seq, hash) select seq, hash from keyward_audit order by seq desc limit 1;`,
+  // 14: capacity per credential shared by a fleet (docs/credentials.md,
+  // "Capacity"): a row per credential and kind (slots of its concurrency,
+  // units of its rate) that a rebalance locks, and each gateway's lease.
+  `create table keyward_capacity (
+     route text not null,
+     label integer not null,
+     kind text not null,
+     primary key (route, label, kind)
+   );
+   create table keyward_capacity_leases (
+     gateway text not null,
+     route text not null,
+     label integer not null,
+     kind text not null,
+     held integer not null,
+     want integer not null,
+     expires timestamptz not null,
+     primary key (gateway, route, label, kind)
+   );`,
 ];
 
 export interface Row {

@@ -10,7 +10,7 @@
 // stack: it is not an outage that ends by itself.
 import { asError } from '../lib/error.ts';
 
-export const TASKS = ['lease_renewal', 'lease_claim', 'run_settling', 'alert_check', 'usage_read'] as const;
+export const TASKS = ['lease_renewal', 'lease_claim', 'run_settling', 'alert_check', 'usage_read', 'capacity_rebalance'] as const;
 export type Task = (typeof TASKS)[number];
 
 /** What a watched task reports: each failure, and each success (which ends an outage). */

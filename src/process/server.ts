@@ -12,10 +12,14 @@ import { GatewayRequest } from '../request/exchange.ts';
 import { expire } from '../request/forward.ts';
 import { KeyHolder } from '../keys/holder.ts';
 import { LastUse } from '../keys/last-use.ts';
-import type { KeyStore } from '../keys/store.ts';
+import type { Database, KeyStore } from '../keys/store.ts';
 import { bindError } from './listen.ts';
 import type { Logger } from '../observe/log.ts';
-import { capacityMetrics, Metrics } from '../observe/metrics.ts';
+import { capacityMetrics, Metrics, type Registry } from '../observe/metrics.ts';
+import { FleetShares } from '../capacity/fleet.ts';
+import { PgShareStore } from '../capacity/pg-shares.ts';
+import { hostname } from 'node:os';
+import { randomBytes } from 'node:crypto';
 import { Capacity, capacityStates, type CapacityState, type Room } from '../capacity/capacity.ts';
 import { createPipeline, type Pipeline } from '../request/pipeline.ts';
 import type { RunTarget } from '../ledger/run-ask.ts';
@@ -116,16 +120,12 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
   const metrics = options.metrics ?? new Metrics({ routes: config.routes.map((r) => r.name) });
   let draining = false;
   const board = new CredentialBoard();
-  const { capacity, room } = roomOf(config, board, metrics, options);
+  const { capacity, room, shares } = roomOf(config, board, metrics, options, store);
   let runtime = buildRuntime(config, board, room);
   const keys = new KeyHolder(store, logger, metrics, () => runtime.config.keysMaxStalenessMs);
   await keys.start();
   const lastUse = lastUseWriter(store, options, logger, metrics);
-  const sweeper = new Sweeper(
-    () => runtime.config,
-    expire,
-    (seconds) => metrics.task('timer_sweep', seconds),
-  );
+  const sweeper = sweeperOf(() => runtime.config, metrics);
   const { ledger, leases, spend, admit, statusSources, units, usageStore, settler, outages } = await startUsage(config, store, logger, metrics, {
     ...options,
     keyIds: () => (keys.loaded === null ? null : new Set(keys.loaded.records.map((r) => r.id))),
@@ -133,6 +133,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     runTarget: (name, label) => runTargetOf(runtime, name, label),
   });
   const sharing = credentialsSeenAndShared(board, metrics, logger, () => runtime, store, options);
+  if (outages !== null) shares?.watchWith(outages.watch('capacity_rebalance'));
   metrics.watchLedger(() => usageStore.damaged === undefined);
   const pages = usageStore instanceof MemoryUsageStore ? null : pageThread(pageSource(config, units));
 
@@ -169,7 +170,7 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
     shutdown: () => {
       draining = true;
       sharing.stop();
-      closing ??= drain({ server, runtime: () => runtime, keys, ledger, leases, spend, settler, lastUse, sweeper, store, logger, served });
+      closing ??= drain({ server, runtime: () => runtime, keys, ledger, leases, spend, settler, lastUse, sweeper, store, logger, served, shares });
       detach(
         closing.then(() => pages?.close()),
         neverRejects,
@@ -197,19 +198,43 @@ export async function createGateway(config: Config, store: KeyStore, logger: Log
  * Room on the routes' accounts: a worker asks its primary; otherwise this
  * process holds the counts (`capacity`), with their metrics.
  */
-function roomOf(config: Config, board: CredentialBoard, metrics: Metrics, options: GatewayOptions): { capacity: Capacity | null; room: Room } {
-  if (options.worker?.room !== undefined) return { capacity: null, room: options.worker.room };
+function roomOf(
+  config: Config,
+  board: CredentialBoard,
+  metrics: Metrics,
+  options: GatewayOptions,
+  store: KeyStore,
+): { capacity: Capacity | null; room: Room; shares: FleetShares | null } {
+  if (options.worker?.room !== undefined) return { capacity: null, room: options.worker.room, shares: null };
+  const capacity = ownCapacity(config, board, metrics.registry);
+  return { capacity, room: capacity, shares: store.database === undefined ? null : fleetShares(capacity, store.database, config) };
+}
+
+/** The counts of room on the routes' accounts, held by this process (one gateway, or the primary of workers), with their metrics. */
+export function ownCapacity(config: Config, board: CredentialBoard, registry: Registry): Capacity {
   let capacity: Capacity | null = null;
-  const hooks = capacityMetrics(metrics.registry, () => capacity);
+  const hooks = capacityMetrics(registry, () => capacity);
   capacity = new Capacity(config, (route, label, now) => board.available(route, label, now), hooks);
   capacity.configure(config.routes, config);
-  return { capacity, room: capacity };
+  return capacity;
+}
+
+/** In a fleet: this process's leases on the accounts' capacity (capacity/fleet.ts), rebalanced from now on. */
+export function fleetShares(capacity: Capacity, database: Database, config: Config): FleetShares {
+  const shares = new FleetShares(capacity, new PgShareStore(database), `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`, config.leaseTtlMs);
+  shares.start();
+  return shares;
 }
 
 /** Routes with a capacity: where they stand (docs/credentials.md, "Seen"). */
 export function withCapacity(r: Readiness, capacity: Pick<Capacity, 'routes' | 'view'> | null): Readiness {
   const states = capacity === null ? null : capacityStates(capacity);
   return states === null ? r : { ...r, capacity: states };
+}
+
+/** The one sweep of every in-flight exchange's timeouts (request/timers.ts), its runs timed. */
+function sweeperOf(config: () => Config, metrics: Metrics): Sweeper {
+  return new Sweeper(config, expire, (seconds) => metrics.task('timer_sweep', seconds));
 }
 
 /** Last-use times, kept in memory and written to the store every 10 s (or `lastUseFlushMs`). */
@@ -357,6 +382,8 @@ interface DrainParts {
   readonly keys: KeyHolder;
   readonly ledger: Ledger;
   readonly leases: { stop(): Promise<unknown> } | null;
+  /** In a fleet: the leases on the accounts' capacity, given back once the requests ended. */
+  readonly shares: { stop(): Promise<unknown> } | null;
   readonly spend: { quiet(): Promise<void>; stop(): void } | null;
   readonly settler: { stop(): Promise<void> } | null;
   readonly lastUse: LastUse;
@@ -381,7 +408,7 @@ export function withLedger(r: Readiness, store: Pick<UsageStore, 'damaged' | 'lo
 }
 
 /** Stop accepting, let requests in flight finish up to the drain deadline, then close the stores; never longer (docs/operations.md, "Signals"). */
-function drain({ server, runtime, keys, ledger, leases, spend, settler, lastUse, sweeper, store, logger, served }: DrainParts): Promise<void> {
+function drain({ server, runtime, keys, ledger, leases, shares, spend, settler, lastUse, sweeper, store, logger, served }: DrainParts): Promise<void> {
   return new Promise<void>((resolve) => {
     const { drainTimeoutMs } = runtime().config;
     const endBy = Date.now() + drainTimeoutMs;
@@ -421,6 +448,7 @@ function drain({ server, runtime, keys, ledger, leases, spend, settler, lastUse,
             Promise.all([
               within(lastUse.stop(), left, undefined),
               within(leases?.stop().catch(() => undefined) ?? Promise.resolve(), left, undefined),
+              within(shares?.stop().catch(() => undefined) ?? Promise.resolve(), left, undefined),
               ledger.stop(left),
             ]),
           )
