@@ -257,8 +257,12 @@ export function storeConfig(
   return { databaseUrl, databaseTimeoutMs, keysFile, costRoutes };
 }
 
-/** Credential 3 to 32 of a route (`KEYWARD_SPEECH_KEY_7`): named by credential 2's row wherever options are listed. */
-const LATER_CREDENTIAL = /_(?:[3-9]|[12]\d|3[0-2])(?:_FILE)?$/;
+/**
+ * Credential 3 to 32 of a route (`KEYWARD_SPEECH_KEY_7`), and credential 1's
+ * own capacity (`KEYWARD_SPEECH_CONCURRENCY_1`): named by credential 2's row
+ * wherever options are listed.
+ */
+const LATER_CREDENTIAL = /_(?:[3-9]|[12]\d|3[0-2])(?:_FILE)?$|_(?:CONCURRENCY|RATE)_1$/;
 
 /** Every KEYWARD_* name the configuration reads (of the numbered credentials, the `_2` forms stand for the rest). */
 export function knownVariables(providers: readonly UpstreamSpec[]): string[] {

@@ -266,6 +266,26 @@ test('docs/credentials.md "Two accounts on one machine" works as pasted: both ac
   }
 });
 
+test('README "Several accounts, and what each can take" works as pasted: both accounts and their capacity reported', { timeout: 60_000 }, async () => {
+  const dir = workspace('keyward-readme-capacity-');
+  const { freePort } = await import('../../src/process/listen.ts');
+  const run = startScript(block('README.md', 'Several accounts, and what each can take'), dir, {
+    PORT: String(await freePort()),
+    ADMIN_PORT: String(await freePort()),
+  });
+  try {
+    const result = await deadline(run.done, 50_000, 'walkthrough');
+    assert.equal(result.code, 0, `${result.stdout}\n${result.stderr}`);
+    const ready = JSON.parse(result.stdout.split('\n')[0] as string) as { ready: boolean; credentials: unknown; capacity: unknown };
+    assert.equal(ready.ready, true);
+    assert.deepEqual(ready.credentials, { speech: { available: 2, total: 2 } });
+    assert.deepEqual(ready.capacity, { speech: { inFlight: 0, limit: 17, queued: 0 } });
+    await assertIgnored(dir);
+  } finally {
+    await stopScript(run, dir);
+  }
+});
+
 test(
   'docs/admin-api.md "Keys over HTTP" works as pasted: an admin token, then a key created over HTTP that the gateway serves',
   { timeout: 60_000 },

@@ -12,7 +12,7 @@ import { ELSEWHERE } from '../../src/config/unknown.ts';
 import { helpTexts } from '../../src/cli/args.ts';
 import { ERRORS } from '../../src/request/errors.ts';
 import { MIGRATIONS } from '../../src/keys/pg-schema.ts';
-import { alertCounters, backgroundFailures, runCounters, Metrics, newRegistry } from '../../src/observe/metrics.ts';
+import { alertCounters, backgroundFailures, capacityMetrics, runCounters, Metrics, newRegistry } from '../../src/observe/metrics.ts';
 import { UPSTREAMS } from '../../src/request/routes.ts';
 import { RESTART_ONLY } from '../../src/process/runtime.ts';
 import { USAGE_PAGE_CSP } from '../../src/process/admin.ts';
@@ -85,6 +85,8 @@ test("every keyward_ metric is in docs/operations.md's list, and the list names 
   alertCounters(alerts, () => 0).fired.inc({ kind: 'quota', threshold: '80' });
   runCounters(alerts);
   backgroundFailures(alerts);
+  // The capacity's, in the registry of the process that holds the counts.
+  capacityMetrics(alerts, () => null);
   const text = (await new Metrics({ defaults: false, routes: ['scraper'] }).text()) + (await alerts.metrics());
   const served = new Set([...text.matchAll(/^# HELP (keyward_[a-z_]+)/gm)].map((m) => m[1] as string));
   assert.ok(served.size > 5);
