@@ -40,6 +40,9 @@ const BUSY_ROUTE = 'speech';
 const BUSY_EVERY = 3;
 /** A plain call on that route its stand-in answers (the voices list). */
 const BUSY_CALL = '/v1/voices';
+/** What each of its accounts takes at once (docs/credentials.md, "Capacity"): a burst of streams waits its turn. */
+const BUSY_CONCURRENCY = 2;
+const BURST = 6;
 
 /** A key for the demo, and the example it is shown with. */
 interface DemoKey {
@@ -96,6 +99,20 @@ function busyText(base: string, auth: string, busy: UpstreamSpec | null): string
     `# keyward sets credential 1 aside and sends the request again on credential 2: every call gets 200, a "retried: …" line is printed here,`,
     `# and the request's log line on stderr says "credential":2,"refusedBy":"1:429"`,
     `for i in 1 2 3 4 5 6; do curl -sS -o /dev/null -w '%{http_code}\\n' ${auth} ${base}/${busy.name}${BUSY_CALL}; done`,
+    '',
+    ...burstText(base, auth, busy),
+  ];
+}
+
+/** A burst of streams past what the accounts take at once: it waits its turn instead of failing. */
+function burstText(base: string, auth: string, busy: UpstreamSpec): string[] {
+  const stream = busy.demo.examples.find((e) => e.stream === true && e.method === 'POST');
+  if (stream === undefined) return [];
+  const body = stream.body === undefined ? '' : ` -H 'content-type: application/json' -d ${shellQuote(stream.body)}`;
+  return [
+    `# each ${busy.name} account takes ${BUSY_CONCURRENCY} requests at once (KEYWARD_${busy.name.toUpperCase()}_CONCURRENCY=${BUSY_CONCURRENCY}); a burst of ${BURST} two-second streams`,
+    `# waits its turn in keyward's queue instead of meeting the provider's 429: ${BURST} times 200, and the log lines of those that waited say "queuedMs"`,
+    `for i in $(seq ${BURST}); do curl -sS -o /dev/null -w '%{http_code}\\n' -X POST ${auth}${body} ${base}/${busy.name}${stream.path} & done; wait`,
     '',
   ];
 }
@@ -190,6 +207,7 @@ export async function runDemo(io: Io, specs: readonly UpstreamSpec[]): Promise<n
       KEYWARD_KEYS_FILE: join(dir, 'keys.json'),
       ...Object.fromEntries(specs.flatMap((spec) => Object.entries(providerEnv(spec, standins.urls[spec.name] ?? '', secrets[spec.name] ?? [])))),
       ...Object.fromEntries((busy?.secretEnvs ?? []).map((name, i) => [numberedEnv(name, 2), second[i]])),
+      ...(busy === null ? {} : { [`KEYWARD_${busy.name.toUpperCase()}_CONCURRENCY`]: String(BUSY_CONCURRENCY) }),
     };
     const config = loadConfig(env, (p) => readFileSync(p, 'utf8'), io.cwd, specs);
     const store = openKeyStore(config);

@@ -319,14 +319,17 @@ test(
       };
       // Two speech credentials, the first busy on one request in three: the printed loop gets 200 every time,
       // and each 429 it met was retried on credential 2 (a line here, the request line on stderr).
-      const loop = demo
+      const [loop, burst] = demo
         .output()
         .split('\n')
-        .find((l) => l.startsWith('for i in ')) as string;
+        .filter((l) => l.startsWith('for i in ')) as [string, string];
       for (let round = 0; round < 2; round++) {
         const codes = (await deadline(exec('sh', ['-c', loop], { cwd: dir, encoding: 'utf8' }), 15_000, loop)).stdout;
         assert.deepEqual(codes.trim().split('\n'), ['200', '200', '200', '200', '200', '200']);
       }
+      // Each account takes two at once: a burst of six two-second streams waits its turn, and every one gets 200.
+      const burstCodes = (await deadline(exec('sh', ['-c', burst], { cwd: dir, encoding: 'utf8' }), 30_000, burst)).stdout;
+      assert.deepEqual(burstCodes.trim().split('\n'), ['200', '200', '200', '200', '200', '200']);
       const retries = demo.output().match(/^retried: speech answered 429 on credential 1, sent again on credential 2 /gm) ?? [];
       assert.ok(retries.length >= 1, demo.output());
       assert.doesNotMatch(demo.output(), /^retried: .*on credential 2,/m);
@@ -342,6 +345,9 @@ test(
       const retriedLines = result.stderr.split('\n').filter((l) => l.includes('"refusedBy":"1:429"'));
       assert.equal(retriedLines.length, retries.length);
       for (const l of retriedLines) assert.match(l, /"route":"speech".*"status":200.*"credential":2,/);
+      // Two of the six at least waited for room (four slots, six streams), and their lines say how long.
+      const waited = result.stderr.split('\n').filter((l) => l.includes('/stream"') && /"queuedMs":\d/.test(l));
+      assert.ok(waited.length >= 2, `${waited.length} streams waited`);
     } finally {
       demo.child.kill('SIGKILL');
       rmSync(dir, { recursive: true, force: true });
