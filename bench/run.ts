@@ -21,6 +21,7 @@ import { generateToken, tokenDigest } from '../src/keys/token.ts';
 import { machine, rssBytes } from './proc.ts';
 import { SCENARIOS, type Measurement, type Options } from './scenarios.ts';
 import { fileUpstream, measure, missing, pin, section } from './c-streams.ts';
+import { capacityRows } from './capacity.ts';
 import { KEYWARD_NODE_FLAGS } from './flags.ts';
 import { fmt, median, pct, range, roundOrder, spreadOf } from './stats.ts';
 import { between, scrape, type Cause, type Scrape } from './tail.ts';
@@ -153,6 +154,8 @@ const THREE = 'keyward, three credentials per route';
 /** The C-client rows' worst case: an 8-character voice key (reported beside the targets, not held to them). */
 const WORST = 'keyward, worst case: an 8-character voice key';
 const ALLOWLISTED = 'keyward, key with an allowlist';
+/** Another route (speech) given a capacity: the small request's route (the scraper's) has none and must cost what it did. */
+const CAPACITY = 'keyward, a capacity on another route';
 /** Systems measured in some scenarios only (the rest would add minutes and say nothing new). */
 const ONLY: ReadonlyMap<string, readonly string[]> = new Map([
   [QUIET, ['small']],
@@ -161,6 +164,7 @@ const ONLY: ReadonlyMap<string, readonly string[]> = new Map([
   [LIMITED, ['small']],
   [THREE, ['small', 'stream', 'json']],
   [ALLOWLISTED, ['small']],
+  [CAPACITY, ['small']],
 ]);
 const runs = (system: string, scenario: string): boolean => ONLY.get(system)?.includes(scenario) ?? true;
 
@@ -232,6 +236,7 @@ async function main(): Promise<void> {
     // The bench key limited to loopback (every request allowed): what checking the client address costs. The plain
     // keyward row is the same gateway with no key holding an allowlist.
     systems.push(await keyward(up.port, secrets, keysFile(10, { allowFrom: ['10.0.0.0/8', '127.0.0.0/8', '::1'] }), ALLOWLISTED));
+    systems.push(await keyward(up.port, secrets, keysFile(10), CAPACITY, { KEYWARD_SPEECH_CONCURRENCY: '4' }));
     for (const [label, env, limited] of variants()) {
       systems.push(
         await keyward(up.port, secrets, keysFile(10, limited ? EVERY_LIMIT : undefined), `keyward ${label}${limited ? ', key with every limit' : ''}`, env),
@@ -331,6 +336,17 @@ async function main(): Promise<void> {
     let cStreams: ReturnType<typeof section> | null = null;
     if (only === undefined || only.includes('c-stream')) cStreams = await withCClient();
 
+    // 5. A burst on accounts of a known capacity, with the option and without (bench/capacity.ts).
+    let capacity: Awaited<ReturnType<typeof capacityRows>> | null = null;
+    if (only === undefined || only.includes('capacity')) {
+      const up3 = await startUpstreamProcess(secrets, slowMs);
+      try {
+        capacity = await capacityRows((ports, name, env) => keyward(ports, secrets, keysFile(10), name, env), up3.port, secrets, rounds, log);
+      } finally {
+        await up3.stop();
+      }
+    }
+
     // The log line on its own, in a child whose stdout is /dev/null (bench/log-line.ts).
     let logLine: LogLine | null = null;
     if (only === undefined || only.includes('small')) {
@@ -351,6 +367,7 @@ async function main(): Promise<void> {
       logLine,
       tail,
       cStreams,
+      capacity,
     );
   } finally {
     await stopAll();
@@ -449,6 +466,7 @@ function report(
   logLine: LogLine | null,
   tail: Cause[],
   cStreams: ReturnType<typeof section> | null,
+  capacity: Awaited<ReturnType<typeof capacityRows>> | null,
 ): void {
   const lines: string[] = [];
   const summaries: Record<string, Record<string, Summary>> = {};
@@ -521,6 +539,7 @@ function report(
   against('10 MiB JSON dataset, Node clients (second opinion): throughput vs the naive peer', 'json', 'keyward', NAIVE, 'mbps', 0.95, '>=');
   against('small request: three credentials per route vs one, CPU per request', 'small', THREE, 'keyward', 'cpuUsPerReq', 1.05, '<=');
   against('small request: a key with an allowlist vs one without, CPU per request', 'small', ALLOWLISTED, 'keyward', 'cpuUsPerReq', 1.05, '<=');
+  against('small request: a capacity on another route vs none, CPU per request', 'small', CAPACITY, 'keyward', 'cpuUsPerReq', 1.05, '<=');
   against(
     '10 MiB binary stream, Node clients (second opinion): three credentials per route vs one, throughput',
     'stream',
@@ -602,6 +621,10 @@ function report(
     budget('log line cost (on its own)', logLine.templateUs, 5, '<=', ' µs');
   }
   if (limitsCost !== null) budget('limits: CPU per small request, every limit vs none', limitsCost, 3, '<=', ' µs');
+  if (capacity !== null) {
+    lines.push(...capacity.lines);
+    for (const [label, value, bound, cmp, unit] of capacity.budgets) budget(label, value, bound, cmp, unit);
+  }
   const slowRuns = results.slow?.keyward ?? [];
   if (slowRuns.length > 0) {
     budget('slow streams: keyward peak RSS', get('slow', 'keyward')?.peakRssMb ?? null, 150, '<=', ' MB');
