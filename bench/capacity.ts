@@ -7,7 +7,7 @@
 // without it the burst meets the provider's 429s.
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { cpuUs, tree } from './proc.ts';
+import { cpuUs, rssBytes, tree } from './proc.ts';
 import { fmt, median, range } from './stats.ts';
 import type { Ports, Secrets, System } from './systems.ts';
 
@@ -16,9 +16,15 @@ export const BURST = 200;
 export const ACCOUNT_CONCURRENCY = 4;
 const HOLD_MS = 20;
 const PATH = '/v1/text-to-speech/capacity';
+/** Held by the upstream until the test lets go: what fills every account's room while requests wait. */
+const HOLD_PATH = '/v1/text-to-speech/hold';
+/** How many requests wait while their memory is measured. */
+export const WAITING = 1000;
 
 interface Counting {
   readonly port: number;
+  /** Answer every request held on HOLD_PATH. */
+  letGo(): void;
   /** The most in flight at once per credential since the last `reset`. */
   most(): number[];
   reset(): void;
@@ -29,6 +35,7 @@ interface Counting {
 async function countingUpstream(keys: readonly string[]): Promise<Counting> {
   const now = keys.map(() => 0);
   let most = keys.map(() => 0);
+  const held: http.ServerResponse[] = [];
   const server = http.createServer((req, res) => {
     const i = keys.indexOf(String(req.headers['xi-api-key']));
     if (i < 0) {
@@ -51,6 +58,7 @@ async function countingUpstream(keys: readonly string[]): Promise<Counting> {
         res.writeHead(429, { 'content-type': 'application/json', 'content-length': body.length, 'retry-after': '1' }).end(body);
         return;
       }
+      if (req.url?.endsWith(HOLD_PATH) === true) return void held.push(res);
       setTimeout(() => res.writeHead(200, { 'content-type': 'audio/mpeg', 'content-length': 4096 }).end(Buffer.alloc(4096, 7)), HOLD_MS);
     });
   });
@@ -58,6 +66,9 @@ async function countingUpstream(keys: readonly string[]): Promise<Counting> {
   return {
     port: (server.address() as AddressInfo).port,
     most: () => [...most],
+    letGo: () => {
+      for (const res of held.splice(0)) res.writeHead(200, { 'content-length': 0 }).end();
+    },
     reset: () => (most = keys.map(() => 0)),
     stop: () =>
       new Promise<void>((resolve) => {
@@ -65,6 +76,54 @@ async function countingUpstream(keys: readonly string[]): Promise<Counting> {
         server.close(() => resolve());
       }),
   };
+}
+
+/** One request on a connection of its own; resolves with its status (0: it failed). */
+function send(sys: System, agent: http.Agent, path: string): Promise<number> {
+  return new Promise<number>((resolve) => {
+    const req = http.request(
+      `${sys.base}${sys.prefix('speech')}${path}`,
+      { method: 'POST', agent, headers: { ...sys.headers('speech'), 'content-type': 'application/json' }, timeout: 120_000 },
+      (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      },
+    );
+    req.on('error', () => resolve(0));
+    req.end('{"text":"hello"}');
+  });
+}
+
+/**
+ * What WAITING requests cost while they wait: every account's room taken
+ * by requests the upstream holds, then WAITING more, each on a connection
+ * of its own; the gateway's resident memory before and after they are all
+ * in the queue (read from its readiness), MB.
+ */
+async function waitingMemory(sys: System, up: Counting, admin: string): Promise<{ mb: number; queued: number }> {
+  const agent = new http.Agent({ keepAlive: false, maxSockets: Infinity });
+  const pid = sys.pid as number;
+  const slots = 2 * ACCOUNT_CONCURRENCY;
+  const holding = Array.from({ length: slots }, () => send(sys, agent, HOLD_PATH));
+  const queued = async (): Promise<number> => {
+    const r = (await (await fetch(`${admin}/readyz`)).json()) as { capacity?: { speech?: { queued: number; inFlight: number } } };
+    return r.capacity?.speech?.queued ?? 0;
+  };
+  const until = async (ok: () => Promise<boolean>): Promise<void> => {
+    for (let i = 0; i < 600 && !(await ok()); i++) await new Promise((r) => setTimeout(r, 100));
+  };
+  await until(
+    async () => ((await (await fetch(`${admin}/readyz`)).json()) as { capacity?: { speech?: { inFlight: number } } }).capacity?.speech?.inFlight === slots,
+  );
+  const before = rssBytes(tree(pid));
+  const waiting = Array.from({ length: WAITING }, () => send(sys, agent, PATH));
+  await until(async () => (await queued()) >= WAITING);
+  const n = await queued();
+  const after = rssBytes(tree(pid));
+  up.letGo();
+  await Promise.all([...holding, ...waiting]);
+  agent.destroy();
+  return { mb: (after - before) / 1024 / 1024, queued: n };
 }
 
 interface Burst {
@@ -132,6 +191,7 @@ export async function capacityRows(
     await start(routed, 'keyward, no capacity option', two),
   ];
   const results = new Map<string, Burst[]>();
+  let memory: { mb: number; queued: number } | null = null;
   try {
     for (let round = -1; round < rounds; round++) {
       for (const sys of round % 2 === 0 ? systems : [...systems].reverse()) {
@@ -143,6 +203,8 @@ export async function capacityRows(
         );
       }
     }
+    const admin = systems[0]?.admin;
+    if (admin !== undefined) memory = await waitingMemory(systems[0] as System, up, admin);
   } finally {
     await Promise.all(systems.map((s) => s.stop()));
     await up.stop();
@@ -178,6 +240,13 @@ export async function capacityRows(
       budgets.push(['capacity: 429s the burst met (every round)', Math.max(...rs.map((r) => r.statuses.get(429) ?? 0)), 0, '<=', '']);
       budgets.push(['capacity: most requests in flight on one credential', most, ACCOUNT_CONCURRENCY, '<=', '']);
     }
+  }
+  if (memory !== null) {
+    lines.push(
+      '',
+      `${memory.queued.toLocaleString('en')} requests waiting (every account's room held by requests the upstream keeps, each waiting request on a connection of its own, its body unread): the gateway's resident memory grew by **${fmt(memory.mb, 1)} MB**, ${fmt((memory.mb * 1024) / Math.max(1, memory.queued), 1)} KiB per waiting request (its socket, parser, request and response objects, and its place in the queue).`,
+    );
+    budgets.push([`capacity: resident memory of ${WAITING.toLocaleString('en')} waiting requests`, memory.mb, 64, '<=', ' MB']);
   }
   lines.push('');
   return { lines, budgets };

@@ -43,6 +43,8 @@ interface Line {
   readonly key: string;
   head: Ticket | null;
   tail: Ticket | null;
+  /** Requests waiting in it. */
+  size: number;
   prev: Line;
   next: Line;
 }
@@ -239,7 +241,7 @@ export class Capacity implements Room {
       }
     }
     this.#short?.();
-    if (this.#settings.queueWaitMs === 0 || room.queued >= this.#settings.queueMax) {
+    if (this.#settings.queueWaitMs === 0 || (room.queued >= this.#settings.queueMax && !this.#makeRoomFor(room, key, now))) {
       this.#hooks.busy?.(route);
       answer(0, this.#retryAfter(room, now), -1);
       return null;
@@ -413,6 +415,25 @@ export class Capacity implements Room {
     room.refill.unref();
   }
 
+  /**
+   * The queue is full: one key's burst must not shut the others out. When
+   * some key has more waiting than `key` has plus one, that key's newest
+   * request gives up its place (503 upstream_busy) for this one. Only when
+   * the queue is full does this look at every key waiting (never at every
+   * request). False: `key` is itself the one with the most waiting.
+   */
+  #makeRoomFor(room: RouteRoom, key: string, now: number): boolean {
+    let longest: Line | null = null;
+    for (const line of room.lines.values()) if (longest === null || line.size > longest.size) longest = line;
+    const mine = room.lines.get(key)?.size ?? 0;
+    if (longest === null || longest.key === key || longest.size <= mine + 1) return false;
+    const evicted = longest.tail as Ticket;
+    this.#dequeue(room, evicted);
+    this.#hooks.busy?.(room.name);
+    evicted.answer(0, this.#retryAfter(room, now), now - evicted.since);
+    return true;
+  }
+
   /** Whole seconds until room is likely (a rate's next token; else 1). */
   #retryAfter(room: RouteRoom, now: number): number {
     let soonest = Infinity;
@@ -437,7 +458,7 @@ export class Capacity implements Room {
   #enqueue(room: RouteRoom, t: Ticket, front: boolean): void {
     let line = room.lines.get(t.key);
     if (line === undefined) {
-      line = { key: t.key, head: null, tail: null } as Line;
+      line = { key: t.key, head: null, tail: null, size: 0 } as Line;
       room.lines.set(t.key, line);
       // A key new to the ring is served last in this round: just before the cursor.
       if (room.cursor === null) [line.prev, line.next, room.cursor] = [line, line, line];
@@ -457,6 +478,7 @@ export class Capacity implements Room {
       else line.tail.next = t;
       line.tail = t;
     }
+    line.size++;
     room.queued++;
   }
 
@@ -476,6 +498,7 @@ export class Capacity implements Room {
     t.prev = t.next = t.line = null;
     if (t.timer !== null) clearTimeout(t.timer);
     t.timer = null;
+    line.size--;
     room.queued--;
     if (line.head !== null) return;
     // The key's line is empty: out of the ring.

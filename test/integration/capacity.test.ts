@@ -10,6 +10,7 @@ import { loadConfig } from '../../src/config/load.ts';
 import { ConfigError } from '../../src/config/options.ts';
 import { UPSTREAMS } from '../../src/request/routes.ts';
 import { createKey } from '../../src/keys/manage.ts';
+import type { Limits } from '../../src/keys/limits.ts';
 import { request, type Reply } from '../support/client.ts';
 import { deadline, eventually } from '../support/deadline.ts';
 import { startGateway, type TestGateway } from '../support/gateway.ts';
@@ -31,7 +32,7 @@ interface Setup {
 }
 
 async function withCapacity(
-  o: { credentials: number; allow: number; holdMs: number | 'never'; env: Record<string, string> },
+  o: { credentials: number; allow: number; holdMs: number | 'never'; env: Record<string, string>; limits?: Limits },
   run: (s: Setup) => Promise<void>,
 ): Promise<void> {
   const keys = speechKeys(o.credentials);
@@ -43,6 +44,7 @@ async function withCapacity(
     speech: up.url,
     secrets: { speech: [keys[0] as string] },
     env: { ...extra, ...o.env },
+    ...(o.limits === undefined ? {} : { limits: o.limits }),
     prepare: async (store) => {
       other = (await createKey(store, 'burst')).token;
     },
@@ -296,5 +298,39 @@ test('a rate: at most a second of burst, then one request per token', async () =
     // Five go at once (the burst); the other five need a token each, 200 ms apart.
     assert.ok((times[9] as number) - (times[0] as number) >= 900, `spread over ${(times[9] as number) - (times[0] as number)} ms`);
     assert.deepEqual(gw.gateway.readiness().capacity?.speech, { inFlight: 0, limit: null, queued: 0 });
+  });
+});
+
+test("a key's own limits come first, and a request answered busy counts against none of them", async () => {
+  await withCapacity(
+    { credentials: 1, allow: 1, holdMs: 600, env: { KEYWARD_SPEECH_CONCURRENCY: '1', KEYWARD_QUEUE_WAIT: '150ms' }, limits: { quota: '2/day' } },
+    async ({ gw, up }) => {
+      const first = post(gw, gw.token, 'first');
+      await eventually(() => up.arrivals.length === 1, 5_000, 'the first forwarded');
+      assert.equal((await post(gw, gw.token, 'busy')).status, 503);
+      assert.equal((await first).status, 200);
+      // The busy one took no unit of the quota of 2: one more goes, then the quota is spent.
+      assert.equal((await post(gw, gw.token, 'second')).status, 200);
+      const spent = await post(gw, gw.token, 'third');
+      assert.equal(spent.status, 429);
+      assert.equal((spent.json() as { code: string }).code, 'quota_exceeded');
+      assert.deepEqual(
+        up.arrivals.map((a) => a.who),
+        ['first', 'second'],
+      );
+    },
+  );
+});
+
+test('a reload applies a new capacity to requests from then on; in flight is kept', async () => {
+  await withCapacity({ credentials: 1, allow: 3, holdMs: 80, env: { KEYWARD_SPEECH_CONCURRENCY: '1' } }, async ({ gw, up }) => {
+    await Promise.all(Array.from({ length: 6 }, (_, i) => post(gw, gw.token, `before${i}`)));
+    assert.equal(up.most.get(1), 1);
+    gw.gateway.reconfigure(loadConfig({ ...gw.env, KEYWARD_SPEECH_CONCURRENCY: '3' }, () => '', '/', UPSTREAMS));
+    up.most.clear();
+    await Promise.all(Array.from({ length: 12 }, (_, i) => post(gw, gw.token, `after${i}`)));
+    assert.equal(up.most.get(1), 3);
+    assert.equal(up.refusedForConcurrency(), 0);
+    assert.deepEqual(gw.gateway.readiness().capacity?.speech, { inFlight: 0, limit: 3, queued: 0 });
   });
 });

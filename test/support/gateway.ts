@@ -29,6 +29,8 @@ export interface TestGateway {
   readonly keyId: string;
   readonly secrets: Secrets;
   readonly config: Config;
+  /** The environment the configuration was read from (a reload's starting point). */
+  readonly env: Readonly<Record<string, string>>;
   readonly store: FileKeyStore;
   readonly gateway: Gateway;
   /** Every log line so far, parsed. */
@@ -124,6 +126,7 @@ export async function startGateway(options: GatewayOptions = {}): Promise<TestGa
     keyId: record.id,
     secrets,
     config,
+    env,
     store,
     gateway,
     logs: () =>

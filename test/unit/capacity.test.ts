@@ -149,3 +149,29 @@ test('a reload keeps what is in flight; a route whose options went away lets its
   assert.deepEqual(c.routes(), []);
   assert.equal(capacityStates(c), null);
 });
+
+test("a full queue sheds the longest key's newest request, not another key's only one; a key cannot push out its own", () => {
+  const { c, log, ask } = harness(limits(1), { ...settings, queueMax: 3 });
+  for (let i = 0; i < 5; i++) ask(`a${i}`);
+  assert.deepEqual(log, ['a0:1', 'a4:busy']);
+  ask('b0');
+  ask('c0');
+  ask('d0');
+  assert.deepEqual(log, ['a0:1', 'a4:busy', 'a3:busy', 'a2:busy', 'd0:busy']);
+  for (let i = 0; i < 3; i++) c.release('r', 1);
+  assert.deepEqual(log.slice(5), ['a1:1', 'b0:1', 'c0:1']);
+});
+
+test("a key's burst of 5,000 against a queue of 1,000: another key's single request waits behind two of them at most", () => {
+  const { c, log, ask } = harness(limits(1));
+  for (let i = 0; i < 5000; i++) ask(`a${i}`);
+  assert.equal(log.filter((l) => l.endsWith(':busy')).length, 5000 - 1 - 1000);
+  ask('b0');
+  assert.equal(c.view('r')?.queued, 1000);
+  let served = 0;
+  while (!log.includes('b0:1')) {
+    c.release('r', 1);
+    served++;
+  }
+  assert.ok(served <= 2, `served after ${served} releases`);
+});
