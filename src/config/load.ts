@@ -8,7 +8,7 @@ import { ConfigError, Options, type Env, type ReadFile } from './options.ts';
 import { secret, serverTls, upstreamCa } from './secrets.ts';
 import { unknownVariables, type UnknownVariable } from './unknown.ts';
 import { routes } from './upstreams.ts';
-import { queueSettings } from '../capacity/plan.ts';
+import { queueSettings } from './capacity.ts';
 import { costRoutes, type Route, type UpstreamSpec } from '../request/routes.ts';
 import type { StoreOptions } from '../keys/open.ts';
 import { parseDuration } from '../lib/units.ts';

@@ -5,7 +5,7 @@ import { METHOD_OVERRIDE_HEADERS, requestStripSet } from '../request/headers.ts'
 import type { Credential, Route, UpstreamSpec } from '../request/routes.ts';
 import type { Options, ReadFile } from './options.ts';
 import { secret } from './secrets.ts';
-import { routeCapacity } from '../capacity/plan.ts';
+import { routeCapacity } from './capacity.ts';
 
 function upstreamUrl(o: Options, spec: UpstreamSpec): { target: URL; basePath: string } | null {
   // Set to nothing is a mistake, not a wish for the default: the gateway would forward to a provider nobody named.
