@@ -28,7 +28,13 @@ interface Fixture {
 }
 
 /** `count` gateways, each reaching the database through a TCP proxy of its own; the account allows `limit` at once. */
-async function withCapacityFleet(count: number, limit: number, holdMs: number, run: (f: Fixture) => Promise<void>): Promise<void> {
+async function withCapacityFleet(
+  count: number,
+  limit: number,
+  holdMs: number,
+  run: (f: Fixture) => Promise<void>,
+  extra: (i: number) => Record<string, string> = () => ({}),
+): Promise<void> {
   const db = await startDatabase();
   const secret = `sk_FLEETCAP${randomBytes(5).toString('hex')}`;
   const up = await countingUpstream({ secrets: [secret], header: 'xi-api-key', allow: limit, holdMs });
@@ -54,7 +60,7 @@ async function withCapacityFleet(count: number, limit: number, holdMs: number, r
       proxies.push(proxy);
       const url = new URL(db.url);
       url.port = String(proxy.port);
-      gateways.push(await startFleetGateway({ ...env, KEYWARD_DATABASE_URL: url.href }));
+      gateways.push(await startFleetGateway({ ...env, ...extra(i), KEYWARD_DATABASE_URL: url.href }));
     }
     await run({ db, up, token, gateways, proxies });
   } finally {
@@ -78,21 +84,43 @@ test(
   'three gateways, one account of concurrency 3: bursts on every gateway all answered, never more than 3 in flight, rebalanced by demand',
   { timeout: 180_000 },
   async () => {
-    await withCapacityFleet(3, 3, 60, async ({ up, token, gateways }) => {
-      const replies = await Promise.all(gateways.flatMap((g, gi) => Array.from({ length: 20 }, (_, i) => post(g, token, `g${gi}-${i}`))));
-      assert.deepEqual(
-        replies.map((r) => r.status),
-        replies.map(() => 200),
-      );
-      assert.equal(up.refusedForConcurrency(), 0);
-      assert.equal(up.most.get(1), 3);
-      // Then only one gateway has demand: within a rebalance or two it holds the whole account.
-      await sleep(1_000);
-      up.most.clear();
-      const alone = await Promise.all(Array.from({ length: 30 }, (_, i) => post(gateways[0] as FleetGateway, token, `alone${i}`)));
-      assert.ok(alone.every((r) => r.status === 200));
-      assert.equal(up.most.get(1), 3, 'one gateway alone used the whole account');
-    });
+    await withCapacityFleet(
+      3,
+      3,
+      60,
+      async ({ up, token, gateways }) => {
+        const replies = await Promise.all(gateways.flatMap((g, gi) => Array.from({ length: 20 }, (_, i) => post(g, token, `g${gi}-${i}`))));
+        assert.deepEqual(
+          replies.map((r) => r.status),
+          replies.map(() => 200),
+        );
+        assert.equal(up.refusedForConcurrency(), 0);
+        assert.equal(up.most.get(1), 3);
+        // Then only one gateway has demand: within a rebalance or two it holds the whole account.
+        await sleep(1_000);
+        up.most.clear();
+        const alone = await Promise.all(Array.from({ length: 30 }, (_, i) => post(gateways[0] as FleetGateway, token, `alone${i}`)));
+        assert.ok(alone.every((r) => r.status === 200));
+        assert.equal(up.most.get(1), 3, 'one gateway alone used the whole account');
+        // The gateway with workers: its primary holds the machine's lease; alone, it too gets the whole account.
+        await sleep(1_000);
+        up.most.clear();
+        const machine = await Promise.all(
+          Array.from({ length: 30 }, () =>
+            request(`${(gateways[2] as FleetGateway).base}${SPEECH}`, {
+              method: 'POST',
+              headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', connection: 'close' },
+              body: '{"text":"hello"}',
+              timeoutMs: 40_000,
+            }),
+          ),
+        );
+        assert.ok(machine.every((r) => r.status === 200));
+        assert.equal(up.most.get(1), 3, 'a machine of two workers alone used the whole account');
+        assert.equal(up.refusedForConcurrency(), 0);
+      },
+      (i): Record<string, string> => (i === 2 ? { KEYWARD_WORKERS: '2' } : {}),
+    );
   },
 );
 

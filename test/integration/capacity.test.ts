@@ -158,6 +158,7 @@ test("fair per key: one key's burst of 500 holds another key's single request ba
       const enqueued = served.at - waited;
       const ahead = up.arrivals.filter((a) => a.who.startsWith('burst') && a.at > enqueued && a.at < served.at).length;
       assert.ok(ahead <= 2, `served after ${ahead} of the burst (waited ${waited} ms)`);
+      console.log(`fairness: a single request behind a burst of 500 of another key waited ${waited} ms, behind ${ahead} of the burst`);
       const rest = await Promise.all(burst);
       assert.ok(rest.every((r) => r.status === 200));
       assert.equal(up.most.get(1), 1);
@@ -332,5 +333,18 @@ test('a reload applies a new capacity to requests from then on; in flight is kep
     assert.equal(up.most.get(1), 3);
     assert.equal(up.refusedForConcurrency(), 0);
     assert.deepEqual(gw.gateway.readiness().capacity?.speech, { inFlight: 0, limit: 3, queued: 0 });
+  });
+});
+
+test("a request waiting for room counts against its key's concurrency", async () => {
+  await withCapacity({ credentials: 1, allow: 1, holdMs: 500, env: { KEYWARD_SPEECH_CONCURRENCY: '1' }, limits: { concurrency: 2 } }, async ({ gw, up }) => {
+    const first = post(gw, gw.token, 'first');
+    await eventually(() => up.arrivals.length === 1, 5_000, 'the first forwarded');
+    const second = post(gw, gw.token, 'second');
+    await eventually(() => gw.gateway.readiness().capacity?.speech?.queued === 1, 5_000, 'the second waiting');
+    const third = await post(gw, gw.token, 'third');
+    assert.equal(third.status, 429);
+    assert.equal((third.json() as { code: string }).code, 'concurrency_limited');
+    assert.deepEqual([(await first).status, (await second).status], [200, 200]);
   });
 });
