@@ -24,7 +24,7 @@ test('one "request completed" line per request with every agreed field', async (
     const lines = gw.logs().filter((l) => l.msg === 'request completed');
     assert.equal(lines.length, 4);
     const [first, second, third, fourth] = lines;
-    for (const key of ['time', 'reqId', 'client', 'keyId', 'keyName', 'route', 'method', 'path', 'status', 'bytesIn', 'bytesOut', 'durationMs', 'ttfbMs']) {
+    for (const key of ['time', 'reqId', 'client', 'keyId', 'keyName', 'route', 'method', 'path', 'status', 'bytesIn', 'bytesOut', 'durationMs', 'ttfbMs', 'queuedMs']) {
       assert.ok(key in (first ?? {}), key);
     }
     assert.equal(first?.keyId, gw.keyId);
@@ -37,6 +37,8 @@ test('one "request completed" line per request with every agreed field', async (
     assert.equal(first?.bytesOut, answer.body.length, 'body bytes, not header bytes');
     assert.equal(first?.client, '127.0.0.1');
     assert.ok((first?.durationMs as number) >= (first?.ttfbMs as number));
+    // Nothing waited for room (no route here has a capacity): null, never a number.
+    assert.equal(first?.queuedMs, null);
     assert.equal(first?.level, 30);
     assert.equal(second?.path, '/seo/v3/x?token=kept-on-seo');
     assert.equal(third?.path, '/nowhere', 'credential parameters of every route are dropped from unrouted paths');

@@ -99,7 +99,7 @@ test('a line too long for the batch buffer is written whole, as a string, after 
     import { createLogger, requestLogger } from ${JSON.stringify(new URL('../../src/observe/log.ts', import.meta.url).href)};
     const log = createLogger('info');
     const line = requestLogger(log.logger);
-    const f = { reqId: 'a', traceId: null, client: null, keyId: null, keyName: null, route: null, method: 'GET', path: '/', status: 200, bytesIn: 0, bytesOut: 0, durationMs: 1, ttfbMs: null, error: null, authFailure: null, credential: null, refusedBy: null, aborted: false };
+    const f = { reqId: 'a', traceId: null, client: null, keyId: null, keyName: null, route: null, method: 'GET', path: '/', status: 200, bytesIn: 0, bytesOut: 0, durationMs: 1, ttfbMs: null, queuedMs: null, error: null, authFailure: null, credential: null, refusedBy: null, aborted: false };
     line('info', f);
     line('warn', { ...f, reqId: 'b', keyName: 'x'.repeat(20000) });
     line('error', { ...f, reqId: 'c', path: '/\\u00e9' });
