@@ -79,8 +79,11 @@ export class FleetShares {
   #running: Promise<void> | null = null;
   #again = false;
   #stopped = false;
+  /** The clock validity is read by: the Capacity's own (performance.now(), which runs on through a freeze). */
+  readonly #clock: () => number;
 
-  constructor(capacity: Capacity, store: ShareStore, gateway: string, ttlMs: number, watch: Watch = UNWATCHED) {
+  constructor(capacity: Capacity, store: ShareStore, gateway: string, ttlMs: number, watch: Watch = UNWATCHED, clock: () => number = () => performance.now()) {
+    this.#clock = clock;
     this.#capacity = capacity;
     this.#store = store;
     this.#gateway = gateway;
@@ -121,7 +124,7 @@ export class FleetShares {
     const demands = this.#capacity.demands();
     if (demands.length === 0) return;
     // Sure until the store's expiry at the earliest: it is at least this far from when the renewal was sent.
-    const began = performance.now();
+    const began = this.#clock();
     let grown: Settled[] = [];
     try {
       await this.#store.rebalance(
