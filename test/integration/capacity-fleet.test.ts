@@ -81,7 +81,7 @@ const post = (g: FleetGateway, token: string, who: string) =>
   });
 
 test(
-  'three gateways, one account of concurrency 3: bursts on every gateway all answered, never more than 3 in flight, rebalanced by demand',
+  'three gateways (one of them two workers), one account of concurrency 3: bursts on every gateway all answered, never more than 3 in flight, rebalanced by demand',
   { timeout: 180_000 },
   async () => {
     await withCapacityFleet(
