@@ -24,7 +24,22 @@ test('one "request completed" line per request with every agreed field', async (
     const lines = gw.logs().filter((l) => l.msg === 'request completed');
     assert.equal(lines.length, 4);
     const [first, second, third, fourth] = lines;
-    for (const key of ['time', 'reqId', 'client', 'keyId', 'keyName', 'route', 'method', 'path', 'status', 'bytesIn', 'bytesOut', 'durationMs', 'ttfbMs', 'queuedMs']) {
+    for (const key of [
+      'time',
+      'reqId',
+      'client',
+      'keyId',
+      'keyName',
+      'route',
+      'method',
+      'path',
+      'status',
+      'bytesIn',
+      'bytesOut',
+      'durationMs',
+      'ttfbMs',
+      'queuedMs',
+    ]) {
       assert.ok(key in (first ?? {}), key);
     }
     assert.equal(first?.keyId, gw.keyId);
