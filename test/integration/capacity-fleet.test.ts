@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { test } from 'node:test';
 import { request } from '../support/client.ts';
+import { eventually } from '../support/deadline.ts';
 import { runCli } from '../support/cli.ts';
 import { startFleetGateway, type FleetGateway } from '../support/fleet.ts';
 import { startDatabase, type TestDatabase } from '../support/postgres.ts';
@@ -88,7 +89,7 @@ test(
       3,
       3,
       60,
-      async ({ up, token, gateways }) => {
+      async ({ db, up, token, gateways }) => {
         const replies = await Promise.all(gateways.flatMap((g, gi) => Array.from({ length: 20 }, (_, i) => post(g, token, `g${gi}-${i}`))));
         assert.deepEqual(
           replies.map((r) => r.status),
@@ -118,6 +119,15 @@ test(
         assert.ok(machine.every((r) => r.status === 200));
         assert.equal(up.most.get(1), 3, 'a machine of two workers alone used the whole account');
         assert.equal(up.refusedForConcurrency(), 0);
+        // A gateway that drains gives its lease back: none of its rows is left for the TTL to end.
+        const g1 = gateways[1] as FleetGateway;
+        const rows = async (): Promise<number> =>
+          (await db.admin<Array<{ n: number }>>`select count(*)::int as n from keyward_capacity_leases where gateway like ${`%:${g1.pid}:%`}`)[0]?.n ?? -1;
+        const draining = Promise.all(Array.from({ length: 10 }, (_, i) => post(g1, token, `drain${i}`)));
+        await eventually(async () => (await rows()) > 0, 10_000, 'the draining gateway holding a lease');
+        assert.equal((await g1.stop()).code, 0);
+        assert.ok((await draining).every((r) => r.status === 200));
+        assert.equal(await rows(), 0);
       },
       (i): Record<string, string> => (i === 2 ? { KEYWARD_WORKERS: '2' } : {}),
     );

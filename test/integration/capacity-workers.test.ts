@@ -2,7 +2,7 @@
 // holds each credential's count for the machine. A counting upstream records
 // the most requests it ever had in flight per credential.
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -23,6 +23,8 @@ interface Machine {
   token: string;
   up: CountingUpstream;
   workerPids(): number[];
+  /** The primary's pid (signals go to it). */
+  readonly primary: number;
   output(): string;
 }
 
@@ -64,6 +66,7 @@ async function withMachine(
       token,
       up,
       workerPids: () => [...new Set(listening().map((l) => l.pid))],
+      primary: gw.child.pid as number,
       output: gw.output,
     });
   } finally {
@@ -147,4 +150,28 @@ test('a worker killed while holding room gives it back: the next request goes, t
       assert.ok(!m.up.arrivals.some((a) => a.who === 'waiting'), 'a waiting request whose worker died is never forwarded');
     },
   );
+});
+
+test('two workers: a reload (SIGHUP) gives the primary the new capacity for the whole machine', { timeout: 120_000 }, async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'keyward-capacity-reload-'));
+  const configFile = join(dir, 'keyward.env');
+  writeFileSync(configFile, 'KEYWARD_SPEECH_CONCURRENCY=1\n');
+  try {
+    await withMachine({ credentials: 1, allow: 2, holdMs: 60, env: { KEYWARD_CONFIG_FILE: configFile } }, async (m) => {
+      const ready = async () => ((await request(`${m.admin}/readyz`)).json() as { capacity?: { speech?: { limit: number } } }).capacity?.speech?.limit;
+      assert.equal(await ready(), 1);
+      await Promise.all(Array.from({ length: 10 }, (_, i) => post(m, `one${i}`)));
+      assert.equal(m.up.most.get(1), 1);
+      writeFileSync(configFile, 'KEYWARD_SPEECH_CONCURRENCY=2\n');
+      process.kill(m.primary, 'SIGHUP');
+      await eventually(async () => (await ready()) === 2, 10_000, 'the primary holding the new capacity');
+      m.up.most.clear();
+      const replies = await Promise.all(Array.from({ length: 20 }, (_, i) => post(m, `two${i}`)));
+      assert.ok(replies.every((r) => r.status === 200));
+      assert.equal(m.up.most.get(1), 2);
+      assert.equal(m.up.refusedForConcurrency(), 0);
+    });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
