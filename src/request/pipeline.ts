@@ -320,14 +320,24 @@ class RequestPipeline implements Pipeline {
     if (route.capacity !== null) return this.#awaitRoom(a);
     let credential = route.credentials[0] as Credential;
     if (route.credentials.length > 1) {
+      const { config } = this.#deps.runtime();
       // Chosen after admission (a worker may have waited for its primary meanwhile).
-      const chosen = this.#deps.credentials.choose(route, this.#deps.runtime().config.credentialOrder, null, Date.now());
+      const chosen = this.#deps.credentials.choose(route, config.credentialOrder, null, Date.now());
       if (chosen === null) return this.#exhausted(ex, req, res, route);
       this.#deps.credentials.take(route, chosen);
       credential = chosen;
-      ex.replay = replayable(req, this.#deps.runtime().config.replayMaxBodyBytes) ? [] : null;
+      this.#keepForAnother(a, config.replayMaxBodyBytes);
     }
     this.#send(a, credential);
+  }
+
+  /**
+   * A route with several credentials keeps the request's body (up to a
+   * bound) to send it again on another after a 401, 402 or 429
+   * (docs/credentials.md, "Retry on another credential").
+   */
+  #keepForAnother(a: Admitted, max: number): void {
+    if (a.route.credentials.length > 1) a.ex.replay = replayable(a.req, max) ? [] : null;
   }
 
   /**
@@ -346,7 +356,7 @@ class RequestPipeline implements Pipeline {
       // Granted as the client left (a worker's answer crossing its cancel): the room goes back.
       if (ex.closed) return room.release(route.name, label);
       ex.roomOn = label;
-      if (route.credentials.length > 1) ex.replay = replayable(a.req, this.#deps.runtime().config.replayMaxBodyBytes) ? [] : null;
+      this.#keepForAnother(a, this.#deps.runtime().config.replayMaxBodyBytes);
       this.#send(a, route.credentials[label - 1] as Credential);
     });
     if (ticket !== null) ex.ticket = ticket;
@@ -379,7 +389,6 @@ class RequestPipeline implements Pipeline {
     if (ex.replay !== null && hasBody(req)) req.on('data', this.#keepForReplay);
   }
 
-  /** 503: every credential of the route is set aside (docs/credentials.md, "None available"). */
   /**
    * Whether a refusal closes the connection after it: a request with a body
    * the gateway will not read (its bytes would be taken for the next
@@ -389,6 +398,7 @@ class RequestPipeline implements Pipeline {
     return hasBody(req) || this.#deps.draining();
   }
 
+  /** 503: every credential of the route is set aside (docs/credentials.md, "None available"). */
   #exhausted(ex: Exchange, req: GatewayRequest, res: ServerResponse, route: Route): void {
     this.#deps.metrics.credentialsExhausted(route.index);
     const wait = this.#deps.credentials.retryAfter(route, Date.now());

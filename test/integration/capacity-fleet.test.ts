@@ -125,6 +125,17 @@ test(
           (await db.admin<Array<{ n: number }>>`select count(*)::int as n from keyward_capacity_leases where gateway like ${`%:${g1.pid}:%`}`)[0]?.n ?? -1;
         const draining = Promise.all(Array.from({ length: 10 }, (_, i) => post(g1, token, `drain${i}`)));
         await eventually(async () => (await rows()) > 0, 10_000, 'the draining gateway holding a lease');
+        // Every one of the ten taken in (forwarded, or waiting in its queue) before the stop, which closes the port to new connections.
+        // Arrivals first: one forwarded between the two reads is then counted in neither, never twice.
+        await eventually(
+          async () => {
+            const forwarded = up.arrivals.filter((a) => a.who.startsWith('drain')).length;
+            const ready = (await request(`${g1.admin as string}/readyz`)).json() as { capacity?: Record<string, { queued: number }> };
+            return forwarded + (ready.capacity?.speech?.queued ?? 0) === 10;
+          },
+          10_000,
+          'the ten requests taken in',
+        );
         assert.equal((await g1.stop()).code, 0);
         assert.ok((await draining).every((r) => r.status === 200));
         assert.equal(await rows(), 0);
