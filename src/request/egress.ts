@@ -10,10 +10,6 @@ import { base64Middles, MAX_UNIT, prefixTail, searchRun, spellingsOf, spellingTa
 /** Shorter values are not filtered (they would mask ordinary text); the start-up log names them. */
 const MIN_SECRET_LENGTH = 8;
 const MASK = 0x2a; // '*'
-/** Windows the scan reads before it handles the candidates among them (BodyScan.matches). */
-export const SCAN_BLOCK = 1024;
-/** Where those candidates are, one block's worth: shared, as a scan runs to its end without yielding. */
-const NOTED = new Int32Array(SCAN_BLOCK);
 
 /** One form of one upstream secret, named by its route and form, never by its value. */
 export interface SecretForm {
@@ -49,6 +45,13 @@ export class Secrets {
   readonly longest: number;
   /** 1 for every byte that can begin a spelling of some secret (NUL too: UTF-16 big-endian). */
   readonly starts: Uint8Array;
+  /**
+   * 0x80808080 when every spelling is ASCII, so that a window holding a byte
+   * past 0x7f is no part of one (most windows of a binary body): the scan
+   * passes it over without reading the window table. 0 when a secret holds
+   * a character past ASCII (its UTF-8 bytes are past 0x7f).
+   */
+  readonly high: number;
 
   constructor(forms: readonly SecretForm[]) {
     this.forms = forms;
@@ -66,6 +69,7 @@ export class Secrets {
     this.stride = Math.max(1, this.shortest - 3);
     this.neighbours = Math.max(1, Math.floor((this.shortest - 4) / 4));
     this.longest = longest;
+    this.high = this.alphabet.subarray(0x80).includes(1) ? 0 : 0x80808080 | 0;
     this.starts = new Uint8Array(256);
     this.starts[0] = 1;
     for (const f of forms) for (const u of spellingsOf(f.folded[0] as string)) this.starts[u.charCodeAt(0)] = 1;
@@ -218,36 +222,37 @@ function confirmed(view: DataView, p: number, last: number, windows: Uint32Array
 }
 
 /**
- * The loop of the whole filter: the sampled windows from `from` to `to`,
- * `stride` apart; the candidates among them noted in NOTED, their count
- * returned. A function of its own over typed arrays only, so its optimised
- * code depends on no object's shape: inside `BodyScan.matches`, a change
- * of the scan's own shape (a field's first Buffer) threw the optimised loop
- * away for good and it ran unoptimised in the gateway, three times slower
- * than in isolation (bench/README.md, "Streams with a C client").
+ * The loop of the whole filter: the first sampled window from `from` on,
+ * `stride` apart up to `to`, that a spelling could hold, or -1. A function
+ * of its own over typed arrays only, so its optimised code depends on no
+ * object's shape (inside `BodyScan.matches`, a change of the scan's own
+ * shape threw the optimised loop away and it ran unoptimised in the
+ * gateway), and with no call and no store in it: the caller handles a
+ * candidate and calls again past it. Candidates are rare in honest bodies.
  *
- * Each window pays a few operations and one branch that is almost never
- * taken: the window, folded, misses the window table and holds no NUL.
- * Testing the window's first and last bytes against the alphabet first
- * turned random bytes away sooner but passed about every other window of
- * JSON text: a branch the CPU guessed wrong half the time cost more than the
- * table read it saved. A candidate is only noted here and handled after the
- * block (BodyScan's #candidate): called from inside the loop, it would be
- * inlined there and slow the loop for every window.
+ * Each window pays a read, one test and, for an ASCII window, the table.
+ * A window with a byte past 0x7f is passed over first (`high`): in random
+ * bytes 15 windows in 16, which then never read the table, whose lines an
+ * audio stream's other traffic evicts between two reads (in place, a read
+ * that missed cost more than the other 15 windows together). The hash is
+ * windowSlot spelled out with its constants (spellings.ts): called, or with
+ * the imported constants, V8 kept them on the stack and the loop ran slower.
+ * A window that holds a NUL is a candidate too (UTF-16), unless it holds two
+ * side by side, which no spelling does: silence in audio, or a bomb of
+ * zeros, is passed over here.
  */
-function sample(view: DataView, W: Uint32Array, A: Uint8Array, from: number, to: number, stride: number): number {
-  let n = 0;
+function sample(view: DataView, W: Uint32Array, from: number, to: number, stride: number, high: number): number {
   for (let p = from; p <= to; p += stride) {
     const raw = view.getInt32(p, true);
-    // windowSlot spelled out: called here, even as a function declaration, it made the loop run twice as long.
-    const slot = Math.imul(raw | 0x20202020, WINDOW_MUL) >>> WINDOW_SHIFT;
-    if (((W[slot >>> 5] as number) & (1 << (slot & 31))) === 0 && ((raw - 0x01010101) & ~raw & 0x80808080) === 0) continue;
-    // Two NULs side by side are no part of a spelling (silence in audio
-    // comes this way, every window); nor is a byte no spelling holds.
-    if (twoNuls(raw) || ((A[raw & 0xff] as number) & (A[raw >>> 24] as number)) === 0) continue;
-    NOTED[n++] = p;
+    if ((raw & high) !== 0) continue;
+    const slot = Math.imul(raw | 0x20202020, 0x9e3779b1) >>> 14;
+    const nul = (raw - 0x01010101) & ~raw & 0x80808080;
+    if ((((W[slot >>> 5] as number) & (1 << slot)) | nul) === 0) continue;
+    // twoNuls, spelled out for the same reason.
+    const zero = ~(((raw & 0x7f7f7f7f) + 0x7f7f7f7f) | raw | 0x7f7f7f7f);
+    if (nul === 0 || (zero & (zero >>> 8)) === 0) return p;
   }
-  return n;
+  return -1;
 }
 
 /** One occurrence: [first byte, past its last byte, which form]; longest forms come first within a run. */
@@ -397,9 +402,9 @@ export class BodyScan {
     const stride = s.stride;
     this.#ranges = null;
     this.#searched = 0;
-    for (let from = 0; from <= last; from += SCAN_BLOCK * stride) {
-      const n = sample(view, W, A, from, Math.min(last, from + (SCAN_BLOCK - 1) * stride), stride);
-      for (let i = 0; i < n; i++) this.#candidate(buf, bytes, view, NOTED[i] as number, last);
+    for (let p = sample(view, W, 0, last, stride, s.high); p >= 0; p = sample(view, W, p + stride, last, stride, s.high)) {
+      // A window whose first or last byte no spelling holds is no part of one.
+      if (((A[bytes[p] as number] as number) & (A[bytes[p + 3] as number] as number)) !== 0) this.#candidate(buf, bytes, view, p, last);
     }
     const ranges = this.#ranges;
     this.#ranges = null;

@@ -343,8 +343,15 @@ export function everySpellingOf(c: string): string[] {
 /** Each byte OR 0x20, as the scan folds a window (letters to lower case; some punctuation moves too, in both places alike). */
 const foldText = (t: string): string => String.fromCharCode(...[...t].map((ch) => ch.charCodeAt(0) | 0x20));
 
-/** log2 of the window table's size in bits: 1 Mbit (128 KiB), a few per cent full for the real secrets' windows. */
-export const WINDOW_BITS = 20;
+/**
+ * log2 of the window table's size in bits: 256 Kbit (32 KiB), about 4 %
+ * full with one route's real secrets (some 11,000 windows). At 1 Mbit (1 %
+ * full) the scan turned fewer windows into candidates, but in place its
+ * reads missed the caches: a stream's own traffic evicts a table that size
+ * between two reads (bench/README.md, "What the scan still costs in place").
+ * egress.ts (sample) spells out the hash with these constants.
+ */
+export const WINDOW_BITS = 18;
 /** Fibonacci hashing: the golden ratio's multiplier, the top WINDOW_BITS bits. */
 export const WINDOW_MUL = 0x9e3779b1;
 export const WINDOW_SHIFT = 32 - WINDOW_BITS;

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { BodyScan, maskHeaders, SCAN_BLOCK, secretForm, secretForms, secretsByOrigin, Secrets, type SecretForm } from '../../src/request/egress.ts';
+import { BodyScan, maskHeaders, secretForm, secretForms, secretsByOrigin, Secrets, type SecretForm } from '../../src/request/egress.ts';
 import { loadConfig } from '../../src/config/load.ts';
 import { UPSTREAMS } from '../../src/request/routes.ts';
 import { base64Middles, everySpellingOf, searchRun, spellingsOf } from '../../src/request/spellings.ts';
@@ -331,43 +331,64 @@ test('the sampled scan and the full decoder find the same occurrences, on bytes 
   );
 });
 
-// The scan reads its sampled windows a block at a time and handles the
-// candidates after each block (egress.ts, SCAN_BLOCK). A secret planted in
-// any spelling (as it is, most often: then it holds a single sampled window)
-// at every offset around the first two block ends of a body of bytes no
-// spelling holds is found there whole, and nothing outside it, on every
-// side of every boundary.
-test('a secret is found at every offset around the scan’s block boundaries', () => {
+// The scan stops at each candidate window and resumes past it (egress.ts,
+// sample). In a body where every sampled window is a candidate that holds
+// no secret (a lone NUL among bytes no spelling holds), a secret planted in
+// any spelling (as it is, most often: then it holds a single sampled
+// window) at every offset across three strides is found there whole, and
+// nothing outside it.
+test('a secret is found at every offset among candidate windows the scan stops at and turns away', () => {
   fc.assert(
     fc.property(
       fc.string({ unit: SECRET_CHARS, minLength: 8, maxLength: 30 }),
       fc.option(fc.tuple(fc.array(fc.nat(), { minLength: 1, maxLength: 8 }), fc.constantFrom<0 | 1 | 2>(0, 1, 2)), { freq: 2 }),
-      fc.uint8Array({ minLength: 64, maxLength: 64 }),
-      (secret, spelling, seed) => {
-        const forms = [form(secret, 'f')];
-        const secrets = new Secrets(forms);
+      (secret, spelling) => {
+        const secrets = new Secrets([form(secret, 'f')]);
         const spelled = Buffer.from(spelling === null ? secret : planted(secret, spelling[0], spelling[1]), 'latin1');
-        const block = SCAN_BLOCK * secrets.stride;
-        // Bytes from 0x80 up: in no spelling of an ASCII secret, so nothing around it can lengthen the occurrence.
-        const background = Buffer.alloc(2 * block + 2 * spelled.length);
-        for (let i = 0; i < background.length; i++) background[i] = 0x80 | (seed[i % 64] as number) | (i >> 6);
-        const body = Buffer.alloc(background.length);
-        for (const boundary of [block, 2 * block]) {
-          // From wholly before the block's last sampled window to past the next block's first.
-          for (let at = boundary - 2 * secrets.stride - spelled.length; at <= boundary + 1; at++) {
-            background.copy(body);
-            spelled.copy(body, at);
-            const found = new BodyScan(secrets).matches(body) ?? [];
-            // Found whole (a UTF-16 spelling's outermost NUL may fall outside it), and nothing outside it.
-            const whole =
-              found.some(([from, to]) => from <= at + 1 && to >= at + spelled.length - 1) &&
-              found.every(([from, to]) => from >= at && to <= at + spelled.length);
-            assert.ok(whole, `planted at ${at}, a block ends at ${boundary}: found ${found.map((m) => `${m[0]}-${m[1]}`).join(', ') || 'nothing'}`);
-          }
+        const decoys = Buffer.alloc(6 * secrets.stride + 2 * spelled.length);
+        for (let i = 0; i < decoys.length; i++) decoys[i] = [0x01, 0x00, 0x02, 0x03][i % 4] as number;
+        // Every window of the background holds one NUL and no two side by side: each is a candidate.
+        const stops = (decoys.length - 4) / secrets.stride;
+        assert.ok(stops >= 6);
+        const body = Buffer.alloc(decoys.length);
+        for (let at = secrets.stride; at <= 3 * secrets.stride; at++) {
+          decoys.copy(body);
+          // A byte past 0x7f on each side: nothing around the secret can lengthen the occurrence.
+          body[at - 1] = 0x80;
+          spelled.copy(body, at);
+          body[at + spelled.length] = 0x80;
+          const found = new BodyScan(secrets).matches(body) ?? [];
+          // Found whole (a UTF-16 spelling's outermost NUL may fall outside it), and nothing outside it.
+          const whole =
+            found.some(([from, to]) => from <= at + 1 && to >= at + spelled.length - 1) && found.every(([from, to]) => from >= at && to <= at + spelled.length);
+          assert.ok(whole, `planted at ${at}, stride ${secrets.stride}: found ${found.map((m) => `${m[0]}-${m[1]}`).join(', ') || 'nothing'}`);
         }
       },
     ),
     { numRuns: 60 },
+  );
+});
+
+// The scan passes over a window holding a byte past 0x7f without reading
+// its table (egress.ts, Secrets.high) only when every spelling is ASCII: a
+// secret with a character past it is found among such bytes.
+test('a secret past ASCII is found among bytes past 0x7f: the pass-over is on for ASCII secrets only', () => {
+  fc.assert(
+    fc.property(fc.string({ unit: fc.constantFrom(...'abcxyz019_-äéøß'.split('')), minLength: 10, maxLength: 20 }), fc.nat({ max: 300 }), (secret, at) => {
+      const secrets = new Secrets([form(secret, 'f')]);
+      const body = Buffer.alloc(at + secret.length + 300, 0x9c);
+      Buffer.from(secret, 'latin1').copy(body, at);
+      const found = new BodyScan(secrets).matches(body) ?? [];
+      assert.ok(
+        found.some(([from, to]) => from === at && to === at + secret.length),
+        `${JSON.stringify(secret)} at ${at}: ${JSON.stringify(found.map((m) => [m[0], m[1]]))}`,
+      );
+      assert.equal(
+        secrets.high === 0,
+        [...secret].some((c) => c.charCodeAt(0) > 0x7f),
+      );
+    }),
+    { numRuns: 200 },
   );
 });
 
