@@ -382,10 +382,11 @@ export class BodyScan {
    * case-folded (each byte OR 0x20), and looked up in a table of the windows
    * any spelling can hold (spellings.ts). A window that is there, or that
    * holds a NUL (UTF-16), is confirmed by its neighbours four bytes apart,
-   * of which an occurrence holds at least `run` in a row; only then is the
-   * run of alphabet bytes around it decoded and searched, by the reader of
-   * every spelling (searchRun). Text and binary alike cost one table read
-   * every `stride` bytes (bench/README.md, egress filter).
+   * of which an occurrence holds at least `neighbours` in a row; only then
+   * is the run of alphabet bytes around it decoded and searched, by the
+   * reader of every spelling (searchRun). Text costs one read and one table
+   * read every `stride` bytes; binary mostly the read alone (sample, and
+   * bench/README.md, "The scan's reads, per instruction").
    */
   matches(buf: Buffer): Match[] | null {
     const s = this.#secrets;
