@@ -348,7 +348,7 @@ const foldText = (t: string): string => String.fromCharCode(...[...t].map((ch) =
  * full with one route's real secrets (some 11,000 windows). At 1 Mbit (1 %
  * full) the scan turned fewer windows into candidates, but in place its
  * reads missed the caches: a stream's own traffic evicts a table that size
- * between two reads (bench/README.md, "What the scan still costs in place").
+ * between two reads (bench/README.md, "The scan's reads, per instruction").
  * egress.ts (sample) spells out the hash with these constants.
  */
 export const WINDOW_BITS = 18;
